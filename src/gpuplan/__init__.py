@@ -1,0 +1,35 @@
+"""gpuplan: what a PyTorch workload needs from a GPU, computed for the user's own model.
+
+The library never prints; estimators return typed results that render themselves through
+``gpuplan.report``. Heavy dependencies (torch, transformers) are imported only by the functions
+that need them.
+"""
+
+from __future__ import annotations
+
+from gpuplan.errors import (
+    ConfigError,
+    GpuplanError,
+    LayoutError,
+    MissingDependencyError,
+    ModelSourceError,
+    TraceError,
+    UnknownGPUError,
+    UnknownModelError,
+)
+from gpuplan.workload import Workload
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "GpuplanError",
+    "LayoutError",
+    "MissingDependencyError",
+    "ModelSourceError",
+    "TraceError",
+    "UnknownGPUError",
+    "UnknownModelError",
+    "Workload",
+    "__version__",
+]
