@@ -29,6 +29,7 @@ from gpuplan.models.catalog import (
     TASK_AUTO_CLASS,
     TASKS,
     CatalogModel,
+    catalog_models,
     catalog_names,
     get_catalog_model,
     is_catalog_name,
@@ -100,6 +101,11 @@ def test_entries_are_fresh_copies_that_cannot_disturb_the_cache() -> None:
     again = get_catalog_model("llama-3.1-8b")
     assert again.config["rope_scaling"]["factor"] == 8.0
     assert again == get_catalog_model("llama-3.1-8b")
+    assert hash(again) == hash(first)  # usable as a dict key / cache argument
+
+
+def test_catalog_models_lists_every_entry_in_name_order() -> None:
+    assert [m.name for m in catalog_models()] == NAMES
 
 
 def test_unknown_name_error_lists_the_closest_names() -> None:

@@ -20,7 +20,7 @@ import datetime
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
 from typing import Any, Final
@@ -31,6 +31,7 @@ __all__ = [
     "TASKS",
     "TASK_AUTO_CLASS",
     "CatalogModel",
+    "catalog_models",
     "catalog_names",
     "get_catalog_model",
     "is_catalog_name",
@@ -90,8 +91,11 @@ class CatalogModel:
     """Who publishes :attr:`published_params`, and how it is rounded."""
     default_seq_len: int
     """Sequence length for estimates when the user gives none (image size for vision models)."""
-    config: Mapping[str, Any]
-    """The config.json fields (read-only view; use :meth:`config_dict` for a mutable copy)."""
+    config: Mapping[str, Any] = field(compare=False)
+    """The config.json fields (read-only view; use :meth:`config_dict` for a mutable copy).
+
+    Left out of ``==`` and ``hash()``: an entry is identified by its name and sources, and a
+    mapping is not hashable."""
     published_params_rounding: int = 1
     """The published figure is rounded to a multiple of this (1: exact; 10**9 for "7B")."""
     notes: str = ""
@@ -209,6 +213,11 @@ def _index() -> Mapping[str, str]:
 def catalog_names() -> list[str]:
     """The names of all built-in models, sorted."""
     return list(_entries())
+
+
+def catalog_models() -> list[CatalogModel]:
+    """Every built-in model, sorted by name (fresh objects, as :func:`get_catalog_model`)."""
+    return [get_catalog_model(name) for name in _entries()]
 
 
 def _resolve(name: str) -> str | None:
