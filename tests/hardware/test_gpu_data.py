@@ -24,6 +24,8 @@ CSV_TO_KEY = {
     "release_year": "release_year", "launch_price_usd": "launch_price_usd",
     "derived_fields": "derived_fields", "source": "source", "verification": "verification", "notes": "notes",
 }
+Rows = list[dict[str, str]]
+Files = dict[str, dict[str, Any]]
 LEAD_IDS = ("H100-SXM", "H200-SXM", "A100-80GB-SXM", "RTX-4090", "V100-SXM2-16GB", "T4", "L4", "A10G")
 
 
@@ -38,7 +40,7 @@ def _same(csv_text: str, value: Any) -> bool:
     return bool(text == value)
 
 
-def test_every_reference_row_has_exactly_one_file(reference_rows, raw_files):
+def test_every_reference_row_has_exactly_one_file(reference_rows: Rows, raw_files: Files) -> None:
     by_name: dict[str, list[str]] = {}
     for stem, data in raw_files.items():
         by_name.setdefault(data["name"], []).append(stem)
@@ -48,7 +50,7 @@ def test_every_reference_row_has_exactly_one_file(reference_rows, raw_files):
     assert len(reference_rows) == 66 <= len(raw_files)
 
 
-def test_every_shared_field_matches_the_reference_table(reference_rows, raw_files):
+def test_every_shared_field_matches_the_reference_table(reference_rows: Rows, raw_files: Files) -> None:
     by_name = {data["name"]: data for data in raw_files.values()}
     mismatches = []
     for row in reference_rows:
@@ -59,7 +61,7 @@ def test_every_shared_field_matches_the_reference_table(reference_rows, raw_file
     assert mismatches == []
 
 
-def test_loaded_records_carry_the_file_values(raw_files):
+def test_loaded_records_carry_the_file_values(raw_files: Files) -> None:
     for gpu in all_gpus():
         data = raw_files[gpu.id]
         assert gpu.memory_bandwidth_gb_per_s == data["memory_bandwidth_gb_per_s"]
@@ -69,18 +71,18 @@ def test_loaded_records_carry_the_file_values(raw_files):
         assert gpu.compute_capability == (None if cc is None else tuple(int(x) for x in cc.split(".")))
 
 
-def test_filename_is_the_id_and_ids_are_typeable(raw_files):
+def test_filename_is_the_id_and_ids_are_typeable(raw_files: Files) -> None:
     for stem, data in raw_files.items():
         assert data["id"] == stem
         assert all(ch.isalnum() or ch == "-" for ch in stem), stem
 
 
 @pytest.mark.parametrize("gpu_id", LEAD_IDS)
-def test_ids_the_cost_model_uses_exist(gpu_id):
+def test_ids_the_cost_model_uses_exist(gpu_id: str) -> None:
     assert get_gpu(gpu_id).id == gpu_id
 
 
-def test_every_file_names_its_source_and_retrieval_date(raw_files):
+def test_every_file_names_its_source_and_retrieval_date(raw_files: Files) -> None:
     for stem, data in raw_files.items():
         assert data["source"].strip(), stem
         assert data["reference"].strip(), stem
@@ -99,11 +101,11 @@ def test_every_file_names_its_source_and_retrieval_date(raw_files):
             assert data["mig_source"], stem
 
 
-def test_dense_is_explicit_everywhere(raw_files):
+def test_dense_is_explicit_everywhere(raw_files: Files) -> None:
     assert all(data["dense"] is True for data in raw_files.values())
 
 
-def test_nvidia_tensor_rates_are_consistently_dense():
+def test_nvidia_tensor_rates_are_consistently_dense() -> None:
     # Dense TF32 is half of dense FP16 and dense FP8 twice it on every NVIDIA part with tensor TF32/FP8;
     # a sparse figure slipped into one column breaks the ratio by 2x. 5% covers vendor rounding
     # (B200: TF32 1100 vs FP16 2250).
@@ -120,7 +122,7 @@ def test_nvidia_tensor_rates_are_consistently_dense():
     assert checked > 40
 
 
-def test_geforce_half_rate_flag_matches_the_rates():
+def test_geforce_half_rate_flag_matches_the_rates() -> None:
     flagged = [g for g in all_gpus() if g.fp32_accumulate_half_rate]
     assert {"RTX-4090", "RTX-3090", "RTX-5090", "RTX-2080-Ti"} <= {g.id for g in flagged}
     for gpu in flagged:
@@ -130,7 +132,7 @@ def test_geforce_half_rate_flag_matches_the_rates():
     assert not any(g.fp32_accumulate_half_rate for g in all_gpus() if g.segment != "consumer")
 
 
-def test_memory_totals_are_plausible():
+def test_memory_totals_are_plausible() -> None:
     for gpu in all_gpus():
         labelled = gpu.memory_labelled_gb * 2**30
         # nvidia-smi totals sit at or below the binary-sized label: a little (H100: 81559 of 81920 MiB),
@@ -141,7 +143,7 @@ def test_memory_totals_are_plausible():
             assert 0.95 * smi <= cuda <= smi, gpu.id
 
 
-def test_measured_totals_match_their_printouts():
+def test_measured_totals_match_their_printouts() -> None:
     # nvidia-smi "Total" column, cited in each file.
     assert get_gpu("H100-SXM").memory_total_bytes == 81559 * 2**20
     assert get_gpu("A100-80GB-SXM").memory_total_bytes == 81920 * 2**20
@@ -151,7 +153,7 @@ def test_measured_totals_match_their_printouts():
     assert get_gpu("V100-SXM2-16GB").memory_total_bytes == 16160 * 2**20
 
 
-def test_derived_totals_follow_the_documented_rule():
+def test_derived_totals_follow_the_documented_rule() -> None:
     for gpu in all_gpus():
         if not gpu.memory_total_source.startswith("derived"):
             continue
@@ -160,7 +162,7 @@ def test_derived_totals_follow_the_documented_rule():
         assert gpu.memory_total_bytes == int(labelled * 15 // 16 if ecc_gddr else labelled), gpu.id
 
 
-def test_mig_profiles_fit_their_gpu():
+def test_mig_profiles_fit_their_gpu() -> None:
     for gpu in all_gpus():
         assert bool(gpu.mig_profiles) == bool(gpu.mig_max_instances), gpu.id
         for p in gpu.mig_profiles:
@@ -171,7 +173,7 @@ def test_mig_profiles_fit_their_gpu():
             assert f"{p.compute_slices}g." in p.name
 
 
-def test_mig_capable_gpus_are_the_ones_in_nvidia_mig_guide():
+def test_mig_capable_gpus_are_the_ones_in_nvidia_mig_guide() -> None:
     mig = {g.id for g in all_gpus() if g.mig_profiles}
     assert {"A100-80GB-SXM", "A100-40GB-SXM", "A30", "H100-SXM", "H200-SXM", "B200"} <= mig
     assert not mig & {"RTX-4090", "L4", "L40S", "A10", "T4", "MI300X"}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import ConfigError
-from gpuplan.hardware import DTYPES, TIERS, all_gpus, list_gpus
+from gpuplan.hardware import DTYPES, GPU, TIERS, all_gpus, list_gpus
 from gpuplan.hardware.catalog import SORT_KEYS
 from gpuplan.units import GIB
 
@@ -15,7 +18,9 @@ VENDORS = sorted({g.vendor_key for g in all_gpus()})
 ARCH_WORDS = sorted({w.lower() for g in all_gpus() for w in g.arch.split() if w.isalpha()})
 
 
-def _passes(gpu, vendor, arch, min_gib, dtype, tier):
+def _passes(
+    gpu: GPU, vendor: str | None, arch: str | None, min_gib: float | None, dtype: str | None, tier: str | None
+) -> bool:
     return ((vendor is None or gpu.vendor_key == vendor)
             and (arch is None or arch in gpu.arch.lower())
             and (min_gib is None or gpu.memory_total_bytes >= min_gib * GIB)
@@ -32,7 +37,10 @@ def _passes(gpu, vendor, arch, min_gib, dtype, tier):
     tier=st.none() | st.sampled_from(TIERS),
     mig=st.booleans(),
 )
-def test_filters_return_exactly_the_gpus_that_pass(vendor, arch, min_gib, dtype, tier, mig):
+def test_filters_return_exactly_the_gpus_that_pass(
+    vendor: str | None, arch: str | None, min_gib: float | None, dtype: str | None, tier: str | None,
+    mig: bool,
+) -> None:
     got = list_gpus(vendor=vendor, arch=arch, min_memory_gib=min_gib, dtype=dtype, tier=tier, include_mig=mig)
     pool = list(all_gpus())
     if mig:
@@ -43,22 +51,22 @@ def test_filters_return_exactly_the_gpus_that_pass(vendor, arch, min_gib, dtype,
 
 @settings(max_examples=60, deadline=None)
 @given(sort=st.sampled_from(SORT_KEYS), vendor=st.none() | st.sampled_from(VENDORS))
-def test_sort_orders_known_values_descending_and_unknowns_last(sort, vendor):
+def test_sort_orders_known_values_descending_and_unknowns_last(sort: str, vendor: str | None) -> None:
     gpus = list_gpus(vendor=vendor, sort=sort)
     if sort == "name":
         assert [g.id.lower() for g in gpus] == sorted(g.id.lower() for g in gpus)
         return
-    value = {
+    fields: dict[str, Callable[[GPU], float | None]] = {
         "memory": lambda g: g.memory_total_bytes, "bandwidth": lambda g: g.memory_bandwidth_gb_per_s,
         "price": lambda g: g.launch_price_usd, "year": lambda g: g.release_year,
-    }.get(sort, lambda g: g.peak_tflops(sort))
-    values = [value(g) for g in gpus]
+    }
+    values = [fields[sort](g) if sort in fields else g.peak_tflops(sort) for g in gpus]
     known = [v for v in values if v is not None]
     assert known == sorted(known, reverse=True)
     assert values[: len(known)] == known  # every None after every number
 
 
-def test_vendor_and_arch_are_case_insensitive():
+def test_vendor_and_arch_are_case_insensitive() -> None:
     assert list_gpus(vendor="NVIDIA") == list_gpus(vendor="nvidia")
     assert {g.id for g in list_gpus(arch="HOPPER")} >= {"H100-SXM", "H200-SXM", "GH200-96GB"}
 
@@ -72,6 +80,6 @@ def test_vendor_and_arch_are_case_insensitive():
      ({"tier": "hobby"}, "unknown tier 'hobby'"),
      ({"sort": "speed"}, "unknown sort key 'speed'")],
 )
-def test_bad_filters_are_config_errors(kwargs, message):
+def test_bad_filters_are_config_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         list_gpus(**kwargs)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
+from gpuplan.hardware import GPU
 from gpuplan.hardware.loader import CatalogDataError, gpu_from_mapping
 
 from .conftest import raw_data_files
@@ -13,7 +15,7 @@ from .conftest import raw_data_files
 GOOD = raw_data_files()["A100-80GB-SXM"]
 
 
-def _load(**changes):
+def _load(**changes: Any) -> GPU:
     data = copy.deepcopy(GOOD)
     for key, value in changes.items():
         if value is _DROP:
@@ -26,7 +28,7 @@ def _load(**changes):
 _DROP = object()
 
 
-def test_the_good_file_loads():
+def test_the_good_file_loads() -> None:
     assert _load().id == "A100-80GB-SXM"
 
 
@@ -50,14 +52,14 @@ def test_the_good_file_loads():
         ({"mig_profiles": [{**GOOD["mig_profiles"][0], "compute_slices": 9}]}, "slices outside 1..max"),
     ],
 )
-def test_malformed_files_fail_in_one_line(changes, message):
+def test_malformed_files_fail_in_one_line(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(CatalogDataError, match=message) as info:
         _load(**changes)
     assert str(info.value).startswith("gpu data file A100-80GB-SXM.yaml")
     assert "\n" not in str(info.value)
 
 
-def test_a_gpu_without_any_rate_must_say_why():
+def test_a_gpu_without_any_rate_must_say_why() -> None:
     rates = dict.fromkeys(("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops",
                            "int8_tops", "fp4_tflops", "fp16_fp16acc_tflops", "fp8_fp16acc_tflops"))
     with pytest.raises(CatalogDataError, match="no compute rate at all and no note saying why"):

@@ -33,11 +33,11 @@ from gpuplan.hardware.names import NameIndex, tokens
         ("  H100-SXM  ", "H100-SXM"),
     ],
 )
-def test_names_resolve(name, gpu_id):
+def test_names_resolve(name: str, gpu_id: str) -> None:
     assert get_gpu(name).id == gpu_id
 
 
-def test_every_id_alias_and_shorthand_resolves_to_its_own_gpu():
+def test_every_id_alias_and_shorthand_resolves_to_its_own_gpu() -> None:
     for gpu in all_gpus():
         for text in (gpu.id, gpu.id.lower(), gpu.id.upper(), gpu.name, *gpu.aliases, *gpu.shorthands):
             assert get_gpu(text).id == gpu.id, text
@@ -55,13 +55,13 @@ def test_every_id_alias_and_shorthand_resolves_to_its_own_gpu():
         ("H200 1g.18gb", "H200-SXM", "1g.18gb"),
     ],
 )
-def test_mig_names_resolve_to_slices(name, gpu_id, profile):
+def test_mig_names_resolve_to_slices(name: str, gpu_id: str, profile: str) -> None:
     gpu = get_gpu(name)
     assert gpu.id == f"{gpu_id}:{profile}"
     assert gpu.mig_parent == gpu_id and gpu.mig_profile == profile
 
 
-def test_every_mig_profile_resolves_by_id():
+def test_every_mig_profile_resolves_by_id() -> None:
     for gpu in all_gpus():
         for p in gpu.mig_profiles:
             assert get_gpu(f"{gpu.id}:{p.name}").memory_total_bytes == p.memory_bytes
@@ -90,24 +90,24 @@ def test_every_mig_profile_resolves_by_id():
         ("H100-SMX:1g.10gb", r"unknown GPU 'H100-SMX'; did you mean H100-SXM"),
     ],
 )
-def test_bad_names_fail_in_one_line(name, message):
+def test_bad_names_fail_in_one_line(name: str, message: str) -> None:
     with pytest.raises(UnknownGPUError, match=message) as info:
         get_gpu(name)
     assert "\n" not in str(info.value)
 
 
-def test_unknown_gpu_error_is_a_key_error_with_a_clean_message():
+def test_unknown_gpu_error_is_a_key_error_with_a_clean_message() -> None:
     with pytest.raises(KeyError) as info:
         get_gpu("H100-SMX")
     assert str(info.value).startswith("unknown GPU")  # not KeyError's quoted repr
 
 
-def test_tokens_ignore_case_separators_and_vendor_words():
+def test_tokens_ignore_case_separators_and_vendor_words() -> None:
     assert tokens("NVIDIA GeForce RTX-4090") == tokens("rtx4090") == ("rtx", "4090")
     assert tokens("A100-SXM4-80GB") == tokens("a100 sxm 80gb")
 
 
-def test_index_rejects_a_name_claimed_by_two_gpus():
+def test_index_rejects_a_name_claimed_by_two_gpus() -> None:
     a, b = get_gpu("RTX-4090"), get_gpu("RTX-3090")
     import dataclasses
 

@@ -11,7 +11,7 @@ from gpuplan.errors import ConfigError
 from gpuplan.hardware import DTYPES, GPU, all_gpus, get_gpu, pcie_gb_per_s_per_direction
 
 
-def test_peak_tflops_is_the_dense_fp32_accumulate_rate():
+def test_peak_tflops_is_the_dense_fp32_accumulate_rate() -> None:
     h100 = get_gpu("H100-SXM")
     assert h100.peak_tflops("bf16") == 989.4  # datasheet 1,979 is with sparsity
     assert h100.peak_flops_per_s("bf16") == pytest.approx(989.4e12)
@@ -22,7 +22,7 @@ def test_peak_tflops_is_the_dense_fp32_accumulate_rate():
     assert get_gpu("M3-Max").peak_tflops("fp32") is None  # Apple publishes no rate
 
 
-def test_unknown_dtype_is_a_config_error():
+def test_unknown_dtype_is_a_config_error() -> None:
     allowed = r"\(allowed: fp32, tf32, fp16, bf16, fp8, int8, fp4\)"
     with pytest.raises(ConfigError, match=r"unknown dtype 'fp64' " + allowed):
         get_gpu("H100-SXM").peak_tflops("fp64")
@@ -34,26 +34,26 @@ def test_unknown_dtype_is_a_config_error():
      ("V100-SXM2-16GB", False, False, False), ("T4", False, False, False), ("RTX-4090", True, True, True),
      ("MI300X", True, True, True), ("RX-7900-XTX", True, False, False)],
 )
-def test_dtype_support_follows_the_architecture(gpu_id, bf16, tf32, fp8):
+def test_dtype_support_follows_the_architecture(gpu_id: str, bf16: bool, tf32: bool, fp8: bool) -> None:
     gpu = get_gpu(gpu_id)
     assert (gpu.has_bf16, gpu.has_tf32, gpu.has_fp8) == (bf16, tf32, fp8)
 
 
-def test_bf16_needs_ampere_or_newer_on_nvidia():
+def test_bf16_needs_ampere_or_newer_on_nvidia() -> None:
     for gpu in all_gpus():
         if gpu.vendor_key == "nvidia" and gpu.compute_capability is not None:
             assert gpu.has_bf16 == (gpu.compute_capability >= (8, 0)), gpu.id
             assert gpu.has_fp8 == (gpu.compute_capability >= (8, 9)), gpu.id
 
 
-def test_identity_fields():
+def test_identity_fields() -> None:
     gpu = get_gpu("A100-80GB-SXM")
     assert gpu.compute_capability == (8, 0)
     assert gpu.arch == "Ampere" and gpu.vendor_key == "nvidia"
     assert gpu.memory_bandwidth_bytes_per_s == 2039e9
 
 
-def test_mig_slice_scales_memory_bandwidth_and_compute():
+def test_mig_slice_scales_memory_bandwidth_and_compute() -> None:
     parent = get_gpu("A100-80GB-SXM")
     part = get_gpu("A100-80GB-SXM:3g.40gb")
     profile = next(p for p in parent.mig_profiles if p.name == "3g.40gb")
@@ -67,14 +67,14 @@ def test_mig_slice_scales_memory_bandwidth_and_compute():
     assert part.compute_capability == parent.compute_capability
 
 
-def test_measured_mig_sizes_are_nvidia_smi_values():
+def test_measured_mig_sizes_are_nvidia_smi_values() -> None:
     # nvidia-smi mig -lgip printouts cited in the data files
     assert get_gpu("H200-SXM:3g.71gb").memory_total_bytes == round(69.50 * 2**30)
     assert get_gpu("B200:1g.23gb").memory_total_bytes == round(20.50 * 2**30)
     assert get_gpu("A100-80GB-SXM:2g.20gb").memory_total_bytes == round(19.50 * 2**30)
 
 
-def test_pcie_bandwidth_per_direction():
+def test_pcie_bandwidth_per_direction() -> None:
     assert pcie_gb_per_s_per_direction(4) == pytest.approx(31.5, rel=1e-3)
     assert pcie_gb_per_s_per_direction(5) == pytest.approx(63.0, rel=1e-3)
     assert pcie_gb_per_s_per_direction(3) == pytest.approx(15.75, rel=1e-3)
@@ -86,12 +86,12 @@ def test_pcie_bandwidth_per_direction():
 @pytest.mark.parametrize(
     ("gen", "lanes", "message"), [(7, 16, "unknown PCIe generation 7"), (4, 12, "1, 2, 4, 8 or 16")]
 )
-def test_bad_pcie_link_is_a_config_error(gen, lanes, message):
+def test_bad_pcie_link_is_a_config_error(gen: int, lanes: int, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         pcie_gb_per_s_per_direction(gen, lanes)
 
 
-def test_intra_node_links():
+def test_intra_node_links() -> None:
     assert get_gpu("H100-SXM").nvlink_gb_per_s_per_direction == 450
     assert get_gpu("A100-80GB-SXM").nvlink_gb_per_s_per_direction == 300
     assert get_gpu("MI300X").nvlink_gb_per_s_per_direction is None
@@ -103,7 +103,7 @@ def test_intra_node_links():
     assert get_gpu("M3-Max").intra_node_gb_per_s_per_direction is None
 
 
-def test_nvlink_only_where_the_interconnect_says_nvlink():
+def test_nvlink_only_where_the_interconnect_says_nvlink() -> None:
     for gpu in all_gpus():
         if gpu.nvlink_gb_per_s_per_direction is not None:
             assert (gpu.interconnect or "").startswith("NVLink"), gpu.id
@@ -117,18 +117,18 @@ def test_nvlink_only_where_the_interconnect_says_nvlink():
      ("V100-SXM2-32GB", "research"), ("M3-Max", "research"), ("T4", "entry"), ("RTX-3060", "entry"),
      ("V100-SXM2-16GB", "entry"), ("RTX-A4000", "entry")],
 )
-def test_tiers(gpu_id, tier):
+def test_tiers(gpu_id: str, tier: str) -> None:
     assert get_gpu(gpu_id).tier == tier
 
 
-def test_tier_rule_holds_for_every_gpu():
+def test_tier_rule_holds_for_every_gpu() -> None:
     for gpu in all_gpus():
         gb, dc = gpu.memory_labelled_gb, gpu.segment.startswith("datacenter")
         expected = "enterprise" if dc and gb >= 40 else "entry" if gb < 24 else "research"
         assert gpu.tier == expected, gpu.id
 
 
-def test_to_dict_is_json_ready_and_complete():
+def test_to_dict_is_json_ready_and_complete() -> None:
     for gpu in (get_gpu("H100-SXM"), get_gpu("A100-80GB-SXM:1g.10gb"), get_gpu("M3-Max")):
         data = json.loads(json.dumps(gpu.to_dict()))
         assert data["id"] == gpu.id and data["source"] and data["retrieved"]
@@ -136,6 +136,6 @@ def test_to_dict_is_json_ready_and_complete():
         assert set(data) >= {f for f in GPU.__dataclass_fields__}
 
 
-def test_memory_gib_is_binary():
+def test_memory_gib_is_binary() -> None:
     assert math.isclose(get_gpu("A100-80GB-SXM").memory_gib, 80.0)
     assert math.isclose(get_gpu("H100-SXM").memory_gib, 81559 / 1024)

@@ -11,14 +11,16 @@ import pytest
 from gpuplan.cli.main import main
 from gpuplan.hardware import all_gpus, list_gpus
 
+Capture = pytest.CaptureFixture[str]
 
-def run(capsys, *argv):
+
+def run(capsys: Capture, *argv: str) -> tuple[int, str, str]:
     code = main(["gpus", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def test_list_prints_every_gpu_with_units(capsys):
+def test_list_prints_every_gpu_with_units(capsys: Capture) -> None:
     code, out, err = run(capsys)
     assert code == 0 and err == ""
     header = out.splitlines()[0]
@@ -28,7 +30,7 @@ def test_list_prints_every_gpu_with_units(capsys):
     assert f"{len(all_gpus())} GPUs. TFLOPS are dense" in out
 
 
-def test_list_json_matches_the_library(capsys):
+def test_list_json_matches_the_library(capsys: Capture) -> None:
     argv = ("--vendor", "nvidia", "--min-memory-gib", "40", "--sort", "bandwidth", "--json")
     code, out, _ = run(capsys, *argv)
     data = json.loads(out)
@@ -40,26 +42,26 @@ def test_list_json_matches_the_library(capsys):
     assert "dense" in data["conventions"]["tensor_rates"]
 
 
-def test_list_with_dtype_adds_its_column(capsys):
+def test_list_with_dtype_adds_its_column(capsys: Capture) -> None:
     code, out, _ = run(capsys, "--dtype", "fp4")
     assert code == 0 and "fp4 TFLOPS" in out.splitlines()[0]
     assert "B200" in out and "RTX-4090" not in out
 
 
-def test_list_with_mig_includes_slices(capsys):
+def test_list_with_mig_includes_slices(capsys: Capture) -> None:
     code, out, _ = run(capsys, "--mig", "--arch", "ampere", "--json")
     ids = [g["id"] for g in json.loads(out)["gpus"]]
     assert code == 0 and "A100-80GB-SXM:1g.10gb" in ids and "A30:4g.24gb" in ids
 
 
-def test_no_match_exits_1(capsys):
+def test_no_match_exits_1(capsys: Capture) -> None:
     code, out, _ = run(capsys, "--min-memory-gib", "100000")
     assert code == 1 and "no catalog GPU passes these filters" in out
     code, out, _ = run(capsys, "--min-memory-gib", "100000", "--json")
     assert code == 1 and json.loads(out)["count"] == 0
 
 
-def test_show_prints_one_card_with_sources(capsys):
+def test_show_prints_one_card_with_sources(capsys: Capture) -> None:
     code, out, _ = run(capsys, "show", "NVIDIA H100 80GB HBM3")
     assert code == 0
     assert out.startswith("H100-SXM  NVIDIA H100 SXM5 80GB")
@@ -67,18 +69,18 @@ def test_show_prints_one_card_with_sources(capsys):
     assert "H100-SXM:1g.10gb" in out  # MIG profiles listed
 
 
-def test_show_geforce_explains_the_half_rate(capsys):
+def test_show_geforce_explains_the_half_rate(capsys: Capture) -> None:
     _, out, _ = run(capsys, "show", "RTX 4090")
     assert "FP32-accumulate at half rate" in out and "330.3" in out
 
 
-def test_show_json(capsys):
+def test_show_json(capsys: Capture) -> None:
     code, out, _ = run(capsys, "show", "A100-80GB 3g.40gb", "--json")
     gpu = json.loads(out)["gpu"]
     assert code == 0 and gpu["id"] == "A100-80GB-SXM:3g.40gb" and gpu["mig_parent"] == "A100-80GB-SXM"
 
 
-def test_compare_side_by_side(capsys):
+def test_compare_side_by_side(capsys: Capture) -> None:
     code, out, _ = run(capsys, "compare", "H100", "A100-80GB-SXM", "RTX-4090")
     assert code == 0
     header = out.splitlines()[0]
@@ -87,7 +89,7 @@ def test_compare_side_by_side(capsys):
     assert bf16.split()[2:] == ["989.4", "312", "165.2"]
 
 
-def test_compare_json(capsys):
+def test_compare_json(capsys: Capture) -> None:
     code, out, _ = run(capsys, "compare", "T4", "L4", "--json")
     assert code == 0 and [g["id"] for g in json.loads(out)["gpus"]] == ["T4", "L4"]
 
@@ -109,7 +111,7 @@ def test_compare_json(capsys):
         (["--min-memory-gib", "-1"], "gpuplan gpus: error: --min-memory-gib must be >= 0, got -1.0"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+def test_bad_input_is_one_line_and_exit_2(capsys: Capture, argv: list[str], message: str) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith(message) and err.count("\n") == 1
@@ -121,14 +123,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
      (["--sort", "speed"], "argument --sort: invalid choice: 'speed'"),
      (["--min-memory-gib", "lots"], "argument --min-memory-gib: invalid float value: 'lots'")],
 )
-def test_bad_flags_exit_2_in_one_line(capsys, argv, message):
+def test_bad_flags_exit_2_in_one_line(capsys: Capture, argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as info:
         main(["gpus", *argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and message in err and err.count("\n") == 1
 
 
-def test_gpus_verb_does_not_import_torch():
+def test_gpus_verb_does_not_import_torch() -> None:
     code = (
         "import sys, io, contextlib\n"
         "from gpuplan.cli.main import main\n"
