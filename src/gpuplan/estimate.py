@@ -1,0 +1,302 @@
+"""``gpuplan.estimate``: peak GPU memory of one step of a workload, traced on fake tensors.
+
+Pipeline: resolve MODEL → trace the step (3 and 2 repeated blocks when the model has a layer
+count, else whole) → scale to the full depth → replay the allocations through the CUDA caching
+allocator model → add CUDA context and cuBLAS workspaces for the target GPU.
+
+Known limitations: one device and one stream; MoE routing with data-dependent shapes is not
+traceable under fake tensors; the cuDNN convolution workspace (algorithm-dependent) is not
+counted; allocator slack at full depth is extrapolated from the reduced-depth replays.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.errors import ConfigError
+from gpuplan.workload import Workload
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.trace.records import OpRecord
+    from gpuplan.trace.runner import RunResult
+
+COMPONENT_NAMES: tuple[str, ...] = (
+    "parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache",
+    "cuda_context", "workspaces", "allocator_overhead",
+)
+DEFAULT_COMPUTE_CAPABILITY = (9, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TracedStep:
+    """The scaled trace: what the cost model and the planner read (no torch objects)."""
+
+    ops: tuple[OpRecord, ...]
+    tensor_peak_bytes: int
+    """Peak of live tensor storage bytes: the exact-accounting figure, before GPU-specific terms."""
+    tensor_components: dict[str, int]
+    peak_phase: str
+    params_count: int
+    param_bytes: int
+    block_counts: dict[str, int]
+    """config key -> repeated blocks in the full model (empty: traced whole)."""
+    traced_blocks: dict[str, int]
+    rounded_peak_bytes: int
+    """Peak of allocations rounded to the allocator's 512-byte granularity."""
+    reserved_peak_bytes: int
+    """Peak reserved by the caching allocator model for the tensors (no workspaces)."""
+    top_activation_modules: tuple[tuple[str, int], ...]
+    attention_backends: dict[str, int]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops * op.count for op in self.ops)
+
+    def flops_by_phase(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for op in self.ops:
+            out[op.phase] = out.get(op.phase, 0) + op.flops * op.count
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Memory (and, with a GPU, fit) of one step. Every ``*_bytes`` field is an int of bytes."""
+
+    model: str
+    workload: Workload
+    params_count: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    total_required_bytes: int
+    components: dict[str, int]
+    peak_phase: str
+    flops_per_step: int
+    step: TracedStep
+    gpu: GPU | None = None
+    fits: bool | None = None
+    headroom_bytes: int | None = None
+    step_time_s: float | None = None
+    throughput: dict[str, Any] | None = None
+    mfu: float | None = None
+    assumptions: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tensor_peak_bytes(self) -> int:
+        return self.step.tensor_peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        from gpuplan.report.json_report import estimate_to_dict
+
+        return estimate_to_dict(self)
+
+    def __str__(self) -> str:
+        from gpuplan.report.text import render_estimate
+
+        return render_estimate(self)
+
+
+def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool
+                ) -> tuple[TracedStep, RunResult]:
+    from gpuplan.memory.allocator import replay
+    from gpuplan.trace.runner import StepRunner, Target
+    from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
+
+    target = Target(cuda=cuda, compute_capability=cc)
+    counts = source.layer_counts() if fake else {}
+    notes: list[str] = []
+    if counts and all(n > TRACED_BLOCKS for n in counts.values()):
+        reduced = dict.fromkeys(counts, TRACED_BLOCKS)
+        run_a = StepRunner(source, workload, target, fake=fake, layers=reduced).run()
+        runs_b = {k: StepRunner(source, workload, target, fake=fake, layers={**reduced, k: TRACED_BLOCKS - 1}).run()
+                  for k in counts}
+        try:
+            scaler = Scaler(run_a.trace, {k: r.trace for k, r in runs_b.items()}, run_a.containers, counts)
+        except ScalingMismatch as exc:
+            notes.append(f"traced whole: {exc}")
+        else:
+            return _scaled_step(run_a, runs_b, scaler, counts, notes), run_a
+    run = StepRunner(source, workload, target, fake=fake).run()
+    stats = replay(run.trace.events)
+    from gpuplan.trace.scaling import category_vectors
+
+    peak_point = _peak_point(run)
+    components = category_vectors(run.trace, [peak_point])[peak_point] if peak_point >= 0 else {}
+    step = TracedStep(
+        ops=tuple(run.trace.ops), tensor_peak_bytes=run.trace.peak_bytes, tensor_components=components,
+        peak_phase=run.trace.peak_phase, params_count=run.params_count, param_bytes=run.param_bytes,
+        block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
+        reserved_peak_bytes=stats.peak_reserved_bytes, top_activation_modules=_top_modules(run, peak_point, {}),
+        attention_backends=run.attention_backends, notes=tuple(notes))
+    return step, run
+
+
+def _peak_point(run: RunResult) -> int:
+    best, best_v = -1, -1
+    for i, p in enumerate(run.trace.points):
+        if p.peak_bytes > best_v:
+            best, best_v = i, p.peak_bytes
+    return best
+
+
+def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any, counts: Mapping[str, int],
+                 notes: list[str]) -> TracedStep:
+    from gpuplan.memory.allocator import replay
+
+    peak = scaler.peak()
+    stats_a = replay(run_a.trace.events)
+    stats_b = {k: replay(r.trace.events) for k, r in runs_b.items()}
+    rounding = scaler.scale_scalar(stats_a.peak_allocated_bytes - run_a.trace.peak_bytes,
+                                   {k: s.peak_allocated_bytes - runs_b[k].trace.peak_bytes for k, s in stats_b.items()})
+    slack = scaler.scale_scalar(stats_a.peak_reserved_bytes - stats_a.peak_allocated_bytes,
+                                {k: s.peak_reserved_bytes - s.peak_allocated_bytes for k, s in stats_b.items()})
+    params = scaler.scale_scalar(run_a.params_count, {k: r.params_count for k, r in runs_b.items()})
+    param_bytes = scaler.scale_scalar(run_a.param_bytes, {k: r.param_bytes for k, r in runs_b.items()})
+    rounded = peak.peak_bytes + max(0, int(rounding))
+    notes.append("repeated blocks traced at " + ", ".join(f"{k}=3 and 2" for k in counts)
+                 + " and scaled to " + ", ".join(f"{k}={n}" for k, n in counts.items()))
+    return TracedStep(
+        ops=tuple(scaler.scaled_ops()), tensor_peak_bytes=peak.peak_bytes, tensor_components=peak.components,
+        peak_phase=peak.peak_phase, params_count=int(params), param_bytes=int(param_bytes),
+        block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
+        reserved_peak_bytes=rounded + max(0, int(slack)),
+        top_activation_modules=_top_modules(run_a, peak.point_index, {run_a.containers[k]: n for k, n in counts.items()}),
+        attention_backends=run_a.attention_backends, notes=tuple(notes))
+
+
+def _top_modules(run: RunResult, point: int, full_blocks: Mapping[str, int], n: int = 10
+                 ) -> tuple[tuple[str, int], ...]:
+    """Activation bytes live at the peak by module; block indices folded to '*' and scaled."""
+    if point < 0:
+        return ()
+    trace = run.trace
+    live: dict[int, int] = {}
+    for ev in trace.events[: trace.points[point].event_count]:
+        if ev.size_bytes > 0:
+            live[ev.storage_id] = ev.size_bytes
+        else:
+            live.pop(ev.storage_id, None)
+    by_module: dict[str, float] = {}
+    for sid, size in live.items():
+        info = trace.storages[sid]
+        if info.category != "activations":
+            continue
+        name = info.module or "(inputs and top level)"
+        for container, blocks in full_blocks.items():
+            folded = re.sub(rf"^{re.escape(container)}\.\d+", f"{container}.*", name)
+            if folded != name:
+                traced = run.block_counts.get(next(k for k, c in run.containers.items() if c == container), 1)
+                by_module[folded] = by_module.get(folded, 0.0) + size * blocks / traced
+                break
+        else:
+            by_module[name] = by_module.get(name, 0.0) + size
+    ranked = sorted(by_module.items(), key=lambda kv: -kv[1])[:n]
+    return tuple((k, int(v)) for k, v in ranked)
+
+
+def estimate(
+    model: str | ModelSource,
+    *,
+    gpu: str | GPU | None = None,
+    cuda_module_loading: str = "lazy",
+    **workload_fields: Any,
+) -> Estimate:
+    """Estimate peak GPU memory of one step of ``model`` under the workload given by keywords.
+
+    ``model`` is any MODEL accepted by the command line; ``workload_fields`` are the fields of
+    :class:`gpuplan.Workload` (``mode``, ``batch_size``, ``seq_len``, ``precision``, ...).
+
+    Example::
+
+        est = gpuplan.estimate("gpt2", mode="train", batch_size=8, seq_len=1024, precision="amp-bf16",
+                               gpu="H100-SXM")
+        est.peak_allocated_bytes, est.components, est.fits
+    """
+    from gpuplan.memory.overheads import overheads_for
+    from gpuplan.models.sources import ModelSource, resolve_model
+
+    given = workload_fields.pop("workload", None)
+    if given is not None and workload_fields:
+        raise ConfigError("pass either workload= or workload fields, not both")
+    workload = given if given is not None else make_workload(**workload_fields)
+    if cuda_module_loading not in ("lazy", "eager"):
+        raise ConfigError(f"unknown CUDA module loading {cuda_module_loading!r} (allowed: lazy, eager)")
+    source = model if isinstance(model, ModelSource) else resolve_model(model)
+    target_gpu = _resolve_gpu(gpu)
+    cc = (target_gpu.compute_capability if target_gpu is not None and target_gpu.compute_capability
+          else DEFAULT_COMPUTE_CAPABILITY)
+    assumptions: list[str] = []
+    if target_gpu is None:
+        assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
+    _check_precision(workload, target_gpu)
+    step, _ = _trace_runs(source, workload, cc, fake=True, cuda=True)
+    over = overheads_for(arch=target_gpu.arch if target_gpu else "Hopper",
+                         vendor=target_gpu.vendor if target_gpu else "NVIDIA", compute_capability=cc,
+                         trains=workload.trains, module_loading=cuda_module_loading)
+    peak_allocated = step.rounded_peak_bytes + over.workspace_bytes
+    peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
+    total = peak_reserved + over.cuda_context_bytes
+    components = {c: step.tensor_components.get(c, 0) for c in COMPONENT_NAMES[:6]}
+    components["cuda_context"] = over.cuda_context_bytes
+    components["workspaces"] = over.workspace_bytes
+    components["allocator_overhead"] = peak_reserved - over.workspace_bytes - sum(components[c] for c in
+                                                                                   COMPONENT_NAMES[:6])
+    assumptions.extend(over.notes)
+    assumptions.extend(step.notes)
+    if step.attention_backends:
+        assumptions.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
+    fits = headroom = None
+    if target_gpu is not None:
+        headroom = target_gpu.usable_memory_bytes - total
+        fits = headroom >= 0
+    return Estimate(
+        model=source.name, workload=workload, params_count=step.params_count, peak_allocated_bytes=peak_allocated,
+        peak_reserved_bytes=peak_reserved, total_required_bytes=total, components=components,
+        peak_phase=step.peak_phase, flops_per_step=step.flops, step=step, gpu=target_gpu, fits=fits,
+        headroom_bytes=headroom, assumptions=tuple(assumptions),
+        extra={"source": source.describe()},
+    )
+
+
+def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = True, fake: bool = True,
+               compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY) -> TracedStep:
+    """The traced (and scaled) step alone, for tests and the planner. ``cuda=False`` follows
+    the host's semantics (CPU autocast lists, CPU attention kernels, default optimizer loop);
+    ``fake=False`` runs the step for real on the CPU (small models only)."""
+    from gpuplan.models.sources import ModelSource, resolve_model
+
+    source = model if isinstance(model, ModelSource) else resolve_model(model)
+    step, _ = _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda)
+    return step
+
+
+def make_workload(**fields: Any) -> Workload:
+    """A Workload from keyword fields; an unknown field is a one-line ConfigError."""
+    known = set(Workload.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(f"unknown workload field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(known))})")
+    return Workload(**fields)
+
+
+def _resolve_gpu(gpu: Any) -> GPU | None:
+    if gpu is None:
+        return None
+    from gpuplan.hardware import GPU, get_gpu
+
+    return gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
+
+
+def _check_precision(workload: Workload, gpu: GPU | None) -> None:
+    if gpu is None:
+        return
+    if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
+        raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
+                          f"{'.'.join(map(str, gpu.compute_capability or ()))}); use --precision amp-fp16")

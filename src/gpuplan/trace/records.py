@@ -1,0 +1,94 @@
+"""What a trace records: one entry per dispatched op, and the allocation/free events of storages.
+
+These records are the hinge of gpuplan (DESIGN.md): memory for any GPU, time on any GPU and
+sharding across any layout are computed from them without tracing again. They are plain data —
+no torch objects — so they can be kept, scaled and serialised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Phases of a step, in the order they run.
+PHASES: tuple[str, ...] = ("setup", "forward", "loss", "backward", "optimizer", "zero_grad", "prefill", "decode")
+
+# Memory categories of the JSON contract that a trace can tell apart (the GPU-specific ones —
+# cuda_context, workspaces, allocator_overhead — are added by gpuplan.memory).
+CATEGORIES: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "kv_cache",
+)
+
+# How an op would run on a GPU; the cost model picks the rate from this and the dtype.
+OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "attention", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One aten op as it ran in the traced step."""
+
+    name: str
+    """aten overload, e.g. ``aten.mm.default``."""
+    phase: str
+    module: str
+    """Innermost module path (``model.layers.1.mlp.up_proj``) or '' outside any module."""
+    op_class: str
+    dtype: str
+    """dtype of the first floating input (the compute dtype), e.g. ``bfloat16``."""
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    block: str | None = None
+    """Repeated-block key (``model.layers:1``) the op ran in, or None."""
+    count: int = 1
+    """How many times the full model runs this op (blocks traced once and scaled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPoint:
+    """Live tensor bytes around one op: the timeline the peak and the scaling work on."""
+
+    phase: str
+    block: str | None
+    peak_bytes: int
+    """Most bytes live while the op ran (before its inputs could be freed)."""
+    live_after_bytes: int
+    event_count: int
+    """Number of memory events recorded when the op finished (to replay the state at this op)."""
+
+
+@dataclass(slots=True)
+class StorageInfo:
+    """One storage seen by the trace (a tensor's memory; views share it)."""
+
+    storage_id: int
+    size_bytes: int
+    phase: str
+    module: str
+    category: str = "temporaries"
+
+
+@dataclass(slots=True)
+class MemEvent:
+    """An allocation (``size_bytes > 0``) or free (``size_bytes < 0``) of one storage, in order."""
+
+    storage_id: int
+    size_bytes: int
+
+
+@dataclass(slots=True)
+class RawTrace:
+    """Everything one traced run recorded, before scaling to the full model."""
+
+    ops: list[OpRecord] = field(default_factory=list)
+    points: list[StepPoint] = field(default_factory=list)
+    events: list[MemEvent] = field(default_factory=list)
+    storages: dict[int, StorageInfo] = field(default_factory=dict)
+    peak_bytes: int = 0
+    peak_event_index: int = -1
+    """Index into ``events`` of the allocation that reached the peak."""
+    peak_phase: str = ""

@@ -1,0 +1,370 @@
+"""Run one steady-state step of a workload under the recorder.
+
+Training: a warm-up step first (so the optimizer state exists, as in every step after the first),
+then the recorded step: ``grad_accum`` × (forward, loss, backward), optimizer step, zero_grad.
+Inference: one forward under ``no_grad``. Generation: a prefill with the model's own KV cache,
+then ``new_tokens`` decode steps of one token each (``model.generate()`` cannot run on fake
+tensors: its stopping checks read data).
+
+With ``fake=True`` (the estimate) everything runs on fake CPU tensors — no weight is allocated —
+and CUDA's behaviour is emulated (trace/cuda_semantics.py). With ``fake=False`` and
+``cuda=False`` the same step runs for real on the CPU: the exact accounting the tests compare
+against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from gpuplan.errors import TraceError
+from gpuplan.models.sources import Inputs, ModelSource
+from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
+from gpuplan.trace.optimizers import build_optimizer, state_tensors
+from gpuplan.trace.records import RawTrace
+from gpuplan.trace.tracker import Recorder, RecordingMode
+from gpuplan.workload import Workload
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# AMP fp16 multiplies the loss by the GradScaler's scale before backward (2**16 initially).
+_GRAD_SCALE = 65536.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Whose semantics the step follows."""
+
+    cuda: bool = True
+    compute_capability: tuple[int, int] = (9, 0)
+
+
+@dataclass(slots=True)
+class RunResult:
+    trace: RawTrace
+    params_count: int
+    param_bytes: int
+    containers: dict[str, str] = field(default_factory=dict)
+    """config key -> module path of the repeated blocks it counts."""
+    block_counts: dict[str, int] = field(default_factory=dict)
+    """config key -> blocks built in this run."""
+    attention_backends: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers and torch warn about things irrelevant under fake tensors."""
+    tf_logger = logging.getLogger("transformers")
+    old = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            tf_logger.setLevel(old)
+
+
+def find_containers(module: nn.Module, counts: Mapping[str, int]) -> dict[str, str]:
+    """Map each layer-count config key to the path of the ModuleList holding that many blocks."""
+    lists = [(name, m) for name, m in module.named_modules()
+             if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 1 and name
+             and len({type(c) for c in m}) == 1]
+    found: dict[str, str] = {}
+    for key, n in counts.items():
+        hits = [name for name, m in lists if len(m) == n and name not in found.values()]
+        if "decoder" in key:
+            hits = [h for h in hits if "decoder" in h] or hits
+        elif len(counts) > 1:
+            hits = [h for h in hits if "decoder" not in h] or hits
+        if not hits:
+            raise TraceError(f"cannot find the {n} repeated blocks counted by {key!r} in {type(module).__name__}")
+        found[key] = min(hits, key=lambda h: (h.count("."), h))
+    return found
+
+
+def _block_modules(module: nn.Module, containers: Mapping[str, str]) -> list[tuple[str, nn.Module]]:
+    """Blocks to checkpoint: those of the layer containers, else of every uniform container."""
+    if containers:
+        paths = set(containers.values())
+    else:
+        paths = {name for name, m in module.named_modules()
+                 if isinstance(m, (nn.ModuleList, nn.Sequential)) and name and len(m) >= 2
+                 and len({type(c) for c in m}) == 1}
+        # keep outermost containers only: nested ones are covered by their parent's blocks
+        paths = {p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)}
+    blocks = []
+    for path in sorted(paths):
+        container = module.get_submodule(path)
+        blocks.extend((f"{path}.{i}", child) for i, child in enumerate(container))
+    return blocks
+
+
+_SAVE_IN_SELECTIVE = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_scaled_dot_product_flash_attention",
+                      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"}
+
+
+def _selective_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Op-level selective recompute: keep matmul/conv/attention outputs, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if func._overloadpacket.__name__ in _SAVE_IN_SELECTIVE:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
+                         semantics: Any) -> None:
+    """Wrap each block in non-reentrant checkpointing; ``semantics()`` re-enters the CUDA
+    emulation for the recompute, as torch.utils.checkpoint re-enters torch.autocast."""
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    context_fn = (functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+                  if mode == "selective" else None)
+    for _, block in blocks:
+        original = block.forward
+
+        def run(*args: Any, __orig: Any = original, **kwargs: Any) -> Any:
+            with semantics():
+                return __orig(*args, **kwargs)
+
+        def forward(*args: Any, __run: Any = run, **kwargs: Any) -> Any:
+            extra = {"context_fn": context_fn} if context_fn is not None else {}
+            return checkpoint(__run, *args, use_reentrant=False, **extra, **kwargs)
+
+        block.forward = forward  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _recompute_semantics(attention: CudaAttention, amp_dtype: torch.dtype | None, cuda: bool) -> Iterator[None]:
+    if not cuda:
+        yield  # host semantics: torch.autocast is re-entered by torch.utils.checkpoint itself
+        return
+    with attention.resume(), CudaAutocast.resume(amp_dtype):
+        yield
+
+
+class StepRunner:
+    """Builds the model and runs the recorded step; one instance per traced configuration."""
+
+    def __init__(self, source: ModelSource, workload: Workload, target: Target, *, fake: bool = True,
+                 layers: Mapping[str, int] | None = None) -> None:
+        self.source = source
+        self.workload = workload
+        self.target = target
+        self.fake = fake
+        self.layers = dict(layers or {})
+
+    def run(self) -> RunResult:
+        with _quiet(), torch.device("cpu"):
+            fake_mode: Any = FakeTensorMode(allow_non_fake_inputs=False) if self.fake else contextlib.nullcontext()
+            with fake_mode:
+                return self._run()
+
+    # -- building ---------------------------------------------------------------------------
+    def _build(self) -> nn.Module:
+        try:
+            model = self.source.build(self.workload, self.layers or None)
+        except TraceError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, (TypeError, ValueError, RuntimeError, KeyError, AttributeError)):
+                from gpuplan.errors import GpuplanError
+
+                if isinstance(exc, GpuplanError):
+                    raise
+                raise TraceError(f"building {self.source.name} failed: {type(exc).__name__}: {exc}") from exc
+            raise
+        dtype = _DTYPES[self.workload.param_dtype]
+        if dtype != torch.float32:
+            model = model.to(dtype)
+        model.train(self.workload.trains)
+        return model
+
+    # -- the step ---------------------------------------------------------------------------
+    def _run(self) -> RunResult:
+        w = self.workload
+        model = self._build()
+        counts = self.layers or self.source.layer_counts()
+        containers = find_containers(model, counts) if counts else {}
+        recorder = Recorder(block_containers=containers.values())
+        amp_dtype = _DTYPES[w.autocast_dtype] if w.autocast_dtype else None
+        attention = CudaAttention(AttentionPolicy(w.attention, self.target.compute_capability))
+        if w.trains and w.checkpointing != "none":
+            _apply_checkpointing(_block_modules(model, containers), w.checkpointing,
+                                 functools.partial(_recompute_semantics, attention, amp_dtype, self.target.cuda))
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = build_optimizer(w.optimizer, w.optimizer_impl, params, cuda=self.target.cuda) if w.trains else None
+        inputs = self.source.inputs(model, w)
+        step = _Step(self, model, optimizer, inputs, recorder, attention, amp_dtype)
+        if w.trains:
+            step.train_step(record=False)  # warm-up: creates optimizer state
+        self._register_existing(recorder, model, optimizer, inputs)
+        with RecordingMode(recorder), recorder.module_tracker:
+            try:
+                step.run()
+            finally:
+                recorder.close()
+        unique = {id(p.untyped_storage()): p for p in model.parameters()}
+        params_count = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        return RunResult(
+            trace=recorder.trace,
+            params_count=params_count,
+            param_bytes=sum(p.untyped_storage().nbytes() for p in unique.values()),
+            containers=containers,
+            block_counts=dict(counts),
+            attention_backends=dict(attention.choices),
+        )
+
+    def _register_existing(self, recorder: Recorder, model: nn.Module, optimizer: Any, inputs: Inputs) -> None:
+        for name, p in model.named_parameters():
+            sid = recorder.register(p, category="parameters")
+            recorder.set_storage_block(sid, recorder.block_of(name))
+            if p.grad is not None:
+                gid = recorder.register(p.grad, category="gradients")
+                recorder.set_storage_block(gid, recorder.block_of(name))
+        for _, b in model.named_buffers():
+            recorder.register(b, category="parameters")
+        if optimizer is not None:
+            for p, state in optimizer.state.items():
+                block = next((recorder.block_of(n) for n, q in model.named_parameters() if q is p), None)
+                for v in state.values():
+                    if isinstance(v, torch.Tensor):
+                        sid = recorder.register(v, category="optimizer_state")
+                        recorder.set_storage_block(sid, block)
+        for t in inputs.tensors():
+            recorder.register(t, category="activations")
+
+
+class _Step:
+    """The user-visible program of one step, written as people write it."""
+
+    def __init__(self, runner: StepRunner, model: nn.Module, optimizer: Any, inputs: Inputs, recorder: Recorder,
+                 attention: CudaAttention, amp_dtype: torch.dtype | None) -> None:
+        self.runner = runner
+        self.model = model
+        self.optimizer = optimizer
+        self.inputs = inputs
+        self.rec = recorder
+        self.attention = attention
+        self.amp_dtype = amp_dtype
+        self.w = runner.workload
+        self.cuda = runner.target.cuda
+
+    def run(self) -> None:
+        if self.w.mode == "train":
+            self.train_step(record=True)
+        elif self.w.mode == "infer":
+            self.infer_step()
+        else:
+            self.generate()
+
+    @contextlib.contextmanager
+    def _forward_semantics(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if self.cuda:
+                stack.enter_context(self.attention)
+                if self.amp_dtype is not None:
+                    stack.enter_context(CudaAutocast(self.amp_dtype))
+            elif self.amp_dtype is not None:
+                stack.enter_context(torch.autocast("cpu", dtype=self.amp_dtype))
+            yield
+
+    def _forward(self, **extra: Any) -> Any:
+        try:
+            return self.model(*self.inputs.args, **{**self.inputs.kwargs, **extra})
+        except TraceError:
+            raise
+        except Exception as exc:
+            module = self.rec.current_module() or type(self.model).__name__
+            raise TraceError(
+                f"forward of {self.runner.source.name} failed under fake tensors in module {module!r}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — if the model reads "
+                "tensor values (data-dependent control flow), give it an inputs factory or simplify that path"
+            ) from exc
+
+    def train_step(self, *, record: bool) -> None:
+        rec = self.rec
+        for _ in range(self.w.grad_accum):
+            rec.phase = "forward"
+            with self._forward_semantics():
+                out = self._forward()
+                rec.phase = "loss"
+                loss = self.runner.source.loss(self.model, out, self.inputs, self.w)
+            del out
+            if self.w.grad_accum > 1:
+                loss = loss / self.w.grad_accum
+            if self.w.precision == "amp-fp16":
+                loss = loss * _GRAD_SCALE
+            rec.phase = "backward"
+            loss.backward()
+            del loss
+            if record:
+                for name, p in self.model.named_parameters():
+                    if p.grad is not None:
+                        sid = rec.register(p.grad, category="gradients")
+                        rec.set_storage_block(sid, rec.block_of(name))
+        if self.optimizer is not None:
+            rec.phase = "optimizer"
+            self.optimizer.step()
+            if record:
+                for t in state_tensors(self.optimizer):
+                    rec.register(t, category="optimizer_state")
+            rec.phase = "zero_grad"
+            self.optimizer.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
+        else:
+            rec.phase = "zero_grad"
+            self.model.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
+
+    def infer_step(self) -> None:
+        extra = {"use_cache": False} if self._is_hf_lm() else {}
+        self.rec.phase = "forward"
+        with torch.no_grad(), self._forward_semantics():
+            out = self._forward(**extra)
+        del out
+
+    def _is_hf_lm(self) -> bool:
+        return hasattr(self.model, "config") and hasattr(self.model, "get_output_embeddings")
+
+    def generate(self) -> None:
+        if not self.runner.source.generates:
+            from gpuplan.errors import ConfigError
+
+            raise ConfigError(f"--mode generate needs a causal language model; {self.runner.source.name} is a "
+                              f"{self.runner.source.task} model (use --mode infer)")
+        import inspect
+
+        from transformers import DynamicCache
+
+        rec = self.rec
+        cache = DynamicCache(config=self.model.config)  # type: ignore[arg-type]
+        keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
+        ids = self.inputs.kwargs["input_ids"]
+        rec.phase = "prefill"
+        with torch.no_grad(), self._forward_semantics():
+            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **keep)
+            token = out.logits[:, -1:].argmax(-1)
+            del out
+            self._mark_cache(cache)
+            rec.phase = "decode"
+            for _ in range(self.w.new_tokens - 1):
+                out = self.model(input_ids=token, past_key_values=cache, use_cache=True, **keep)
+                token = out.logits[:, -1:].argmax(-1)
+                del out
+                self._mark_cache(cache)
+
+    def _mark_cache(self, cache: Any) -> None:
+        for layer in getattr(cache, "layers", []):
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if isinstance(t, torch.Tensor):
+                    self.rec.register(t, category="kv_cache")
