@@ -82,6 +82,7 @@ class GpuData:
     families: dict[str, str]
     igpu_only: tuple[str, ...]
     names: tuple[tuple[re.Pattern[str], str], ...]
+    examples: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ def gpu_data() -> GpuData:
     raw = _load("gpus.yaml")
     names = tuple((re.compile(pattern, re.IGNORECASE), cc) for pattern, cc in raw["names"])
     families = {str(k): str(v) for k, v in raw["families"].items()}
-    return GpuData(families=families, igpu_only=tuple(raw["igpu_only"]), names=names)
+    return GpuData(
+        families=families, igpu_only=tuple(raw["igpu_only"]), names=names, examples=tuple(raw["examples"])
+    )
 
 
 @functools.cache

@@ -38,11 +38,5 @@ def cc_from_text(text: str) -> str | None:
 
 
 def known_name_examples() -> list[str]:
-    """A few names per capability, for 'did you mean' messages."""
-    examples = []
-    for pattern, _cc in gpu_data().names:
-        for alt in pattern.pattern.split("|"):
-            plain = re.sub(r"\\b|\(.*?\)\??|\[.*?\]|[\\$?]", "", alt).strip()
-            if plain and re.fullmatch(r"[A-Za-z0-9 ]+", plain):
-                examples.append(plain)
-    return examples
+    """Common names, for 'did you mean' messages."""
+    return list(gpu_data().examples)
