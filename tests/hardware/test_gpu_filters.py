@@ -42,7 +42,7 @@ def test_filters_return_exactly_the_gpus_that_pass(
     mig: bool,
 ) -> None:
     got = list_gpus(vendor=vendor, arch=arch, min_memory_gib=min_gib, dtype=dtype, tier=tier, include_mig=mig)
-    pool = list(all_gpus())
+    pool = [g for g in all_gpus() if g.devices_per_package == 1]
     if mig:
         pool += [g.mig(p.name) for g in all_gpus() for p in g.mig_profiles]
     assert all(_passes(g, vendor, arch, min_gib, dtype, tier) for g in got)
@@ -64,6 +64,13 @@ def test_sort_orders_known_values_descending_and_unknowns_last(sort: str, vendor
     known = [v for v in values if v is not None]
     assert known == sorted(known, reverse=True)
     assert values[: len(known)] == known  # every None after every number
+
+
+def test_packages_are_listed_only_on_request() -> None:
+    devices = {g.id for g in list_gpus(vendor="amd")}
+    everything = {g.id for g in list_gpus(vendor="amd", include_packages=True)}
+    assert {"MI250X", "MI250"} <= devices and not devices & {"MI250X-OAM", "MI250-OAM"}
+    assert everything - devices == {"MI250X-OAM", "MI250-OAM"}
 
 
 def test_vendor_and_arch_are_case_insensitive() -> None:

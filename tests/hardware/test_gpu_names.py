@@ -39,8 +39,20 @@ def test_names_resolve(name: str, gpu_id: str) -> None:
 
 def test_every_id_alias_and_shorthand_resolves_to_its_own_gpu() -> None:
     for gpu in all_gpus():
-        for text in (gpu.id, gpu.id.lower(), gpu.id.upper(), gpu.name, *gpu.aliases, *gpu.shorthands):
+        # a package's vendor name is what torch prints for each of its devices (next test)
+        name = (gpu.name,) if gpu.devices_per_package == 1 else ()
+        for text in (gpu.id, gpu.id.lower(), gpu.id.upper(), *name, *gpu.aliases, *gpu.shorthands):
             assert get_gpu(text).id == gpu.id, text
+
+
+def test_torch_names_of_two_die_packages_resolve_to_one_die() -> None:
+    # torch.cuda.get_device_name() on an MI250X node prints the package name for each 64 GB GCD
+    gcd, package = get_gpu("AMD Instinct MI250X"), get_gpu("MI250X-OAM")
+    assert gcd.id == "MI250X" and gcd.devices_per_package == 1 and package.devices_per_package == 2
+    assert gcd.memory_total_bytes * 2 == package.memory_total_bytes
+    assert gcd.peak_tflops("bf16") == 191.5 and package.peak_tflops("bf16") == 383.0
+    assert gcd.memory_bandwidth_gb_per_s == package.memory_bandwidth_gb_per_s / 2
+    assert get_gpu("AMD Instinct MI250").id == "MI250"
 
 
 @pytest.mark.parametrize(

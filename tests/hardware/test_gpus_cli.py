@@ -34,7 +34,7 @@ def test_list_json_matches_the_library(capsys: Capture) -> None:
     argv = ("--vendor", "nvidia", "--min-memory-gib", "40", "--sort", "bandwidth", "--json")
     code, out, _ = run(capsys, *argv)
     data = json.loads(out)
-    expected = list_gpus(vendor="nvidia", min_memory_gib=40, sort="bandwidth")
+    expected = list_gpus(vendor="nvidia", min_memory_gib=40, sort="bandwidth", include_packages=True)
     assert code == 0
     assert [g["id"] for g in data["gpus"]] == [g.id for g in expected]
     assert data["count"] == len(expected)

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     gpus = list_gpus(vendor=args.vendor, arch=args.arch, min_memory_gib=args.min_memory_gib, dtype=args.dtype,
-                     tier=args.tier, sort=args.sort, include_mig=args.mig)
+                     tier=args.tier, sort=args.sort, include_mig=args.mig, include_packages=True)
     filters = {"vendor": args.vendor, "arch": args.arch, "min_memory_gib": args.min_memory_gib,
                "dtype": args.dtype, "tier": args.tier, "mig": args.mig}
     payload = {"count": len(gpus), "filters": filters, "sort": args.sort,
@@ -101,6 +101,12 @@ def _usd(value: int | None) -> str:
 
 def _cc(g: GPU) -> str:
     return "-" if g.compute_capability is None else f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+
+
+def _link_name(g: GPU) -> str:
+    if g.intra_node_link not in ("pcie", "none") and not g.interconnect_gb_per_s_bidirectional:
+        return f"{g.intra_node_link} of undocumented bandwidth, PCIe figure shown"
+    return g.intra_node_link
 
 
 def _rate(dtype: str) -> Callable[[GPU], str]:
@@ -157,7 +163,7 @@ def render_card(g: GPU) -> str:
     lines.append(f"  interconnect       {g.interconnect or '-'}")
     link = g.intra_node_gb_per_s_per_direction
     pcie = _num(g.pcie_gb_per_s_per_direction)
-    lines.append(f"                     GPU-GPU {_num(link)} GB/s per direction via {g.intra_node_link}; "
+    lines.append(f"                     GPU-GPU {_num(link)} GB/s per direction via {_link_name(g)}; "
                  f"PCIe Gen{g.pcie_gen or '-'} x{g.pcie_lanes or '-'} {pcie} GB/s per direction")
     if g.mig_profiles:
         lines.append(f"  MIG profiles       (up to {g.mig_max_instances} instances; source: {g.mig_source})")
@@ -183,7 +189,7 @@ _COMPARE_ROWS: list[tuple[str, Callable[[GPU], str]]] = [
     ("bandwidth GB/s", lambda g: _num(g.memory_bandwidth_gb_per_s)),
     *((f"{d} {'TOPS' if d == 'int8' else 'TFLOPS'}", _rate(d)) for d in DTYPES),
     ("FP32-acc half rate", lambda g: "yes" if g.fp32_accumulate_half_rate else "no"),
-    ("GPU-GPU GB/s/dir", lambda g: f"{_num(g.intra_node_gb_per_s_per_direction)} ({g.intra_node_link})"),
+    ("GPU-GPU GB/s/dir", lambda g: f"{_num(g.intra_node_gb_per_s_per_direction)} ({_link_name(g)})"),
     ("TDP W", lambda g: _num(g.tdp_w)),
     ("MIG instances", lambda g: _num(g.mig_max_instances)),
     ("tier", lambda g: g.tier),

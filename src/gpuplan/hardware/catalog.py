@@ -21,7 +21,8 @@ SORT_KEYS: tuple[str, ...] = (
 
 @functools.cache
 def all_gpus() -> tuple[GPU, ...]:
-    """Every catalog GPU (whole devices, no MIG slices), sorted by id."""
+    """Every catalog entry (no MIG slices), sorted by id, including multi-device packages
+    (``devices_per_package > 1``); :func:`list_gpus` leaves those out unless asked."""
     return load_gpus()
 
 
@@ -53,6 +54,7 @@ def list_gpus(
     tier: str | None = None,
     sort: str = "name",
     include_mig: bool = False,
+    include_packages: bool = False,
 ) -> tuple[GPU, ...]:
     """Catalog GPUs passing every given filter, ordered by ``sort``.
 
@@ -62,9 +64,14 @@ def list_gpus(
     * ``dtype``: the hardware runs this dtype natively (see :meth:`GPU.supports`);
     * ``tier``: entry / research / enterprise (see :attr:`GPU.tier`);
     * ``sort``: ``name`` ascending, anything else descending with unknown values last;
-    * ``include_mig``: also list every MIG slice of every MIG-capable GPU.
+    * ``include_mig``: also list every MIG slice of every MIG-capable GPU;
+    * ``include_packages``: also list multi-device packages (MI250X-OAM = two MI250X GCDs). They
+      are left out by default because each of their devices is already listed, and a planner that
+      counted a package as one GPU would double its memory.
     """
     gpus = all_gpus()
+    if not include_packages:
+        gpus = tuple(g for g in gpus if g.devices_per_package == 1)
     if include_mig:
         gpus = gpus + tuple(g.mig(p.name) for g in gpus for p in g.mig_profiles)
     checks: list[Callable[[GPU], bool]] = []

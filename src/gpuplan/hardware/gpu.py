@@ -114,6 +114,7 @@ class GPU:
     pcie_lanes: int | None
     tdp_w: int | None
     sm_count: int | None
+    devices_per_package: int
     mig_max_instances: int | None
     mig_profiles: tuple[MIGProfile, ...]
     mig_source: str | None

@@ -76,6 +76,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "intra_node_link": ((str,), True),
     "pcie_lanes": ((int,), False),
     "sm_count": ((int,), False),
+    "devices_per_package": ((int,), True),
     "aliases": ((list,), True),
     "shorthands": ((list,), True),
     "mig_profiles": ((list,), True),

@@ -58,7 +58,10 @@ class NameIndex:
         keys: list[tuple[tuple[str, ...], GPU]] = []
         gpus = tuple(gpus)
         for gpu in gpus:
-            for text in (gpu.id, gpu.name, *gpu.aliases):
+            # A multi-device package (MI250X: two GCDs) carries the vendor name that torch prints for
+            # each of its devices; that name belongs to the per-device entry, not to the package.
+            full = (gpu.name,) if gpu.devices_per_package == 1 else ()
+            for text in (gpu.id, *full, *gpu.aliases):
                 key = tokens(text)
                 _claim(by_exact, key, gpu, text)
                 keys.append((key, gpu))
