@@ -154,6 +154,13 @@ def test_measured_totals_match_their_printouts() -> None:
     assert get_gpu("V100-SXM2-16GB").memory_total_bytes == 16160 * 2**20
 
 
+@pytest.mark.parametrize("gpu_id", LEAD_IDS)
+def test_gpus_the_cost_model_uses_have_measured_totals(gpu_id: str) -> None:
+    gpu = get_gpu(gpu_id)
+    assert gpu.memory_total_source.startswith("nvidia-smi Total")
+    assert gpu.cuda_total_memory_bytes is not None or gpu_id in ("L4",)  # no torch printout found for L4
+
+
 def test_derived_totals_follow_the_documented_rule() -> None:
     for gpu in all_gpus():
         if not gpu.memory_total_source.startswith("derived"):

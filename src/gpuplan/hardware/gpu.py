@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.errors import ConfigError
+from gpuplan.errors import ConfigError, UnknownGPUError
 from gpuplan.hardware.interconnect import pcie_gb_per_s_per_direction
 from gpuplan.units import GIB
 
@@ -246,8 +246,6 @@ class GPU:
         """This GPU cut to one MIG instance: its memory, memory bandwidth scaled by the memory
         fraction (memory controllers and L2 are partitioned with the memory slices), every compute
         rate scaled by the SM fraction, and no peer-to-peer link (MIG instances have no P2P)."""
-        from gpuplan.errors import UnknownGPUError
-
         found = next((p for p in self.mig_profiles if p.name == profile.lower()), None)
         if found is None:
             if not self.mig_profiles:
