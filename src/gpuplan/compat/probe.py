@@ -170,18 +170,22 @@ def probe_nvidia(source: FactsSource, plat: PlatformInfo) -> NvidiaInfo:
     if nvml is not None and "error" in nvml:
         nvml_problem = f"NVML: {nvml['error']}"
 
+    # `nvidia-smi -q` says the most; the plain table is the fallback (and what people paste in issues)
     query = source.run(["nvidia-smi", "-q"])
-    if query is None:
-        return NvidiaInfo("none", None, None, None, (), False, nvml_problem)
-    if query.returncode != 0:
-        problem = _first_line(query.stdout, query.stderr) or f"nvidia-smi exited with {query.returncode}"
-        return NvidiaInfo("nvidia-smi", None, None, None, (), True, problem)
-    report = parsers.parse_smi_query(query.stdout)
-    label = "nvidia-smi -q"
+    report, label = parsers.SmiReport(), "nvidia-smi -q"
+    if query is not None and query.returncode == 0:
+        report = parsers.parse_smi_query(query.stdout)
     if not report.gpus and report.driver_version is None:
         table = source.run(["nvidia-smi"])
         if table is not None and table.returncode == 0:
             report, label = parsers.parse_smi_table(table.stdout), "nvidia-smi"
+        failed = next((o for o in (query, table) if o is not None and o.returncode != 0), None)
+        if query is None and table is None:
+            return NvidiaInfo("none", None, None, None, (), False, nvml_problem)
+        if failed is not None and not report.gpus and report.driver_version is None:
+            code = failed.returncode
+            problem = _first_line(failed.stdout, failed.stderr) or f"nvidia-smi exited with {code}"
+            return NvidiaInfo("nvidia-smi", None, None, None, (), True, problem)
     gpus = _from_smi(report, _smi_ccs(source) if any(g.cc is None for g in report.gpus) else {})
     gpus = _mig_from_list(source, gpus)
     return _nvidia_info(label, report.driver_version, report.cuda_version, gpus, True, None, windows)

@@ -26,10 +26,19 @@ def _sm(cc: str | None) -> str:
     return f"sm_{cc_to_code(cc)}" if cc else "unknown"
 
 
-def _gpu_label(gpu: GpuInfo) -> str:
+def _gpu_label(gpu: GpuInfo, indices: list[int] | None = None) -> str:
     arch = architecture(gpu.cc)
     cc = f"{_sm(gpu.cc)}, {arch}" if arch else _sm(gpu.cc)
-    return f"GPU {gpu.index} {gpu.name or '(name unknown)'} ({cc})"
+    which = f"GPUs {', '.join(map(str, indices))}" if indices and len(indices) > 1 else f"GPU {gpu.index}"
+    return f"{which} {gpu.name or '(name unknown)'} ({cc})"
+
+
+def _distinct_gpus(gpus: tuple[GpuInfo, ...]) -> list[tuple[GpuInfo, list[int]]]:
+    """Identical GPUs (same name and capability) grouped, so eight H100s give one finding, not eight."""
+    groups: dict[tuple[str | None, str | None], tuple[GpuInfo, list[int]]] = {}
+    for gpu in gpus:
+        groups.setdefault((gpu.name, gpu.cc), (gpu, []))[1].append(gpu.index)
+    return list(groups.values())
 
 
 def _install_hint(env: Environment, torch: str | None = None) -> str:
@@ -185,7 +194,7 @@ def rule_arch(env: Environment) -> list[Finding]:
     windows = _is_windows(env)
     rel = dataload.release(t.version)
     listed = " ".join(t.arch_list) if t.arch_list else "unknown"
-    for gpu in env.nvidia.gpus:
+    for gpu, indices in _distinct_gpus(env.nvidia.gpus):
         if gpu.cc is None:
             out.append(Finding(
                 Severity.INFO, "GPU_CC_UNKNOWN",
@@ -199,11 +208,11 @@ def rule_arch(env: Environment) -> list[Finding]:
         verdict = support(gpu.cc, list(t.arch_list) if t.arch_list else None)
         src = f" [{t.arch_list_source}]" if t.arch_list_source else ""
         if verdict is ArchSupport.NONE:
-            out.append(_arch_missing(env, gpu, rel, listed + src, windows))
+            out.append(_arch_missing(env, gpu, indices, rel, listed + src, windows))
         elif verdict is ArchSupport.PTX_ONLY:
             out.append(Finding(
                 Severity.WARNING, "ARCH_PTX_ONLY",
-                f"{_gpu_label(gpu)} has no compiled kernels in torch {t.version} (arch list: "
+                f"{_gpu_label(gpu, indices)} has no compiled kernels in torch {t.version} (arch list: "
                 f"{listed}{src}); it "
                 "runs on PTX JIT-compiled by the driver: slow first use, and it needs a driver that fully "
                 "supports the wheel's CUDA version.",
@@ -211,15 +220,15 @@ def rule_arch(env: Environment) -> list[Finding]:
                 ("S-CNBLOGS-BINCOMPAT",),
             ))
         elif verdict is ArchSupport.NATIVE:
-            out += _arch_support_ends(gpu, rel, windows)
+            out += _arch_support_ends(gpu, indices, rel, windows)
     return out
 
 
-def _arch_missing(env: Environment, gpu: GpuInfo, rel: dataload.Release | None, listed: str,
-                  windows: bool) -> Finding:
+def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: dataload.Release | None,
+                  listed: str, windows: bool) -> Finding:
     t = env.torch
-    head = (f"{_gpu_label(gpu)} has no kernels in torch {t.version} (arch list: {listed}); CUDA ops fail "
-            "with 'no kernel image is available for execution on the device'.")
+    head = (f"{_gpu_label(gpu, indices)} has no kernels in torch {t.version} (arch list: {listed}); "
+            "CUDA ops fail with 'no kernel image is available for execution on the device'.")
     other = _covering(gpu.cc or "", rel, windows) if rel else []
     if rel is not None and other:
         return Finding(
@@ -236,14 +245,19 @@ def _arch_missing(env: Environment, gpu: GpuInfo, rel: dataload.Release | None, 
         why = (f"This release dropped {architecture(gpu.cc) or _sm(gpu.cc)}: the last release with kernels "
                f"for it is torch {last[0].version} ({last[1]}).")
     else:
-        why = f"The first builds with {_sm(gpu.cc)} kernels are torch {last[0].version}-era ({last[1]})."
+        oldest_first = reversed(dataload.releases())
+        first = next((r, tags[0]) for r in oldest_first if (tags := _covering(gpu.cc or "", r, windows)))
+        why = (f"The GPU is newer than this release: the first release with {_sm(gpu.cc)} kernels is torch "
+               f"{first[0].version} ({first[1]}).")
     return Finding(
         Severity.ERROR, "ARCH_NOT_IN_RELEASE", f"{head} {why}",
         f"Install a release that has them: {_install_hint(env)}", ("S-TORCH213", "S-DEVDISCUSS-CU126"),
     )
 
 
-def _arch_support_ends(gpu: GpuInfo, rel: dataload.Release | None, windows: bool) -> list[Finding]:
+def _arch_support_ends(
+    gpu: GpuInfo, indices: list[int], rel: dataload.Release | None, windows: bool
+) -> list[Finding]:
     last = _last_release_for(gpu.cc or "", windows)
     newest = dataload.releases()[0]
     if last is None or rel is None or last[0].version == newest.version:
@@ -252,9 +266,8 @@ def _arch_support_ends(gpu: GpuInfo, rel: dataload.Release | None, windows: bool
                if (parse_version(r.version) or (0,)) > (parse_version(last[0].version) or (0,)))
     return [Finding(
         Severity.WARNING, "ARCH_SUPPORT_ENDS",
-        f"{_gpu_label(gpu)} is supported up to torch {last[0].version} ({last[1]}); torch {nxt} and later "
-        "ship "
-        "no kernels for it, so an unpinned upgrade breaks CUDA on this GPU.",
+        f"{_gpu_label(gpu, indices)} is supported up to torch {last[0].version} ({last[1]}); torch {nxt} "
+        "and later ship no kernels for it, so an unpinned upgrade breaks CUDA on this GPU.",
         f"Pin 'torch<{nxt}' (and install from the {last[1]} index).",
         ("S-DEVDISCUSS-CU126", "S-ISS-172352"),
     )]
