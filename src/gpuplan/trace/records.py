@@ -59,6 +59,10 @@ class StepPoint:
     live_after_bytes: int
     event_count: int
     """Number of memory events recorded when the op finished (to replay the state at this op)."""
+    live_before_bytes: int = 0
+    """Live bytes when the op started: after the frees of whatever the program dropped before it."""
+    event_start: int = 0
+    """Number of memory events recorded when the op started."""
 
 
 @dataclass(slots=True)

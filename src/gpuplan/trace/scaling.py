@@ -38,8 +38,9 @@ class PeakResult:
     replica_growth: dict[str, int] = field(default_factory=dict)
 
 
-def category_vectors(trace: RawTrace, point_indices: Sequence[int]) -> dict[int, dict[str, int]]:
-    """Live bytes by category after each of the given ops, by replaying the events."""
+def category_vectors(trace: RawTrace, point_indices: Sequence[int], *, before: bool = False
+                     ) -> dict[int, dict[str, int]]:
+    """Live bytes by category after (or, with ``before``, at the start of) each given op."""
     wanted = sorted(set(point_indices))
     out: dict[int, dict[str, int]] = {}
     live = dict.fromkeys(CATEGORIES, 0)
@@ -47,7 +48,8 @@ def category_vectors(trace: RawTrace, point_indices: Sequence[int]) -> dict[int,
     pos = 0
     events: list[MemEvent] = trace.events
     for idx in wanted:
-        stop = trace.points[idx].event_count if idx >= 0 else 0
+        point = trace.points[idx]
+        stop = point.event_start if before else point.event_count
         while pos < stop:
             ev = events[pos]
             live[storages[ev.storage_id].category] += ev.size_bytes
@@ -114,7 +116,7 @@ def _sections(points: Sequence[StepPoint], middle: str) -> list[tuple[int, int]]
             ranges.append((start, i))
             start = None
     if start is not None:
-        ranges.append((start, len(points)))
+        raise ScalingMismatch("a repeated block ends the step; nothing follows it to anchor on")
     return ranges
 
 
@@ -129,16 +131,15 @@ class Scaler:
                    align(run_a.points, runs_b[key].points, containers[key]))
             for key in containers
         ]
-        # For each stack: the section each A point belongs to (its start's predecessor, and net growth).
+        # For each stack: the (start, end) of the middle-block section each A point lies in. ``end``
+        # is the first op after the block: at its start the block's own temporaries are freed
+        # and B, which lacks the block, is at the same moment of the program.
         self._section_of: list[dict[int, tuple[int, int]]] = []
         for st in self.stacks:
             info: dict[int, tuple[int, int]] = {}
             for start, end in _sections(run_a.points, _middle(st.container)):
-                prev = start - 1
-                if prev < 0:
-                    raise ScalingMismatch("a repeated block starts the step; nothing precedes it to anchor on")
                 for i in range(start, end):
-                    info[i] = (prev, end - 1)
+                    info[i] = (start, end)
             self._section_of.append(info)
 
     def _value(self, i: int, field_name: str) -> tuple[float, list[tuple[int, int]]]:
@@ -153,13 +154,13 @@ class Scaler:
                 total += st.extra * (v - getattr(st.run_b.points[j], field_name))
                 used.append((0, -1))
                 continue
-            prev, last = sections[i]
-            jp = st.mapping[prev]
-            total += st.extra * (pts[prev].live_after_bytes - st.run_b.points[jp].live_after_bytes)
-            growth = pts[last].live_after_bytes - pts[prev].live_after_bytes
+            start, end = sections[i]
+            jn = st.mapping[end]
+            total += st.extra * (pts[start].live_before_bytes - st.run_b.points[jn].live_before_bytes)
+            growth = pts[end].live_before_bytes - pts[start].live_before_bytes
             k = st.extra if growth > 0 else 0
             total += k * growth
-            used.append((k, prev))
+            used.append((k, start))
         return total, used
 
     def peak(self) -> PeakResult:
@@ -173,26 +174,27 @@ class Scaler:
     def components_at(self, i: int) -> dict[str, int]:
         """Category breakdown at A's point i, extrapolated like the totals."""
         pts = self.a.points
-        needed = {i}
-        plan: list[tuple[_Stack, int, int, int, int]] = []  # stack, B index, k, prev, last
+        plan: list[tuple[_Stack, int, int, int, int]] = []  # stack, B index, k, start, end
+        anchors: set[int] = set()
         for st, sections in zip(self.stacks, self._section_of, strict=True):
             j = st.mapping[i]
             if j >= 0:
                 plan.append((st, j, 0, -1, -1))
                 continue
-            prev, last = sections[i]
-            growth = pts[last].live_after_bytes - pts[prev].live_after_bytes
-            needed |= {prev, last}
-            plan.append((st, st.mapping[prev], st.extra if growth > 0 else 0, prev, last))
-        vec_a = category_vectors(self.a, sorted(needed))
-        result = {c: float(vec_a[i][c]) for c in CATEGORIES}
-        for st, j, k, prev, last in plan:
-            vb = category_vectors(st.run_b, [j])[j]
+            start, end = sections[i]
+            growth = pts[end].live_before_bytes - pts[start].live_before_bytes
+            anchors |= {start, end}
+            plan.append((st, st.mapping[end], st.extra if growth > 0 else 0, start, end))
+        at_i = category_vectors(self.a, [i])[i]
+        before = category_vectors(self.a, sorted(anchors), before=True) if anchors else {}
+        result = {c: float(at_i[c]) for c in CATEGORIES}
+        for st, j, k, start, end in plan:
+            vb = category_vectors(st.run_b, [j], before=start >= 0)[j]
             for c in CATEGORIES:
-                if prev < 0:
-                    result[c] += st.extra * (vec_a[i][c] - vb[c])
+                if start < 0:
+                    result[c] += st.extra * (at_i[c] - vb[c])
                 else:
-                    result[c] += st.extra * (vec_a[prev][c] - vb[c]) + k * (vec_a[last][c] - vec_a[prev][c])
+                    result[c] += st.extra * (before[start][c] - vb[c]) + k * (before[end][c] - before[start][c])
         return {c: max(0, round(v)) for c, v in result.items()}
 
     def scale_scalar(self, value_a: float, values_b: Mapping[str, float]) -> float:

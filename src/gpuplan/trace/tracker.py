@@ -188,7 +188,8 @@ class Recorder:
         if self.record_ops and not func.is_view:
             self._record_op(func, name, args, kwargs, out, in_block)
         if new_events or self.record_ops:
-            self.trace.points.append(StepPoint(self.phase, in_block, peak, self._live_bytes, len(self.trace.events)))
+            self.trace.points.append(StepPoint(self.phase, in_block, peak, self._live_bytes, len(self.trace.events),
+                                              live_before, events_before))
         return out
 
     def _block_from_args(self, args: tuple[Any, ...]) -> str | None:
