@@ -1,0 +1,120 @@
+"""Time of one traced op on one GPU: the larger of its compute and memory time, plus launch cost.
+
+Which peak an op may use follows what PyTorch does on CUDA:
+
+* matmul / conv / attention in fp16 or bf16 run on tensor cores at the dense FP32-accumulate rate
+  (``GPU.peak_tflops`` already gives GeForce cards their half-rate FP32-accumulate figure);
+* fp32 matmuls use the plain fp32 (CUDA-core) rate unless the workload enables TF32
+  (``precision="tf32"``): ``torch.backends.cuda.matmul.allow_tf32`` is False by default;
+* every other op (elementwise, norms, softmax, reductions, optimizer updates) is memory-bound:
+  its bytes read and written over the achievable bandwidth;
+* flash / memory-efficient attention are fused kernels: their FLOPs at the fused-attention
+  efficiency, their bytes = their inputs and outputs only (the S×S scores never reach DRAM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuplan.perf.efficiency import Efficiency
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.trace.records import OpRecord
+
+# Ops a trace records that launch no GPU kernel: allocation only, metadata, host-side scalars
+# (Adam's step counters live on the CPU unless capturable/fused), profiler markers.
+NON_KERNEL_OPS: frozenset[str] = frozenset({
+    "device", "_local_scalar_dense", "_record_function_enter_new", "_record_function_exit",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
+    "resize_", "set_", "lift_fresh_copy", "item", "is_nonzero", "sym_numel", "_assert_async",
+    "_has_compatible_shallow_copy_type", "_reshape_alias", "as_strided_", "unsqueeze_", "squeeze_",
+    "t_", "transpose_", "_version",
+})
+TENSOR_OP_CLASSES: frozenset[str] = frozenset({"matmul", "conv", "attention"})
+
+_DTYPE_RATE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp32",
+               "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "int8": "int8"}
+
+WEIGHT_QUANT_BITS: dict[str, float] = {"none": 16.0, "int8": 8.0, "fp8": 8.0, "int4": 4.0}
+"""Bits per weight element read by decode kernels; int4 adds group scales (see weight_bytes_factor)."""
+
+
+def short_name(op_name: str) -> str:
+    """``aten.mm.default`` -> ``mm``."""
+    parts = op_name.split(".")
+    return parts[1] if len(parts) >= 2 else op_name
+
+
+def launches_kernel(op: OpRecord) -> bool:
+    if short_name(op.name) in NON_KERNEL_OPS:
+        return False
+    return op.flops > 0 or op.bytes_read + op.bytes_written > 0
+
+
+def rate_key(op: OpRecord, precision: str, gpu: GPU) -> tuple[str, bool]:
+    """(catalog dtype key whose peak bounds this op, runs on tensor cores?)."""
+    base = _DTYPE_RATE.get(op.dtype, "fp32")
+    if base == "fp32" and precision == "tf32" and gpu.peak_tflops("tf32"):
+        base = "tf32"
+    if base != "fp32" and not gpu.peak_tflops(base):
+        return "fp32", False  # no documented rate (e.g. fp16 on a pre-Volta GPU): CUDA cores
+    return base, base != "fp32"
+
+
+def compute_dtype_key(precision: str) -> str:
+    """The catalog rate MFU is measured against for a workload precision."""
+    return {"fp32": "fp32", "tf32": "tf32", "amp-bf16": "bf16", "bf16": "bf16",
+            "amp-fp16": "fp16", "fp16": "fp16"}[precision]
+
+
+def weight_bytes_factor(weight_quant: str) -> float:
+    """Bytes of a quantized weight relative to 16-bit. int4 (GPTQ/AWQ-style, group size 128) also
+    reads one fp16 scale and zero point per 128 weights: +2·16/128 bits per weight."""
+    bits = WEIGHT_QUANT_BITS[weight_quant]
+    if weight_quant == "int4":
+        bits += 2 * 16 / 128
+    return bits / 16.0
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.compute_s >= self.memory_s
+
+
+def op_time(op: OpRecord, gpu: GPU, precision: str, eff: Efficiency, *, graph: bool = False,
+            weight_quant: str = "none") -> OpTime:
+    """Time of one execution of ``op`` (multiply by ``op.count`` for the step)."""
+    if not launches_kernel(op):
+        return OpTime(0.0, 0.0, 0.0)
+    moved = float(op.bytes_read + op.bytes_written)
+    if weight_quant != "none" and op.op_class == "matmul" and op.dtype in ("float16", "bfloat16"):
+        # Weight-only quantization: the weight is most of what a decode GEMV reads; the activations
+        # in and out are about the same size, so weight bytes ≈ read − written.
+        weight = max(0, op.bytes_read - op.bytes_written)
+        moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
+    memory_s = moved / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
+    compute_s = 0.0
+    if op.flops > 0:
+        key, tensor = rate_key(op, precision, gpu)
+        peak = gpu.peak_flops_per_s(key) or gpu.peak_flops_per_s("fp32") or 0.0
+        if op.op_class == "attention":
+            fraction = eff.attention_fused if tensor else eff.fp32_matmul
+        elif op.op_class in TENSOR_OP_CLASSES:
+            fraction = eff.tensor_core_matmul if tensor else eff.fp32_matmul
+        else:
+            fraction = eff.bandwidth  # the rare 'other' op with a FLOP formula: plain ALU work
+        compute_s = op.flops / (peak * fraction) if peak > 0 else 0.0
+    overhead = eff.graph_launch_overhead_s if graph else eff.launch_overhead_s
+    return OpTime(compute_s, memory_s, overhead)

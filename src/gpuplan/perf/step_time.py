@@ -1,0 +1,180 @@
+"""``step_time``: the time of a traced step on a GPU, from the per-op roofline (perf/roofline.py).
+
+The step is the sum of its kernels: one device, one stream, no overlap between kernels (what eager
+PyTorch does). Each op costs ``max(flops / achievable rate, bytes / achievable bandwidth)`` plus a
+launch overhead; the efficiency factors are explicit (perf/efficiency.py) and listed in
+``assumptions``. Generation (``mode="generate"``) is split into prefill (time to first token) and
+decode (per new token), the decode loop costed as a CUDA-graph replay the way serving engines run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import ConfigError
+from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from gpuplan.perf.roofline import (
+    WEIGHT_QUANT_BITS,
+    compute_dtype_key,
+    launches_kernel,
+    op_time,
+    weight_bytes_factor,
+)
+
+if TYPE_CHECKING:
+    from gpuplan.estimate import TracedStep
+    from gpuplan.hardware import GPU
+    from gpuplan.workload import Workload
+
+WEIGHT_QUANTS: tuple[str, ...] = tuple(WEIGHT_QUANT_BITS)
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceTime:
+    """Generation split into prefill and decode, for the whole batch."""
+
+    prefill_s: float
+    """Time to first token (the prompt's forward)."""
+    decode_s: float
+    """All decode steps after the first token."""
+    decode_steps: int
+    decode_per_token_s: float
+    """One decode step (one new token for each sequence of the batch)."""
+    new_tokens_per_s: float
+    """batch × new tokens / (prefill + decode)."""
+    decode_tokens_per_s: float
+    """batch / decode step time: the steady decode rate."""
+    bytes_per_decode_step: int
+    """Weights (after weight-only quantization) + KV cache read at the mean context length."""
+    bandwidth_bound_tokens_per_s: float
+    """batch × DRAM bandwidth / bytes_per_decode_step: no decode can beat this."""
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill_s
+
+    @property
+    def fraction_of_bound(self) -> float:
+        bound = self.bandwidth_bound_tokens_per_s
+        return self.decode_tokens_per_s / bound if bound else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """Time of one step (training: grad_accum micro-batches and one optimizer step)."""
+
+    total_s: float
+    compute_s: float
+    """Time of the ops bounded by arithmetic."""
+    memory_s: float
+    """Time of the ops bounded by DRAM traffic."""
+    overhead_s: float
+    """Kernel launch overheads."""
+    by_phase_s: dict[str, float]
+    flops: int
+    """Hardware FLOPs of the step (recompute included)."""
+    tflops_achieved: float
+    mfu: float
+    """Model FLOPs (forward + backward, no recompute) / (time × dense peak of the compute dtype)."""
+    assumptions: tuple[str, ...]
+    model_flops: int = 0
+    peak_tflops: float = 0.0
+    compute_dtype: str = "fp32"
+    kernels: int = 0
+    inference: InferenceTime | None = None
+    by_op_class_s: dict[str, float] = field(default_factory=dict)
+
+
+def model_flops(step: TracedStep, workload: Workload) -> int:
+    """Forward + loss + backward FLOPs without the recompute of activation checkpointing.
+
+    Full checkpointing re-runs each checkpointed block's forward inside backward, so the forward
+    FLOPs of the repeated blocks are subtracted once from the backward; selective checkpointing keeps
+    matmul/attention outputs and recomputes only FLOP-free elementwise ops."""
+    by_phase = step.flops_by_phase()
+    total = sum(v for k, v in by_phase.items() if k in ("forward", "loss", "backward", "prefill", "decode"))
+    if workload.trains and workload.checkpointing == "full":
+        total -= sum(op.flops * op.count for op in step.ops if op.phase == "forward" and op.block is not None)
+    return max(total, 0)
+
+
+def step_time(step: TracedStep, gpu: GPU, workload: Workload, *, efficiency: Efficiency | None = None,
+              weight_quant: str = "none") -> StepTime:
+    """Time of ``step`` (a trace of ``workload``) on ``gpu``.
+
+    ``weight_quant`` (none | int8 | fp8 | int4) applies weight-only quantization to the weight reads
+    of decode matmuls (generate mode): their bytes shrink, their compute stays in the activation dtype.
+    """
+    if weight_quant not in WEIGHT_QUANT_BITS:
+        raise ConfigError(f"unknown weight quantization {weight_quant!r} "
+                          f"(allowed: {', '.join(WEIGHT_QUANTS)})")
+    eff = efficiency or DEFAULT_EFFICIENCY
+    generate = workload.mode == "generate"
+    compute = memory = overhead = 0.0
+    by_phase: dict[str, float] = {}
+    by_class: dict[str, float] = {}
+    kernels = 0
+    for op in step.ops:
+        decode = generate and op.phase == "decode"
+        t = op_time(op, gpu, workload.precision, eff, graph=decode,
+                    weight_quant=weight_quant if decode else "none")
+        n = op.count
+        if t.compute_bound:
+            compute += t.compute_s * n
+        else:
+            memory += t.memory_s * n
+        overhead += t.overhead_s * n
+        by_phase[op.phase] = by_phase.get(op.phase, 0.0) + t.total_s * n
+        by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
+        kernels += n if launches_kernel(op) else 0
+    total = compute + memory + overhead
+    hw_flops = step.flops
+    m_flops = model_flops(step, workload)
+    key = compute_dtype_key(workload.precision)
+    peak = gpu.peak_tflops(key) or gpu.peak_tflops("fp32") or 0.0
+    mfu = m_flops / (total * peak * 1e12) if total > 0 and peak > 0 else 0.0
+    assumptions = list(eff.describe())
+    assumptions.append("step = sum of kernel times on one stream (no overlap between kernels); "
+                       f"{kernels:,} kernel launches")
+    if workload.precision == "fp32":
+        assumptions.append("fp32 matmuls on CUDA cores: TF32 off, PyTorch's default "
+                           "(--precision tf32 allows it)")
+    inference = None
+    if generate:
+        inference = _inference(step, gpu, workload, by_phase, eff, weight_quant)
+        assumptions.append("decode loop costed as a CUDA-graph replay (vLLM / TensorRT-LLM / torch.compile); "
+                           "eager model.generate() is slower, bound by Python dispatch")
+        if weight_quant != "none":
+            assumptions.append(f"weight-only {weight_quant}: decode matmuls read "
+                               f"{weight_bytes_factor(weight_quant):.3g}× the 16-bit weight bytes, "
+                               "compute unchanged")
+    return StepTime(
+        total_s=total, compute_s=compute, memory_s=memory, overhead_s=overhead, by_phase_s=by_phase,
+        flops=hw_flops, tflops_achieved=hw_flops / total / 1e12 if total > 0 else 0.0, mfu=mfu,
+        assumptions=tuple(assumptions), model_flops=m_flops, peak_tflops=peak, compute_dtype=key,
+        kernels=kernels, inference=inference, by_op_class_s=by_class,
+    )
+
+
+def _inference(step: TracedStep, gpu: GPU, workload: Workload, by_phase: dict[str, float], eff: Efficiency,
+               weight_quant: str) -> InferenceTime:
+    prefill = by_phase.get("prefill", 0.0)
+    decode = by_phase.get("decode", 0.0)
+    steps = max(workload.new_tokens - 1, 0)
+    per_token = decode / steps if steps else 0.0
+    b = workload.batch_size
+    kv_final = step.tensor_components.get("kv_cache", 0)
+    prompt = workload.seq_len or 0
+    total_len = prompt + workload.new_tokens
+    # KV read by a decode step grows from the prompt to the full length: use the mean context.
+    kv_mean = kv_final * (prompt + workload.new_tokens / 2) / total_len if total_len else 0
+    weights = step.param_bytes * (weight_bytes_factor(weight_quant) if weight_quant != "none" else 1.0)
+    per_step_bytes = int(weights + kv_mean)
+    bound = b * gpu.memory_bandwidth_bytes_per_s / per_step_bytes if per_step_bytes else 0.0
+    return InferenceTime(
+        prefill_s=prefill, decode_s=decode, decode_steps=steps, decode_per_token_s=per_token,
+        new_tokens_per_s=b * workload.new_tokens / (prefill + decode) if prefill + decode > 0 else 0.0,
+        decode_tokens_per_s=b / per_token if per_token > 0 else 0.0,
+        bytes_per_decode_step=per_step_bytes, bandwidth_bound_tokens_per_s=bound,
+    )
