@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the samples are real messages; their line breaks follow the source, not the line limit)
 """`gpuplan explain` recognises the error families with real message samples and reads OOM numbers exactly.
 
 Every sample below is a message as posted in the public thread named next to it (found through the

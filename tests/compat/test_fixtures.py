@@ -80,7 +80,8 @@ def test_real_table_is_parsed_into_facts() -> None:
 
 
 def test_cuda_version_na_is_filled_from_nvidias_driver_table() -> None:
-    # libc6-shim#14 prints "CUDA Version: N/A" for driver 575.64.03; NVIDIA Table 3: 12.9 GA needs >= 575.51.03
+    # libc6-shim#14 prints "CUDA Version: N/A" for driver 575.64.03;
+    # NVIDIA Table 3: 12.9 GA needs >= 575.51.03
     env = _env("rtx5070_cuda_version_na_torch271_cu128")
     assert env.nvidia.driver_cuda == "12.9" and env.nvidia.driver_cuda_source == "toolkit table"
     assert env.nvidia.gpus[0].processes == 2

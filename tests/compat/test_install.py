@@ -54,10 +54,12 @@ CASES = [
     # RTX 3090 on the very first CUDA 12 driver: 12.x minor compat from 525.60.13.
     ("rtx3090-r525-py311", InstallRequest("linux", "x86_64", "3.11", "RTX 3090", "8.6", "525.60.13"),
      f"pip install torch==2.14.1 torchvision==0.29.* --index-url {IDX}/cu126"),
-    # T4 on a CUDA 10.2 driver with Python 3.8: only 1.12 cu102 (exact 10.2 driver >= 440.33; sm_75 runs sm_70).
+    # T4 on a CUDA 10.2 driver with Python 3.8: only 1.12 cu102 (exact 10.2 driver >= 440.33;
+    # sm_75 runs sm_70 cubins).
     ("t4-r440-py38", InstallRequest("linux", "x86_64", "3.8", "T4", "7.5", "440.33.01"),
      f"pip install torch==1.12.1+cu102 torchvision==0.13.* --extra-index-url {IDX}/cu102"),
-    # GB10 sm_121 runs sm_120 cubins (same major, lower minor; S-TORCH213 DEVICE_REQUIREMENT 120: >=12.0,<13.0).
+    # GB10 sm_121 runs sm_120 cubins (same major, lower minor;
+    # S-TORCH213 DEVICE_REQUIREMENT 120: >=12.0,<13.0).
     ("gb10-r580-py312", InstallRequest("linux", "aarch64", "3.12", "GB10", "12.1", "580.95.05"),
      f"pip install torch==2.15.0 torchvision --index-url {IDX}/cu130"),
     # Pinned release: RTX 5090 on torch 2.7 -> its cu128 build (2.7's PyPI default is cu126).
@@ -121,6 +123,7 @@ def test_conda_command_only_while_the_channel_shipped() -> None:
     # R535 fully supports CUDA 12.2, so 2.5's cu121 build (full support) wins over cu124 (minor compat)
     old = plan_install(InstallRequest("linux", "x86_64", "3.10", "A100", "8.0", "535.104.05", torch="2.5"))
     assert old.command == f"pip install torch==2.5.1 torchvision==0.20.* --index-url {IDX}/cu121"
-    assert old.conda_command == "conda install pytorch==2.5.1 torchvision=0.20 pytorch-cuda=12.1 -c pytorch -c nvidia"
+    conda = "conda install pytorch==2.5.1 torchvision=0.20 pytorch-cuda=12.1 -c pytorch -c nvidia"
+    assert old.conda_command == conda
     new = plan_install(InstallRequest("linux", "x86_64", "3.12", "H100", "9.0", "580.95.05"))
     assert new.conda_command is None and any("2.5" in n for n in new.notes)
