@@ -73,6 +73,8 @@ def rule_no_gpu(env: Environment) -> list[Finding]:
         )]
     where = "WSL: " if env.platform.wsl else ""
     nothing = "No NVIDIA driver (no NVML library, no nvidia-smi) and no ROCm GPU were found"
+    if env.nvidia.smi_present:
+        nothing = "nvidia-smi ran but listed no NVIDIA GPU, and no ROCm GPU was found"
     meaning = ("PyTorch can only use the CPU on this machine: torch.cuda.is_available() is False. "
                "gpuplan estimate / fit / plan still work, because they simulate the target GPU.")
     if env.torch.build == "cuda":
