@@ -206,12 +206,15 @@ def estimate(
     *,
     gpu: str | GPU | None = None,
     cuda_module_loading: str = "lazy",
+    weight_quant: str = "none",
     **workload_fields: Any,
 ) -> Estimate:
     """Estimate peak GPU memory of one step of ``model`` under the workload given by keywords.
 
     ``model`` is any MODEL accepted by the command line; ``workload_fields`` are the fields of
     :class:`gpuplan.Workload` (``mode``, ``batch_size``, ``seq_len``, ``precision``, ...).
+    With a ``gpu``, the cost model (gpuplan.perf) adds step time, throughput and MFU;
+    ``weight_quant`` (none | int8 | fp8 | int4) costs generation's decode with weight-only quantized weights.
 
     Example::
 
@@ -253,15 +256,23 @@ def estimate(
     if step.attention_backends:
         assumptions.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
     fits = headroom = None
+    timing = None
     if target_gpu is not None:
         headroom = target_gpu.usable_memory_bytes - total
         fits = headroom >= 0
+        from gpuplan.perf.summary import summarize_source
+
+        # cost model (gpuplan.perf): step time, throughput, MFU and their assumptions
+        timing = summarize_source(source, step, target_gpu, workload, weight_quant=weight_quant)
+        assumptions.extend(timing.assumptions)
     return Estimate(
         model=source.name, workload=workload, params_count=step.params_count, peak_allocated_bytes=peak_allocated,
         peak_reserved_bytes=peak_reserved, total_required_bytes=total, components=components,
         peak_phase=step.peak_phase, flops_per_step=step.flops, step=step, gpu=target_gpu, fits=fits,
         headroom_bytes=headroom, assumptions=tuple(assumptions),
-        extra={"source": source.describe()},
+        step_time_s=timing.step_time_s if timing else None, throughput=timing.throughput if timing else None,
+        mfu=timing.mfu if timing else None,
+        extra={"source": source.describe(), **({"json": timing.json} if timing else {})},
     )
 
 
