@@ -1,0 +1,146 @@
+"""The doctor / install / explain verbs through the command line: output contract and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuplan.cli.main import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_doctor_json_contract_on_a_recorded_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "doctor", "--json", "--facts", str(FIXTURES / "rtx5090_torch271_cu126.yaml"))
+    assert code == 1  # an error-level finding
+    data = json.loads(out)
+    assert set(data) >= {"findings", "environment"}
+    finding = data["findings"][0]
+    assert set(finding) >= {"severity", "code", "message", "fix"}
+    assert (finding["severity"], finding["code"]) == ("error", "ARCH_NOT_IN_WHEEL")
+    assert data["environment"]["torch"]["version"] == "2.7.1+cu126"
+
+
+def test_doctor_markdown_on_a_clean_recorded_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "doctor", "--facts", str(FIXTURES / "h100_torch214_cu130_ok.yaml"))
+    assert code == 0
+    assert out.startswith("## gpuplan doctor")
+    assert "| NVIDIA driver | 580.95.05 [via nvidia-smi -q] |" in out
+    assert "No problems found." in out
+
+
+def test_doctor_on_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "doctor")
+    if "NO_GPU" not in out:
+        pytest.skip("this machine has a GPU")
+    assert code == 0
+    assert "No NVIDIA driver" in out and "PyTorch can only use the CPU" in out
+
+
+def test_doctor_does_not_import_torch() -> None:
+    script = ("import sys, contextlib, io\nfrom gpuplan.cli.main import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()):\n    main(['doctor', '--json'])\n"
+              "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_doctor_record_then_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = tmp_path / "env.yaml"
+    code1, live, _ = _run(capsys, "doctor", "--json", "--record", str(record))
+    code2, replay, _ = _run(capsys, "doctor", "--json", "--facts", str(record))
+    assert code1 == code2
+    live_data, replay_data = json.loads(live), json.loads(replay)
+    assert live_data["findings"] == replay_data["findings"]
+    live_data["environment"].pop("source"), replay_data["environment"].pop("source")
+    assert live_data["environment"] == replay_data["environment"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["doctor", "--facts", "/no/such.yaml"], "cannot read recorded environment '/no/such.yaml'"),
+        (["doctor", "--facts", "x.yaml", "--record", "y.yaml"], "--facts and --record cannot be combined"),
+        (["install", "--gpu", "RTX 9999"], "unknown GPU 'RTX 9999'; did you mean"),
+        (["install", "--gpu", "sm_99"], "unknown compute capability 'sm_99' (known: 3.0"),
+        (["install", "--driver", "latest"], "bad --driver 'latest': expected an NVIDIA driver version"),
+        (["install", "--python", "2.7"], "bad --python '2.7': expected a version like 3.12"),
+        (["install", "--torch", "3.1"], "unknown --torch '3.1'"),
+        (["explain", ""], "the error text is empty"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert needle in err and err.count("\n") == 1
+
+
+def test_doctor_bad_yaml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    code, _, err = _run(capsys, "doctor", "--facts", str(bad))
+    assert code == 2 and "must be a YAML mapping, got list" in err
+
+
+def test_install_by_hand(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "install", "--gpu", "RTX 5090", "--driver", "570.124.06", "--python", "3.12",
+                        "--os", "linux")
+    assert code == 0
+    assert out.splitlines()[0] == "pip install torch==2.11.0 torchvision==0.26.* --index-url " \
+                                  "https://download.pytorch.org/whl/cu128"
+    assert "Why: torch 2.11.0 cu128" in out and "Left out:" in out
+
+
+def test_install_json_and_no_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "install", "--gpu", "K80", "--driver", "470.82.01", "--python", "3.14",
+                        "--os", "linux", "--json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["ok"] is False and data["command"] is None and data["excluded"]
+
+
+def test_install_cpu_and_compute_capability(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "install", "--gpu", "none", "--python", "3.12", "--os", "windows")
+    assert code == 0 and out.startswith("pip install torch==2.15.0 torchvision\n")
+    code, out, _ = _run(capsys, "install", "--gpu", "sm_70", "--driver", "550.54.15", "--python", "3.11",
+                        "--os", "linux")
+    assert code == 0 and "/whl/cu126" in out.splitlines()[0]
+
+
+def test_explain_argument_stdin_and_unknown(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = _run(capsys, "explain", "AssertionError: Torch not compiled with CUDA enabled")
+    assert code == 0 and out.startswith("CPU-only PyTorch installed  [not-compiled-with-cuda]")
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("RuntimeError: CUDA error: device-side assert triggered\n"))
+    code, out, _ = _run(capsys, "explain", "-", "--json")
+    assert code == 0 and json.loads(out)["family"] == "device-side-assert"
+    code, out, _ = _run(capsys, "explain", "KeyError: 'foo'", "--json")
+    assert code == 1 and json.loads(out) == {"recognized": False, "family": None}
+
+
+def test_explain_oom_answers_with_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    # murong-xu/CADS#4
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total "
+            "capacity of 31.47 GiB of which 12.73 GiB is free. Including non-PyTorch memory, this process "
+            "has 18.73 GiB memory in use. Of the allocated memory 9.08 GiB is allocated by PyTorch, and "
+            "9.35 GiB is reserved by PyTorch but unallocated.")
+    code, out, _ = _run(capsys, "explain", text)
+    assert code == 0
+    assert "tried to allocate        22.78 GiB" in out
+    assert "at least 716.80 MiB more would have had to be free" in out  # 22.78 - 12.73 - 9.35 GiB
+    assert "gpuplan fit" in out
