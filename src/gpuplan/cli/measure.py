@@ -1,0 +1,68 @@
+"""``gpuplan measure MODEL [workload flags] [--steps N] [--warmup N] [--force] [--nproc N --layout L]
+[--store PATH | --no-store] [--json]``: run the workload here, for real, next to its estimate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuplan.cli._workload import (
+    _int,
+    add_json_argument,
+    add_model_argument,
+    add_workload_arguments,
+    workload_from_args,
+)
+
+LAYOUTS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    add_workload_arguments(parser)
+    g = parser.add_argument_group("measurement")
+    g.add_argument("--steps", type=_int, default=5, metavar="N", help="timed steps (default 5)")
+    g.add_argument("--warmup", type=_int, default=2, metavar="N", help="untimed warm-up steps (default 2)")
+    g.add_argument("--force", action="store_true", help="run even if the estimate says it will not fit")
+    g.add_argument("--no-record", action="store_true",
+                   help="skip the extra recorded step that gives the storage-tracked bytes")
+    g.add_argument("--nproc", type=_int, default=1, metavar="N",
+                   help="processes (GPUs, or CPU processes with gloo) launched through torchrun")
+    g.add_argument("--layout", default=None, metavar="L", help="|".join(LAYOUTS) + " (with --nproc > 1)")
+    g.add_argument("--store", default=None, metavar="PATH",
+                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
+    g.add_argument("--no-store", action="store_true", help="do not keep this measurement")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.measure.local import Options
+
+    workload = workload_from_args(args)
+    options = Options(steps=args.steps, warmup=args.warmup, force=args.force, record=not args.no_record)
+    options.check(workload)
+    store = None
+    if not args.no_store:
+        from gpuplan.measure.store import Store
+
+        store = Store(args.store)  # opened first: a bad path fails before minutes of work
+    try:
+        if args.nproc != 1 or args.layout is not None:
+            from gpuplan.measure.launch import measure_distributed
+
+            m = measure_distributed(args.model, workload=workload, options=options, nproc=args.nproc,
+                                    layout=args.layout)
+        else:
+            from gpuplan.measure.local import measure
+
+            m = measure(args.model, workload=workload, options=options)
+        if store is not None:
+            from dataclasses import replace
+
+            ids = store.add_measurement(m)
+            m = replace(m, store_id=ids[0], store_path=str(store.path))
+    finally:
+        if store is not None:
+            store.close()
+    print(json.dumps(m.to_dict(), indent=2) if args.json else m)
+    return 0

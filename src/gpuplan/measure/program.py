@@ -1,0 +1,155 @@
+"""The real step: the estimator's own step program, built on a real device.
+
+The estimate traces ``gpuplan.trace.runner``'s ``_Step`` on fake tensors; a measurement must
+run that same program (same inputs, loss, optimizer, checkpointing, zero_grad) on real tensors,
+or the comparison would measure two programs. Only what is host-specific changes here: the model
+and its inputs are built on ``device``, and autocast is the real ``torch.autocast`` of that device
+(the trace's CUDA autocast emulation exists only because the trace runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpuplan.measure.recorder import LocalRecordingMode, ResizingRecorder, following_resizes, local_tensor
+from gpuplan.models.sources import Inputs, ModelSource
+from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention
+from gpuplan.trace.optimizers import build_optimizer
+from gpuplan.trace.records import RawTrace
+from gpuplan.trace.runner import (
+    _DTYPES,
+    StepRunner,
+    Target,
+    _apply_checkpointing,
+    _block_modules,
+    _quiet,
+    _recompute_semantics,
+    _Step,
+    find_containers,
+)
+from gpuplan.trace.tracker import Recorder
+from gpuplan.workload import Workload
+
+Wrap = Callable[[nn.Module], nn.Module]
+MakeOptimizer = Callable[[list[nn.Parameter]], Any]
+
+
+class _RealStep(_Step):
+    """``_Step`` with the device's real autocast instead of the CUDA emulation."""
+
+    device_type = "cpu"
+
+    @contextlib.contextmanager
+    def _forward_semantics(self) -> Iterator[None]:
+        if self.amp_dtype is None:
+            yield
+            return
+        with torch.autocast(self.device_type, dtype=self.amp_dtype):
+            yield
+
+
+@dataclass(slots=True)
+class Program:
+    """A built model, optimizer and inputs on one device, and the step that runs them."""
+
+    model: nn.Module
+    optimizer: Any
+    inputs: Inputs
+    step: _RealStep
+    device: torch.device
+    workload: Workload
+
+    def run_step(self) -> None:
+        """One unrecorded step (a training step, a forward, or a whole generation)."""
+        if self.workload.trains:
+            self.step.train_step(record=False)
+        elif self.workload.mode == "infer":
+            self.step.infer_step()
+        else:
+            self.step.generate()
+
+    def record_step(self) -> RawTrace:
+        """One step under the storage recorder: the tracked bytes of this rank/process."""
+        rec = ResizingRecorder()
+        self._register_existing(rec)
+        self.step.rec = rec
+        try:
+            with LocalRecordingMode(rec), following_resizes(rec), rec.module_tracker:
+                self.step.run()
+        finally:
+            rec.close()
+            self.step.rec = Recorder(record_ops=False)
+        return rec.trace
+
+    def _register_existing(self, rec: ResizingRecorder) -> None:
+        # what is alive before the step starts: weights, gradients kept by zero_grad(set_to_none=False),
+        # optimizer state, inputs (as the runner registers them, but through DTensor shards)
+        for p in self.model.parameters():
+            rec.register(p, category="parameters")
+            if p.grad is not None:
+                rec.register(p.grad, category="gradients")
+        for b in self.model.buffers():
+            rec.register(b, category="parameters")
+        opt = getattr(self.optimizer, "optim", self.optimizer)  # ZeroRedundancyOptimizer holds the local one
+        if opt is not None:
+            for state in opt.state.values():
+                for v in state.values():
+                    if isinstance(v, torch.Tensor):
+                        rec.register(local_tensor(v), category="optimizer_state")
+        for t in self.inputs.tensors():
+            rec.register(t, category="activations")
+
+
+def _to_device(inputs: Inputs, device: torch.device) -> Inputs:
+    def move(v: Any) -> Any:
+        return v.to(device) if isinstance(v, torch.Tensor) else v
+
+    return Inputs(args=tuple(move(a) for a in inputs.args),
+                  kwargs={k: move(v) for k, v in inputs.kwargs.items()}, labels=move(inputs.labels))
+
+
+def build_program(source: ModelSource, workload: Workload, device: torch.device, *,
+                  compute_capability: tuple[int, int] | None = None, wrap: Wrap | None = None,
+                  make_optimizer: MakeOptimizer | None = None) -> Program:
+    """Build ``source`` for ``workload`` on ``device``; ``wrap`` applies a parallel layout to the
+    model (after checkpointing, before the optimizer), ``make_optimizer`` replaces the workload's
+    optimizer (ZeRO-1 wraps it)."""
+    cuda = device.type == "cuda"
+    target = Target(cuda=cuda, compute_capability=compute_capability or (9, 0))
+    runner = StepRunner(source, workload, target, fake=False)
+    with _quiet(), torch.device(device):
+        model = runner._build().to(device)
+        counts = source.layer_counts()
+        containers = find_containers(model, counts) if counts else {}
+        amp_dtype = _DTYPES[workload.autocast_dtype] if workload.autocast_dtype else None
+        attention = CudaAttention(AttentionPolicy(workload.attention, target.compute_capability))
+        if workload.trains and workload.checkpointing != "none":
+            # cuda=False: autocast is real here and torch.utils.checkpoint re-enters it itself
+            _apply_checkpointing(_block_modules(model, containers), workload.checkpointing,
+                                 functools.partial(_recompute_semantics, attention, amp_dtype, False))
+        inputs = _to_device(source.inputs(model, workload), device)
+        if wrap is not None:
+            model = wrap(model)
+        optimizer = None
+        if workload.trains:
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = (make_optimizer(params) if make_optimizer is not None
+                         else build_optimizer(workload.optimizer, workload.optimizer_impl, params, cuda=cuda))
+    step = _RealStep(runner, model, optimizer, inputs, Recorder(record_ops=False), attention, amp_dtype)
+    step.device_type = device.type
+    return Program(model=model, optimizer=optimizer, inputs=inputs, step=step, device=device,
+                   workload=workload)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """transformers/torch warnings irrelevant to a measurement, silenced as the runner does."""
+    with _quiet():
+        yield
