@@ -280,4 +280,16 @@ class RecordingFacts:
         return out
 
     def dump(self) -> str:
-        return str(yaml.safe_dump(self.record, sort_keys=True, allow_unicode=True))
+        return str(yaml.dump(self.record, Dumper=_BlockDumper, sort_keys=True, allow_unicode=True))
+
+
+class _BlockDumper(yaml.SafeDumper):  # type: ignore[misc]  # no PyYAML stubs installed
+    """Writes multi-line strings (tool outputs, files) as readable ``|`` blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
