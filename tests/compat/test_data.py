@@ -143,3 +143,25 @@ def test_small_version_helpers() -> None:
     assert cuda_from_tag("cu118") == "11.8" and cuda_from_tag("rocm6.2") is None
     assert local_tag("2.7.1+cu126") == "cu126" and local_tag("2.7.1") is None
     assert version_at_least("580.95.05", "580.65.06") is True and version_at_least("x", "1") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "count", "visible", "reason"),
+    [
+        # torch 2.14.1 _parse_visible_devices / _device_count_nvml (S-TORCH2141-VISIBLE)
+        ("", 2, 0, "empty"),
+        ("-1", 2, 0, "invalid"),
+        ("0,0", 2, 0, "repeated"),  # a repeated ordinal empties the list
+        ("1,-1,0", 2, 1, "invalid"),  # a negative entry ends the list
+        ("0,3,1", 2, 1, "missing-index"),  # cut at the first index that does not exist
+        ("1gpu2,0", 4, 2, None),  # read like strtoul: '1gpu2' is 1
+        ("1", 4, 1, None),
+        ("GPU-aaa,GPU-aaa", 2, 0, "repeated"),
+        ("MIG-aaa", 2, None, None),  # depends on UUIDs
+    ],
+)
+def test_cuda_visible_devices(value: str, count: int, visible: int | None, reason: str | None) -> None:
+    from gpuplan.compat.visible import visibility
+
+    seen = visibility(value, count)
+    assert (seen.visible, seen.reason) == (visible, reason)

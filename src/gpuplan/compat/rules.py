@@ -17,6 +17,7 @@ from gpuplan.compat.environment import Environment, GpuInfo
 from gpuplan.compat.findings import Finding, Severity, sort_findings
 from gpuplan.compat.install import plan_install, request_from_environment
 from gpuplan.compat.versions import local_tag, major_minor, parse_version
+from gpuplan.compat.visible import visibility
 from gpuplan.units import GIB, format_bytes
 
 Rule = Callable[[Environment], list[Finding]]
@@ -447,35 +448,39 @@ def rule_visible_devices(env: Environment) -> list[Finding]:
     count = len(env.nvidia.gpus)
     if value is None or count == 0:
         return []
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or items[0] in ("-1", "none", "NoDevFiles"):
+    seen = visibility(value, count)
+    src = ("S-TORCH2141-VISIBLE",)
+    why = {
+        "empty": "it is empty",
+        "repeated": "an entry is repeated, which makes the whole list empty",
+        "invalid": "an entry is negative or not a number, which ends the list",
+        "missing-index": f"it names a GPU index that does not exist ({count} GPU(s)), which ends the list",
+    }
+    if seen.visible == 0:
         return [Finding(
             Severity.WARNING, "GPUS_HIDDEN",
-            f"CUDA_VISIBLE_DEVICES={value!r} hides all {count} GPU(s) from CUDA: torch.cuda.device_count() "
-            "is 0.",
-            "unset CUDA_VISIBLE_DEVICES, or set it to the GPU indices to use (e.g. 0,1).",
+            f"CUDA_VISIBLE_DEVICES={value!r} hides all {count} GPU(s) from CUDA because "
+            f"{why.get(seen.reason or '', 'of its value')}: torch.cuda.device_count() is 0.",
+            "unset CUDA_VISIBLE_DEVICES, or set it to distinct GPU indices (e.g. 0,1) or UUIDs from "
+            "nvidia-smi -L.",
+            src,
         )]
-    if all(re.fullmatch(r"\d+", v) for v in items):
-        visible = []
-        for v in items:  # CUDA stops at the first invalid index
-            if int(v) >= count:
-                break
-            visible.append(v)
-        if len(visible) < len(items):
-            return [Finding(
-                Severity.WARNING, "GPUS_HIDDEN",
-                f"CUDA_VISIBLE_DEVICES={value!r} names a GPU index that does not exist ({count} GPU(s)); "
-                "CUDA "
-                f"ignores it and everything after it, so only {len(visible)} GPU(s) are visible.",
-                f"Use indices 0-{count - 1}.",
-            )]
-        if len(set(visible)) < count:
-            return [Finding(
-                Severity.INFO, "GPUS_SUBSET",
-                f"CUDA_VISIBLE_DEVICES={value!r}: {len(set(visible))} of {count} GPUs are visible to CUDA "
-                "(renumbered from 0).",
-                "Nothing to do if intended.",
-            )]
+    if seen.visible is not None and seen.reason is not None:
+        return [Finding(
+            Severity.WARNING, "GPUS_HIDDEN",
+            f"CUDA_VISIBLE_DEVICES={value!r}: {why[seen.reason]}, so only {seen.visible} of the "
+            f"{seen.listed} listed GPU(s) are visible.",
+            f"Use distinct indices 0-{count - 1} (or UUIDs from nvidia-smi -L).",
+            src,
+        )]
+    if seen.visible is not None and seen.visible < count:
+        return [Finding(
+            Severity.INFO, "GPUS_SUBSET",
+            f"CUDA_VISIBLE_DEVICES={value!r}: {seen.visible} of {count} GPUs are visible to CUDA "
+            "(renumbered from 0).",
+            "Nothing to do if intended.",
+            src,
+        )]
     return []
 
 
@@ -485,10 +490,12 @@ def rule_alloc_conf(env: Environment) -> list[Finding]:
     if cuda_conf is not None and new_conf is not None and cuda_conf != new_conf:
         return [Finding(
             Severity.WARNING, "ALLOC_CONF_CONFLICT",
-            f"PYTORCH_CUDA_ALLOC_CONF={cuda_conf!r} and PYTORCH_ALLOC_CONF={new_conf!r} disagree; which one "
-            "a "
-            "given torch version reads was not verified by gpuplan.",
-            "Set only one of them (the same value in both is also safe).",
+            f"PYTORCH_CUDA_ALLOC_CONF={cuda_conf!r} and PYTORCH_ALLOC_CONF={new_conf!r} disagree. "
+            "Recent torch (the shared c10 AllocatorConfig, present in 2.14.1) reads PYTORCH_ALLOC_CONF "
+            "and ignores PYTORCH_CUDA_ALLOC_CONF when both are set; older torch reads only "
+            "PYTORCH_CUDA_ALLOC_CONF. The first release with the new rule was not pinned down by gpuplan.",
+            "Set only one of them: PYTORCH_ALLOC_CONF for recent torch, PYTORCH_CUDA_ALLOC_CONF for older.",
+            ("S-PT-ALLOCCONF",),
         )]
     return []
 
