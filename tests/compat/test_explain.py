@@ -199,3 +199,28 @@ def test_details_read_from_messages() -> None:
     assert any("ends at sm_90" in d for d in arch.details)
     nccl = explain_error(SAMPLES[12][2])
     assert nccl is not None and any("600 s" in d for d in nccl.details)
+
+
+def test_other_processes_are_named_with_their_memory() -> None:
+    # constructed in the current format with its optional process list (S-PT-CCA: "Process {pid} has {x}
+    # memory in use"); no real sample with this clause was at hand
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 23.65 GiB "
+            "of which 1.20 GiB is free. Process 4120 has 12.40 GiB memory in use. Including non-PyTorch memory, this "
+            "process has 10.00 GiB memory in use. Of the allocated memory 9.10 GiB is allocated by PyTorch, and 300.00 MiB "
+            "is reserved by PyTorch but unallocated.")
+    expl = explain_error(text)
+    assert expl is not None and expl.oom is not None and expl.oom_verdict is not None
+    assert expl.oom.other_processes_bytes == round(12.40 * GIB)
+    assert expl.oom_verdict.kind == "other-processes"
+    assert "Other processes hold 12.40 GiB" in expl.oom_verdict.actions[0]
+
+
+def test_hip_oom_is_the_same_family() -> None:
+    # constructed in the ROCm wording of errors.md section 10 ("HIP out of memory ..."); numbers made up
+    text = ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 191.98 "
+            "GiB of which 1.50 GiB is free. Of the allocated memory 180.00 GiB is allocated by PyTorch, and 8.00 GiB is "
+            "reserved by PyTorch but unallocated.")
+    expl = explain_error(text)
+    assert expl is not None and expl.family == "cuda-oom" and expl.oom is not None
+    assert expl.oom.total_bytes == round(191.98 * GIB)
+    assert expl.oom_verdict is not None and expl.oom_verdict.kind == "fragmentation"

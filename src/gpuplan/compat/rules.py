@@ -56,10 +56,14 @@ def _is_windows(env: Environment) -> bool:
 def rule_no_gpu(env: Environment) -> list[Finding]:
     if env.nvidia.gpus or env.rocm.gpus:
         return []
-    if env.nvidia.smi_present and env.nvidia.problem:
+    problem = env.nvidia.problem
+    # NVML's "Library Not Found" means no driver at all; any other NVML or nvidia-smi failure means the
+    # user-space driver is there but cannot reach the kernel driver
+    if problem and (env.nvidia.smi_present or "Library Not Found" not in problem):
+        tool = "nvidia-smi" if env.nvidia.smi_present else "The NVIDIA driver library (NVML)"
         return [Finding(
             Severity.ERROR, "DRIVER_NOT_WORKING",
-            f"nvidia-smi is installed but failed: {env.nvidia.problem!r}. The NVIDIA kernel driver is not "
+            f"{tool} is installed but failed: {problem!r}. The NVIDIA kernel driver is not "
             "loaded or does not match the installed user-space tools, so CUDA cannot see any GPU.",
             "Reboot after a driver or kernel update; if that does not help, reinstall the driver for the "
             "running "
@@ -74,7 +78,10 @@ def rule_no_gpu(env: Environment) -> list[Finding]:
         )]
     where = "WSL: " if env.platform.wsl else ""
     nothing = "No NVIDIA driver (no NVML library, no nvidia-smi) and no ROCm GPU were found"
-    if env.nvidia.smi_present:
+    if env.nvidia.driver_version:
+        nothing = (f"The NVIDIA driver {env.nvidia.driver_version} is installed but lists no GPU, and no "
+                   "ROCm GPU was found")
+    elif env.nvidia.smi_present:
         nothing = "nvidia-smi ran but listed no NVIDIA GPU, and no ROCm GPU was found"
     meaning = ("PyTorch can only use the CPU on this machine: torch.cuda.is_available() is False. "
                "gpuplan estimate / fit / plan still work, because they simulate the target GPU.")
