@@ -133,3 +133,14 @@ def test_recording_this_machine_and_replaying_it_gives_the_same_environment(tmp_
     replayed = probe(RecordedFacts(yaml.safe_load(recorder.dump())), "x")
     assert replayed == live
     assert diagnose(replayed) == diagnose(live)
+
+
+def test_verbatim_query_output_of_a_recent_driver() -> None:
+    # nvidia-smi -q of driver 565.57.01 kept verbatim (see the fixture's recorded_from): "ECC Mode" is
+    # capitalised there, where older drivers print "Ecc Mode"
+    env = _env("h100_r565_real_q_torch2110_pypi")
+    assert (env.nvidia.driver_version, env.nvidia.driver_cuda) == ("565.57.01", "12.7")
+    gpu = env.nvidia.gpus[0]
+    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.cc == "9.0"
+    assert gpu.memory_total_bytes == 81559 * 2**20 and gpu.memory_used_bytes == 1 * 2**20
+    assert (gpu.mig_mode, gpu.ecc, gpu.processes) == (False, True, 0)

@@ -111,7 +111,8 @@ def parse_smi_query(text: str) -> SmiReport:
             elif key == "CUDA Version":
                 report.cuda_version = _version(value)
             continue
-        title = sections[-1][1] if sections else None
+        # section titles changed case across driver versions ("Ecc Mode" -> "ECC Mode")
+        title = sections[-1][1].lower() if sections else None
         if title is None:
             if key == "Product Name":
                 gpu.name = value
@@ -121,15 +122,15 @@ def parse_smi_query(text: str) -> SmiReport:
                 gpu.mig_devices = 0
             elif key == "Processes" and none_listed:
                 gpu.processes = 0
-        elif title == "MIG Mode" and key == "Current":
+        elif title == "mig mode" and key == "Current":
             gpu.mig_mode = _enabled(value)
-        elif title == "FB Memory Usage" and key in ("Total", "Used"):
+        elif title == "fb memory usage" and key in ("Total", "Used"):
             amount = _memory_bytes(value)
             if key == "Total":
                 gpu.memory_total_bytes = amount
             else:
                 gpu.memory_used_bytes = amount
-        elif title == "Ecc Mode" and key == "Current":
+        elif title == "ecc mode" and key == "Current":
             gpu.ecc = _enabled(value)
         elif key == "Process ID" and any(t == "Processes" for _, t in sections):
             gpu.processes = (gpu.processes or 0) + 1
