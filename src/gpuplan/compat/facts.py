@@ -180,10 +180,10 @@ class RecordedFacts:
         return value if isinstance(value, Mapping) else {}
 
     def platform(self) -> Mapping[str, str]:
-        return {str(k): str(v) for k, v in self._section("platform").items()}
+        return {str(k): str(v) for k, v in self._section("platform").items() if v is not None}
 
     def env(self) -> Mapping[str, str]:
-        return {str(k): str(v) for k, v in self._section("env").items()}
+        return {str(k): str(v) for k, v in self._section("env").items() if v is not None}
 
     def run(self, argv: Sequence[str]) -> CommandOutput | None:
         value = self._section("commands").get(command_key(argv))
