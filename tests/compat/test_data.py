@@ -18,10 +18,10 @@ DATA = resources.files("gpuplan.compat").joinpath("data")
 
 def test_every_source_id_in_the_data_resolves_in_sources_md() -> None:
     sources = DATA.joinpath("sources.md").read_text(encoding="utf-8")
-    defined = set(re.findall(r"^\|\s*(S-[A-Z0-9-]+)\s*\|", sources, re.MULTILINE))
+    defined = set(re.findall(r"^\|\s*(S-[A-Z0-9.-]+)\s*\|", sources, re.MULTILINE))
     for name in ("torch_wheels.yaml", "drivers.yaml", "gpus.yaml", "errors.yaml"):
         text = DATA.joinpath(name).read_text(encoding="utf-8")
-        used = set(re.findall(r"\bS-[A-Z0-9]+(?:-[A-Z0-9]+)*", text))
+        used = set(re.findall(r"\bS-[A-Z0-9]+(?:[-.][A-Z0-9]+)*", text))
         assert used <= defined, (name, sorted(used - defined))
 
 
