@@ -1,0 +1,59 @@
+"""``gpuplan plan MODEL --gpus N --gpu GPU [--nodes M] [--tp T] [--pp P] [--dp D] [--zero S | --fsdp]
+[--global-batch-size G] [--micro-batch-size m] [workload flags] [--emit torchrun|deepspeed|accelerate]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuplan.cli._workload import _int, add_json_argument, add_model_argument, add_workload_arguments, workload_from_args
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("--gpus", type=_int, required=True, metavar="N", help="total GPUs")
+    parser.add_argument("--gpu", required=True, help="GPU type (catalog name)")
+    g = parser.add_argument_group("cluster")
+    g.add_argument("--nodes", type=_int, default=None, metavar="M")
+    g.add_argument("--gpus-per-node", type=_int, default=None, metavar="K")
+    g.add_argument("--inter-node-gbps", type=float, default=None, metavar="GBPS",
+                   help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)")
+    lay = parser.add_argument_group("layout (left open: searched)")
+    lay.add_argument("--tp", type=_int, default=None)
+    lay.add_argument("--pp", type=_int, default=None)
+    lay.add_argument("--dp", type=_int, default=None)
+    shard = lay.add_mutually_exclusive_group()
+    shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
+    shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
+    lay.add_argument("--global-batch-size", type=_int, default=None, metavar="G")
+    lay.add_argument("--micro-batch-size", type=_int, default=None, metavar="m")
+    add_workload_arguments(parser)
+    parser.add_argument("--emit", choices=("torchrun", "deepspeed", "accelerate"), default=None,
+                        help="print the launch configuration for this engine")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.parallel import emit as emitters
+    from gpuplan.parallel.plan import plan
+
+    workload = workload_from_args(args)
+    p = plan(args.model, gpus=args.gpus, gpu=args.gpu, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+             inter_node_gbps=args.inter_node_gbps, dp=args.dp, tp=args.tp, pp=args.pp, zero=args.zero,
+             fsdp=args.fsdp, global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size,
+             workload=workload)
+    emitted = emitters.emit(p, args.emit) if args.emit else None
+    note = emitters.layout_engine_note(p.best.layout, args.emit) if args.emit else None
+    if args.json:
+        out = p.to_dict()
+        if emitted is not None:
+            out["emit"] = {"engine": args.emit, "text": emitted, "note": note}
+        print(json.dumps(out, indent=2))
+    else:
+        print(p)
+        if emitted is not None:
+            print(f"\n--- {args.emit} ---")
+            if note:
+                print(f"# note: {note}")
+            print(emitted, end="")
+    return 0 if p.fits else 1

@@ -1,0 +1,274 @@
+"""Per-rank memory and step time of one layout, from the traced profile (pure arithmetic).
+
+Memory: the traced parameters, gradients and optimizer state are split over pipeline stages
+(blocks evenly, embeddings on the first stage, the head on the last), over tensor-parallel ranks
+(Megatron splits every linear layer and the vocabulary) and over the sharding group of the
+engine (DeepSpeed ZeRO stage / FSDP2); activations of one micro-batch are those traced, sharded by
+TP (and SP) and multiplied by the micro-batches a stage holds in flight; communication buffers are
+the engine's (DeepSpeed buckets, FSDP2 unsharded blocks, pipeline send/receive tensors).
+
+Time: per micro-batch, each stage runs its blocks' traced forward/backward time ÷ tp plus the
+TP collectives (not overlapped); a pipeline runs ``(m + (p−1)/v)`` micro-batch slots of the
+slowest stage; data-parallel gradient traffic overlaps the last backward as the engine does it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
+from gpuplan.parallel.layout import Layout
+from gpuplan.parallel.profile import ModelProfile
+from gpuplan.parallel.topology import Topology
+from gpuplan.parallel.zero import model_states_bytes
+
+CPU_ADAM_PARAMS_PER_S = 1e9
+"""Assumed DeepSpeed CPU-Adam rate per GPU's share of host cores (not measured here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    kind: str
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    buffers_bytes: int
+    overhead_bytes: int
+    """CUDA context and library workspaces."""
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.overhead_bytes)
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"kind": self.kind, "total_bytes": self.total_bytes, "parameters": self.params_bytes,
+                "gradients": self.grads_bytes, "optimizer_state": self.optimizer_bytes,
+                "activations": self.activations_bytes, "communication_buffers": self.buffers_bytes,
+                "cuda_context_and_workspaces": self.overhead_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    layout: Layout
+    ranks: tuple[RankMemory, ...]
+    step_time_s: float
+    time_parts_s: dict[str, float] = field(default_factory=dict)
+    """compute, pipeline_bubble, tp_comm, pp_comm, dp_comm_exposed, optimizer."""
+
+    @property
+    def per_gpu_peak_bytes(self) -> int:
+        return max(r.total_bytes for r in self.ranks)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Everything a layout is evaluated against (fixed for one plan)."""
+
+    profile: ModelProfile
+    topology: Topology
+    usable_bytes: int
+    overhead_bytes: int
+
+
+def bucket_elements(rank_params: float) -> int:
+    """DeepSpeed ZeRO-1/2 reduce and all-gather bucket size we emit: 2e8 elements (Hugging Face's
+    recommended value), smaller for small models so buckets never exceed an eighth of the shard."""
+    return int(min(2e8, max(1e6, rank_params / 8)))
+
+
+def zero3_buckets(hidden: int) -> tuple[int, int, int]:
+    """(reduce_bucket_size, stage3_prefetch_bucket_size, stage3_param_persistence_threshold) as the
+    Hugging Face DeepSpeed integration sets 'auto': h², 0.9·h², 10·h."""
+    return hidden * hidden, int(0.9 * hidden * hidden), 10 * hidden
+
+
+def _stage_params(p: ModelProfile, pp: int) -> tuple[float, float]:
+    """Parameters held by the (first, last) pipeline stage, before tensor parallelism."""
+    if pp == 1:
+        return float(p.params_count), float(p.params_count)
+    blocks = p.block_params * p.layers / pp
+    head = p.outer_params - p.embedding_params
+    tied = head < p.vocab * p.hidden / 2
+    # Megatron keeps a copy of tied word embeddings on the last stage for the output layer.
+    last = blocks + head + (p.vocab * p.hidden if tied else 0)
+    return blocks + p.embedding_params, last
+
+
+def _inflight(layout: Layout) -> float:
+    """Micro-batches of activations the first stage holds (1F1B: pp; interleaved: more)."""
+    if layout.pp == 1:
+        return 1.0
+    n = min(layout.pp, layout.grad_accum)
+    if layout.schedule == "interleaved" and layout.virtual_stages > 1:
+        return n * (1 + (layout.pp - 1) / (layout.pp * layout.virtual_stages))
+    return float(n)
+
+
+def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, float, float, float]:
+    """(params, grads, optimizer, buffers) bytes of one rank holding ``rank_params`` parameters."""
+    p = ctx.profile
+    pb, gb, ob = p.param_bytes_per_param, p.grad_bytes_per_param, p.optimizer_bytes_per_param
+    cb = p.compute_bytes
+    block_rank = p.block_params / layout.tp
+    if layout.fsdp:
+        shard = layout.shard_group
+        unsharded = (cb * block_rank * p.layers / layout.pp if not layout.reshard_after_forward
+                     else 2 * cb * block_rank)  # current block + the one prefetched
+        buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
+        return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
+    if layout.engine == "deepspeed":
+        # DeepSpeed mixed precision: 16-bit params and grads + fp32 master, fp32 grad partition and
+        # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam).
+        k = 4 + 4 + ob
+        stage = layout.zero
+        largest = min(p.largest_layer_params, rank_params)
+        if stage == 3:
+            ms = model_states_bytes(rank_params, 3, layout.dp, k=k, grad_bytes=0)
+            red, prefetch, _ = zero3_buckets(p.hidden)
+            buffers = 4 * largest + 2 * (prefetch + red)
+        else:
+            ms = model_states_bytes(rank_params, stage, layout.dp, k=k)
+            buffers = 2 * 2 * bucket_elements(rank_params)
+        params, grads, opt = ms.params_bytes, ms.grads_bytes, ms.optimizer_bytes
+        if layout.offload_optimizer:
+            opt = 0.0
+            grads = 0.0 if stage <= 2 else grads  # DeepSpeed's estimator: ZeRO-2 offload keeps 2·P
+        if layout.offload_params and stage == 3:
+            params = 0.0
+        return params, grads, opt, buffers
+    return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
+
+
+def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
+    p = ctx.profile
+    scale = layout.micro_batch_size / p.micro_batch
+    tp = layout.tp
+    sp = layout.sequence_parallel and tp > 1
+    rep = p.block_act_replicated_bytes
+    blk = (p.block_act_bytes - rep) / tp + rep / (tp if sp else 1)
+    per_stage_layers = p.layers / layout.pp
+    first_p, last_p = _stage_params(p, layout.pp)
+    transient = p.transient_bytes / tp
+    p2p = 0.0
+    if layout.pp > 1:
+        p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1)
+    kinds: list[tuple[str, float, float]] = []
+    if layout.pp == 1:
+        act = blk * p.layers + p.first_act_bytes / tp + p.last_act_bytes / tp
+        kinds.append(("every rank", first_p / tp, act))
+    else:
+        n = _inflight(layout)
+        kinds.append(("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n))
+        kinds.append(("last stage", last_p / tp, blk * per_stage_layers + p.last_act_bytes / tp))
+    out = []
+    for kind, rank_params, act in kinds:
+        params, grads, opt, buffers = _states(ctx, layout, rank_params)
+        out.append(RankMemory(kind, int(params), int(grads), int(opt), int((act + transient) * scale),
+                              int(buffers + p2p), ctx.overhead_bytes))
+    return tuple(out)
+
+
+def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
+    p, topo = ctx.profile, ctx.topology
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    scale = layout.micro_batch_size / p.micro_batch
+    cb = p.compute_bytes
+    tp_group = group(topo, tp, 1)
+    dp_group = group(topo, dp, tp)
+    shard_group = group(topo, layout.shard_group, tp)
+    # ---- one micro-batch on the slowest stage ------------------------------------------------
+    bf, bb = p.block_time.at(scale)
+    ff, fb = p.first_time.at(scale)
+    lf, lb = p.last_time.at(scale)
+    layers = p.layers / pp
+    stage_f = [layers * bf / tp + (ff / tp if i == 0 else 0) + (lf / tp if i == pp - 1 else 0) for i in (0, pp - 1)]
+    stage_b = [layers * bb / tp + (fb / tp if i == 0 else 0) + (lb / tp if i == pp - 1 else 0) for i in (0, pp - 1)]
+    slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
+    # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
+    # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
+    act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * cb
+    per_block = 4 + (2 if layout.checkpointing == "full" else 0)
+    tp_s = layers * per_block * all_reduce_s(tp_group, act_bytes) if tp > 1 else 0.0
+    # FSDP2 / ZeRO-3: parameters gathered per micro-batch (twice if resharded after forward) and
+    # gradients reduce-scattered, prefetched one block ahead so only the excess over compute shows.
+    shard_exposed = 0.0
+    stage_params = p.params_count / pp / tp
+    if (layout.fsdp or layout.zero == 3) and layout.shard_group > 1:
+        gathers = 2 if (layout.zero == 3 or layout.reshard_after_forward) else 1
+        ag = all_gather_s(shard_group, cb * stage_params)
+        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if layout.fsdp else 2) * stage_params)
+        fwd_c, bwd_c = max(stage_f), max(stage_b)
+        first_block = all_gather_s(shard_group, cb * p.block_params / tp)
+        shard_exposed = (max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block)
+    slot = slot_compute + tp_s + shard_exposed
+    # ---- pipeline -------------------------------------------------------------------------------
+    m = layout.grad_accum
+    v = layout.virtual_stages if layout.schedule == "interleaved" else 1
+    bubble_slots = (pp - 1) / v if pp > 1 else 0.0
+    pp_s = 0.0
+    if pp > 1:
+        p2p_group = Group(2, _p2p_bw(topo, tp * dp), group(topo, 2, tp * dp).latency_s, False)
+        msg = act_bytes / (tp if layout.sequence_parallel and tp > 1 else 1)
+        pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
+    compute = m * slot
+    bubble = bubble_slots * slot
+    # ---- data-parallel gradients ----------------------------------------------------------------
+    dp_exposed = 0.0
+    if dp > 1 and not layout.fsdp and layout.zero != 3:
+        grad_b = p.grad_bytes_per_param if layout.engine == "torch" else 2
+        if layout.zero in (1, 2):
+            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(dp_group, 2 * stage_params)
+            tail = all_gather_s(dp_group, 2 * stage_params)  # updated params gathered after the step
+        else:
+            comm = all_reduce_s(dp_group, grad_b * stage_params)
+            tail = 0.0
+        if pp > 1:
+            dp_exposed = comm  # after the pipeline flush (Megatron / DeepSpeed pipeline engine)
+        else:
+            window = max(stage_b)  # overlaps the last micro-batch's backward (DDP/ZeRO buckets)
+            dp_exposed = max(comm - tail - window, 0.05 * comm) + tail
+    elif layout.fsdp and layout.hsdp_shard and layout.hsdp_shard < dp:
+        replicas = group(topo, dp // layout.hsdp_shard, tp * layout.hsdp_shard)
+        dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / layout.hsdp_shard)
+    # ---- optimizer --------------------------------------------------------------------------
+    updated = stage_params / (layout.shard_group if layout.shard_group > 1 else 1)
+    if layout.offload_optimizer:
+        pcie = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else 25.0
+        opt = updated / CPU_ADAM_PARAMS_PER_S + 4 * updated / (pcie * 1e9)
+    else:
+        opt = p.optimizer_s_per_param * updated
+    parts = {"compute": compute, "pipeline_bubble": bubble, "tp_comm": m * tp_s, "pp_comm": pp_s,
+             "shard_comm_exposed": m * shard_exposed, "dp_comm_exposed": dp_exposed, "optimizer": opt}
+    total = compute + bubble + pp_s + dp_exposed + opt
+    parts["compute"] = m * slot_compute
+    return total, parts
+
+
+def _p2p_bw(topo: Topology, stride: int) -> float:
+    """Point-to-point between adjacent pipeline stages: one NVLink path or one NIC."""
+    if stride < topo.gpus_per_node and topo.gpus_per_node > 1:
+        return topo.intra_gb_per_s * topo.intra_efficiency
+    return topo.inter_gb_per_s * topo.inter_efficiency
+
+
+def evaluate(ctx: Context, layout: Layout) -> Evaluation:
+    ranks = memory(ctx, layout)
+    total, parts = step_time(ctx, layout)
+    return Evaluation(layout, ranks, total, parts)
+
+
+def flops_per_step(p: ModelProfile, layout: Layout) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one optimizer step over all GPUs."""
+    samples = layout.global_batch
+    return p.model_flops_per_sample * samples, p.hw_flops_per_sample * samples
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b) if b else 0
+
+
+__all__ = ["Context", "Evaluation", "RankMemory", "bucket_elements", "ceil_div", "evaluate", "flops_per_step",
+           "math", "memory", "step_time", "zero3_buckets"]

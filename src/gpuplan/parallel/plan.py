@@ -1,0 +1,200 @@
+"""``gpuplan.parallel.plan``: the best layout of a training step over N GPUs, and the runners-up.
+
+The model is traced once (``profile.profile_model``); every layout is then evaluated from that
+trace (``evaluate``). When no layout fits without activation checkpointing, the step is traced a
+second time with full checkpointing; when none fits with it, offload layouts are added.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.errors import LayoutError
+from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
+from gpuplan.parallel.profile import ModelProfile, profile_model
+from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
+from gpuplan.parallel.topology import Topology, make_topology
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    model: str
+    gpu: GPU
+    topology: Topology
+    workload: Workload
+    profile: ModelProfile
+    best: Evaluation
+    alternatives: tuple[tuple[Evaluation, str], ...]
+    layouts_considered: int
+    search_s: float
+    trace_s: float
+    usable_bytes: int
+    assumptions: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- headline numbers ------------------------------------------------------------------
+    @property
+    def fits(self) -> bool:
+        return self.best.per_gpu_peak_bytes <= self.usable_bytes
+
+    @property
+    def per_gpu_peak_bytes(self) -> int:
+        return self.best.per_gpu_peak_bytes
+
+    @property
+    def step_time_s(self) -> float:
+        return self.best.step_time_s
+
+    @property
+    def gpus(self) -> int:
+        return self.best.layout.gpus
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.best.layout.global_batch * self.profile.seq_len / self.step_time_s / self.gpus
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.best.layout.global_batch / self.step_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        _, hw = flops_per_step(self.profile, self.best.layout)
+        return hw / self.step_time_s / self.gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        model, _ = flops_per_step(self.profile, self.best.layout)
+        peak = self.profile.peak_tflops * 1e12
+        return model / self.step_time_s / self.gpus / peak if peak else 0.0
+
+    @property
+    def layouts_per_s(self) -> float:
+        return self.layouts_considered / self.search_s if self.search_s > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        from gpuplan.parallel.render import plan_to_dict
+
+        return plan_to_dict(self)
+
+    def __str__(self) -> str:
+        from gpuplan.parallel.render import render_plan
+
+        return render_plan(self)
+
+
+def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | None = None,
+         gpus_per_node: int | None = None, inter_node_gbps: float | None = None, dp: int | None = None,
+         tp: int | None = None, pp: int | None = None, zero: int | None = None, fsdp: bool | None = None,
+         global_batch_size: int | None = None, micro_batch_size: int | None = None,
+         workload: Workload | None = None, max_alternatives: int = 5, **workload_fields: Any) -> Plan:
+    """Best layout of one training step of ``model`` on ``gpus`` GPUs of type ``gpu``.
+
+    Degrees left as None are searched. Example::
+
+        p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
+        p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
+    """
+    from gpuplan.estimate import make_workload
+    from gpuplan.hardware import GPU, get_gpu
+    from gpuplan.memory.overheads import overheads_for
+    from gpuplan.models.sources import ModelSource, resolve_model
+
+    w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
+    target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
+    topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
+    source = model if isinstance(model, ModelSource) else resolve_model(model)
+    if zero is not None and fsdp:
+        raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
+    gb = global_batch_size or gpus * w.batch_size * w.grad_accum
+    if gb < 1:
+        raise LayoutError(f"global batch must be at least 1, got {gb}")
+    cfg = dict(getattr(source, "config_dict", None) or {})
+    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head") or 0)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    layers = max(source.layer_counts().values(), default=1)
+    base = Constraints(gpus=gpus, global_batch=gb, dp=dp, tp=tp, pp=pp, zero=zero, fsdp=fsdp,
+                       micro_batch=micro_batch_size, checkpointing=w.checkpointing)
+    validate(base, heads=heads, kv_heads=kv, layers=layers)
+
+    over = overheads_for(arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability,
+                         trains=True)
+    usable = target.usable_memory_bytes
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    trace_w = w.with_(batch_size=micro_batch_size or w.batch_size, grad_accum=1)
+    prof = profile_model(source, trace_w, target)
+    trace_s = time.perf_counter() - t0
+    ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
+    t1 = time.perf_counter()
+    evals, n = rank(ctx, candidates(base, heads=heads, kv_heads=kv, layers=prof.layers,
+                                    gpus_per_node=topo.gpus_per_node))
+    search_s = time.perf_counter() - t1
+    if not evals:
+        raise LayoutError(f"no layout of {gpus} GPUs can run {source.name} with global batch {gb} "
+                          "under the given constraints (check divisibility of heads, layers and batch)")
+    if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
+        t0 = time.perf_counter()
+        prof2 = profile_model(source, trace_w.with_(checkpointing="full"), target)
+        trace_s += time.perf_counter() - t0
+        ctx2 = Context(prof2, topo, usable, ctx.overhead_bytes)
+        t1 = time.perf_counter()
+        evals2, n2 = rank(ctx2, candidates(Constraints(**{**_fields(base), "checkpointing": "full"}), heads=heads,
+                                           kv_heads=kv, layers=prof2.layers, gpus_per_node=topo.gpus_per_node))
+        search_s += time.perf_counter() - t1
+        n += n2
+        if evals2 and evals2[0].per_gpu_peak_bytes <= usable:
+            notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
+            evals, prof, ctx = evals2, prof2, ctx2
+    if evals[0].per_gpu_peak_bytes > usable:
+        t1 = time.perf_counter()
+        evals3, n3 = rank(ctx, candidates(Constraints(**{**_fields(base), "offload": True,
+                                                         "checkpointing": prof.workload.checkpointing}),
+                                          heads=heads, kv_heads=kv, layers=prof.layers,
+                                          gpus_per_node=topo.gpus_per_node))
+        search_s += time.perf_counter() - t1
+        n += n3
+        if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
+            notes.append("nothing fits on the GPUs alone: DeepSpeed CPU offload layouts considered")
+            evals = evals3
+    best = evals[0]
+    alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
+    assumptions = (
+        *prof.assumptions, topo.describe(),
+        "rank order tp (inside a node) → dp → pp (Megatron); TP collectives not overlapped with compute",
+        "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets) "
+        "when pp = 1, and follows the pipeline flush when pp > 1",
+        "memory: CUDA context and cuBLAS workspaces added per rank; allocator fragmentation and NCCL "
+        "internal buffers not counted",
+        *notes,
+    )
+    return Plan(model=source.name, gpu=target, topology=topo, workload=prof.workload, profile=prof, best=best,
+                alternatives=alts, layouts_considered=n, search_s=search_s, trace_s=trace_s, usable_bytes=usable,
+                assumptions=assumptions)
+
+
+def _fields(c: Constraints) -> dict[str, Any]:
+    return {f: getattr(c, f) for f in c.__dataclass_fields__}
+
+
+def _distinct(evals: list[Evaluation], n: int) -> list[Evaluation]:
+    """The next ``n`` layouts that differ in degrees or sharding (not just micro-batch) from each other."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[Evaluation] = []
+    for e in evals:
+        lay = e.layout
+        key = (lay.dp, lay.tp, lay.pp, lay.sharding, lay.reshard_after_forward, lay.schedule, lay.offload_optimizer)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+        if len(out) > n:
+            break
+    return out

@@ -1,0 +1,293 @@
+"""What the planner needs from one traced step: per-block and outside-block quantities.
+
+The model is traced ONCE, with 3 repeated blocks (``gpuplan.trace.runner.StepRunner``), at one
+micro-batch ``m0``. Everything a layout changes is then arithmetic on that trace:
+
+* model states (parameters, gradients, optimizer state) per block and outside the blocks, from
+  the parameter tensors of the built model and the storages the trace recorded;
+* activations live at the end of the forward, by module: those of the middle block are one
+  block's worth, the rest (embeddings, logits, loss) sit on the first/last pipeline stage; the
+  largest excess over that during backward (recompute working set, loss gradients) is the
+  "transient" term;
+* time per block and outside the blocks, from ``gpuplan.perf.step_time`` on subsets of the
+  traced ops (the cost model is per-op and additive, so a subset's time is its share).
+
+Quantities per micro-batch scale linearly with the micro-batch (fixed kernel-launch overhead
+aside); that is the one extrapolation the planner makes, and it says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuplan.estimate import TracedStep
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.trace.records import OpRecord, RawTrace
+    from gpuplan.workload import Workload
+
+TRACED_BLOCKS = 3
+MIDDLE = 1
+_TRAIN_PHASES = ("forward", "loss", "backward")
+# Activations Megatron-style tensor parallelism leaves replicated on every TP rank (without
+# sequence parallelism): the block's residual stream, layer norms, and the dropouts after the
+# row-parallel projections (Korthikanti et al. 2022, Sec. 4.2.1: the 10·sbh term).
+_REPLICATED = re.compile(r"(^$)|((^|\.)[^.]*(ln|norm)[^.]*$)|(resid_dropout$)|(^mlp\.dropout$)|(^dropout$)")
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTime:
+    forward_s: float
+    backward_s: float
+    overhead_s: float
+    """Kernel-launch overhead inside forward_s + backward_s (does not scale with the micro-batch)."""
+
+    def at(self, scale: float) -> tuple[float, float]:
+        """(forward, backward) seconds at ``scale`` × the traced micro-batch."""
+        f_over = self.overhead_s * (self.forward_s / (self.forward_s + self.backward_s or 1.0))
+        b_over = self.overhead_s - f_over
+        return (f_over + (self.forward_s - f_over) * scale, b_over + (self.backward_s - b_over) * scale)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """Per-block and outside-block quantities of one traced step (micro-batch ``micro_batch``)."""
+
+    name: str
+    workload: Workload
+    micro_batch: int
+    seq_len: int
+    layers: int
+    """Repeated blocks in the full model (1 when the model has none that can be split)."""
+    hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    ffn: int
+    params_count: int
+    block_params: int
+    outer_params: int
+    """Parameters outside the repeated blocks (embeddings, final norm, untied head)."""
+    embedding_params: int
+    largest_layer_params: int
+    """Largest parameter count of one module's own parameters (DeepSpeed's ``largest_layer``)."""
+    param_bytes_per_param: float
+    """Bytes per parameter as the program holds them (4 for fp32 master weights under AMP)."""
+    grad_bytes_per_param: float
+    optimizer_bytes_per_param: float
+    compute_bytes: int
+    """Bytes of the compute dtype (2 under AMP/bf16/fp16, 4 in fp32)."""
+    block_act_bytes: int
+    block_act_replicated_bytes: int
+    """Part of ``block_act_bytes`` Megatron TP leaves replicated without sequence parallelism."""
+    first_act_bytes: int
+    """Activations outside the blocks held by the first pipeline stage (embedding outputs)."""
+    last_act_bytes: int
+    """Activations outside the blocks held by the last stage (final norm, logits, loss)."""
+    transient_bytes: int
+    """Largest excess over the end-of-forward activations during backward (one micro-batch)."""
+    block_time: PhaseTime
+    first_time: PhaseTime
+    last_time: PhaseTime
+    optimizer_s_per_param: float
+    block_model_flops: int
+    outer_model_flops: int
+    block_hw_flops: int
+    outer_hw_flops: int
+    peak_tflops: float
+    compute_dtype: str
+    assumptions: tuple[str, ...]
+
+    @property
+    def model_flops_per_sample(self) -> float:
+        return (self.layers * self.block_model_flops + self.outer_model_flops) / self.micro_batch
+
+    @property
+    def hw_flops_per_sample(self) -> float:
+        return (self.layers * self.block_hw_flops + self.outer_hw_flops) / self.micro_batch
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.seq_len
+
+
+def _cfg_int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return default
+
+
+def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
+    live: dict[int, int] = {}
+    for ev in trace.events[:event_count]:
+        if ev.size_bytes > 0:
+            live[ev.storage_id] = ev.size_bytes
+        else:
+            live.pop(ev.storage_id, None)
+    return live
+
+
+def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, int]:
+    """Own-parameter count of every module of the (reduced-depth) model, built on fake tensors."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with torch.device("cpu"), FakeTensorMode():
+        model = source.build(workload, layers or None)
+        out: dict[str, int] = {}
+        seen: set[int] = set()
+        for mod_name, mod in model.named_modules():
+            n = 0
+            for p in mod.parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    n += p.numel()
+            if n:
+                out[mod_name] = n
+    return out
+
+
+def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
+    """Trace ``workload`` once (3 repeated blocks) and split it into per-block quantities."""
+    from gpuplan.perf import step_time
+    from gpuplan.trace.runner import StepRunner, Target
+    from gpuplan.trace.scaling import category_vectors
+
+    if not workload.trains:
+        raise ConfigError(f"gpuplan plan covers training (--mode train), got --mode {workload.mode}")
+    counts = source.layer_counts()
+    if len(counts) > 1:
+        raise ConfigError(f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
+                          "the planner splits single-stack models (decoder-only/encoder-only) only")
+    cc = gpu.compute_capability or (9, 0)
+    key = next(iter(counts), None)
+    full_layers = counts[key] if key else 1
+    reduced = {key: min(TRACED_BLOCKS, full_layers)} if key else None
+    run = StepRunner(source, workload, Target(cuda=True, compute_capability=cc), layers=reduced).run()
+    trace = run.trace
+    container = run.containers.get(key or "", "")
+    traced_layers = reduced[key] if (reduced and key) else 1
+    middle_prefix = f"{container}.{MIDDLE}" if container and traced_layers == TRACED_BLOCKS else None
+    block_re = re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None
+
+    # ---- parameters by module -----------------------------------------------------------------
+    pmap = _param_map(source, workload, reduced)
+    traced_params = sum(pmap.values())
+    if block_re is not None:
+        block_params_traced = sum(n for m, n in pmap.items() if block_re.match(m))
+        block_params = block_params_traced // traced_layers
+        outer_params = traced_params - block_params_traced
+    else:
+        block_params, outer_params = traced_params, 0
+    if not container:
+        full_layers = 1
+    params_count = outer_params + block_params * full_layers
+    emb = sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared")))
+    largest = max(pmap.values()) if pmap else 0
+    by_cat = {c: sum(s.size_bytes for s in trace.storages.values() if s.category == c)
+              for c in ("parameters", "gradients", "optimizer_state")}
+    per_param = {c: v / max(run.params_count, 1) for c, v in by_cat.items()}
+
+    # ---- activations: end of forward, by module -----------------------------------------------
+    fe = max((i for i, p in enumerate(trace.points) if p.phase in ("forward", "loss")), default=-1)
+    if fe < 0:
+        raise ConfigError(f"the traced step of {source.name} has no forward phase")
+    live = _live_at(trace, trace.points[fe].event_count)
+    block_act = block_rep = outer_act = first_act = 0
+    for sid, size in live.items():
+        info = trace.storages[sid]
+        if info.category not in ("activations", "temporaries"):
+            continue
+        mod = info.module
+        if middle_prefix and (mod == middle_prefix or mod.startswith(middle_prefix + ".")):
+            block_act += size
+            if _REPLICATED.search(mod[len(middle_prefix) + 1:] if mod != middle_prefix else ""):
+                block_rep += size
+        elif block_re is not None and block_re.match(mod):
+            continue  # blocks 0 and 2: the middle block stands for every block
+        else:
+            outer_act += size
+            if "emb" in mod or mod.endswith((".drop", "wte", "wpe")):
+                first_act += size
+    if not middle_prefix:  # no blocks to split: the whole step's activations are one "block"
+        block_act, block_rep, outer_act, first_act = outer_act, outer_act, 0, 0
+    points = [i for i, p in enumerate(trace.points) if p.phase in _TRAIN_PHASES]
+    vecs = category_vectors(trace, points)
+    act_fe = vecs[fe]["activations"] + vecs[fe]["temporaries"] if fe in vecs else 0
+    transient = max((v["activations"] + v["temporaries"] - act_fe for v in vecs.values()), default=0)
+
+    # ---- time, from the cost model on subsets of the traced ops -------------------------------
+    ops = trace.ops
+
+    def subset_time(sel: list[OpRecord]) -> tuple[PhaseTime, int, int]:
+        if not sel:
+            return PhaseTime(0.0, 0.0, 0.0), 0, 0
+        st = step_time(_as_step(sel, run.params_count, run.param_bytes), gpu, workload)
+        fwd = st.by_phase_s.get("forward", 0.0) + st.by_phase_s.get("loss", 0.0)
+        bwd = st.by_phase_s.get("backward", 0.0)
+        return PhaseTime(fwd, bwd, st.overhead_s), st.model_flops, st.flops
+
+    train_ops = [op for op in ops if op.phase in _TRAIN_PHASES]
+    if middle_prefix:
+        mid_block = f"{container}:{MIDDLE}"
+        blk = [op for op in train_ops if op.block == mid_block]
+        outer = [op for op in train_ops if op.block is None]
+    else:
+        blk, outer = train_ops, []
+    block_time, block_mf, block_hf = subset_time(blk)
+    first_ops = [op for op in outer if "emb" in op.module or op.module.endswith(("wte", "wpe", ".drop"))]
+    last_ops = [op for op in outer if op not in first_ops]
+    first_time, first_mf, first_hf = subset_time(first_ops)
+    last_time, last_mf, last_hf = subset_time(last_ops)
+    opt_ops = [op for op in ops if op.phase in ("optimizer", "zero_grad")]
+    opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
+    full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
+
+    cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
+    hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
+    seq = workload.seq_len or getattr(source, "_default_seq_len", None) or _cfg_int(
+        cfg, "n_positions", "max_position_embeddings", default=1)
+    assumptions = (
+        f"traced once: {source.name} with {traced_layers} of {full_layers} blocks at micro-batch "
+        f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
+        "(launch overhead fixed)",
+        "TP shards every block activation except the residual stream, norms and output dropouts "
+        "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
+    )
+    return ModelProfile(
+        name=source.name, workload=workload, micro_batch=workload.batch_size, seq_len=int(seq),
+        layers=full_layers, hidden=hidden, heads=heads,
+        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads), vocab=_cfg_int(cfg, "vocab_size"),
+        ffn=_cfg_int(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
+        params_count=params_count, block_params=block_params, outer_params=outer_params,
+        embedding_params=emb, largest_layer_params=largest,
+        param_bytes_per_param=per_param["parameters"], grad_bytes_per_param=per_param["gradients"],
+        optimizer_bytes_per_param=per_param["optimizer_state"],
+        compute_bytes=2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4,
+        block_act_bytes=block_act, block_act_replicated_bytes=block_rep,
+        first_act_bytes=first_act, last_act_bytes=outer_act - first_act, transient_bytes=max(0, transient),
+        block_time=block_time, first_time=first_time, last_time=last_time,
+        optimizer_s_per_param=opt_s / max(run.params_count, 1),
+        block_model_flops=block_mf, outer_model_flops=first_mf + last_mf,
+        block_hw_flops=block_hf, outer_hw_flops=first_hf + last_hf,
+        peak_tflops=full.peak_tflops, compute_dtype=full.compute_dtype, assumptions=assumptions,
+    )
+
+
+def _as_step(ops: list[OpRecord], params_count: int, param_bytes: int) -> TracedStep:
+    """A TracedStep holding ``ops`` (count 1 each) for the per-op cost model."""
+    from gpuplan.estimate import TracedStep
+
+    return TracedStep(
+        ops=tuple(replace(op, count=1) if op.count != 1 else op for op in ops), tensor_peak_bytes=0,
+        tensor_components={}, peak_phase="", params_count=params_count, param_bytes=param_bytes,
+        block_counts={}, traced_blocks={}, rounded_peak_bytes=0, reserved_peak_bytes=0,
+        top_activation_modules=(), attention_backends={})

@@ -1,0 +1,146 @@
+"""Enumerate the layouts that can exist for N GPUs and rank them (fits, step time, memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gpuplan.errors import LayoutError
+from gpuplan.parallel.evaluate import Context, Evaluation, evaluate
+from gpuplan.parallel.layout import Layout, check_batch, check_degrees, check_model, check_sharding
+
+MAX_MICRO_BATCH = 32
+MAX_VIRTUAL_STAGES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What the user fixed; None leaves the degree open."""
+
+    gpus: int
+    global_batch: int
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    zero: int | None = None
+    fsdp: bool | None = None
+    micro_batch: int | None = None
+    checkpointing: str = "none"
+    offload: bool = False
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
+    """Refuse fixed degrees that cannot exist, with the arithmetic (before any search)."""
+    if c.dp is not None and c.tp is not None and c.pp is not None:
+        check_degrees(c.gpus, c.dp, c.tp, c.pp)
+    fixed = [(n, v) for n, v in (("dp", c.dp), ("tp", c.tp), ("pp", c.pp)) if v is not None]
+    prod = 1
+    for _, v in fixed:
+        if v < 1:
+            raise LayoutError(f"parallel degrees must be at least 1, got {fixed}")
+        prod *= v
+    if c.gpus % prod:
+        expr = "·".join(f"{n}({v})" for n, v in fixed)
+        raise LayoutError(f"{expr} = {prod} does not divide {c.gpus} GPUs ({c.gpus} mod {prod} = {c.gpus % prod})")
+    if c.tp is not None or c.pp is not None:
+        check_model(c.tp or 1, c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
+    check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1)
+    if c.dp is not None and c.micro_batch is not None:
+        check_batch(c.global_batch, c.dp, c.micro_batch)
+    elif c.dp is not None and c.global_batch % c.dp:
+        raise LayoutError(f"global batch {c.global_batch} is not divisible by dp({c.dp}) "
+                          f"({c.global_batch} mod {c.dp} = {c.global_batch % c.dp})")
+
+
+def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int) -> Iterator[Layout]:
+    tps = [c.tp] if c.tp else [t for t in divisors(c.gpus) if t <= gpus_per_node]
+    for tp in tps:
+        if (heads and heads % tp) or (kv_heads and kv_heads % tp and tp % kv_heads):
+            continue
+        rest = c.gpus // tp
+        pps = [c.pp] if c.pp else [p for p in divisors(rest) if p <= layers and layers % p == 0]
+        for pp in pps:
+            if rest % pp:
+                continue
+            dp = rest // pp
+            if c.dp is not None and dp != c.dp:
+                continue
+            if c.global_batch % dp:
+                continue
+            per_rank = c.global_batch // dp
+            mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
+            for m in mbs:
+                if per_rank % m:
+                    continue
+                ga = per_rank // m
+                for sched, v in _schedules(pp, layers, ga):
+                    for shard in _shardings(c, dp, tp, pp, gpus_per_node):
+                        yield Layout(dp=dp, tp=tp, pp=pp, micro_batch_size=m, grad_accum=ga, schedule=sched,
+                                     virtual_stages=v, checkpointing=c.checkpointing, sequence_parallel=tp > 1,
+                                     **shard)
+
+
+def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
+    if pp == 1:
+        return [("1f1b", 1)]
+    out = [("1f1b", 1)]
+    per_stage = layers // pp
+    # Megatron's interleaved schedule needs the micro-batch count to be a multiple of pp.
+    if ga % pp == 0:
+        out += [("interleaved", v) for v in (2, MAX_VIRTUAL_STAGES) if per_stage % v == 0]
+    return out
+
+
+def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[dict[str, object]]:
+    opts: list[dict[str, object]] = []
+    want_zero = c.zero is not None and not c.fsdp
+    if not c.fsdp:
+        stages = [c.zero] if want_zero else ([0, 1] + ([2, 3] if pp == 1 else []) if dp > 1 else [0])
+        for z in stages:
+            if z is None or (z >= 2 and pp > 1):
+                continue
+            opts.append({"zero": z})
+            if c.offload and z >= 2:
+                opts.append({"zero": z, "offload_optimizer": True})
+                if z == 3:
+                    opts.append({"zero": z, "offload_optimizer": True, "offload_params": True})
+    if (c.fsdp or (c.zero is None and c.fsdp is None)) and dp > 1 and pp == 1:
+        opts.append({"fsdp": True})
+        opts.append({"fsdp": True, "reshard_after_forward": False})
+        node_shard = max(1, gpn // tp)
+        if 1 < node_shard < dp and dp % node_shard == 0:
+            opts.append({"fsdp": True, "hsdp_shard": node_shard})
+    if c.fsdp and not opts:
+        opts.append({"fsdp": True})
+    return opts
+
+
+def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int]:
+    """Evaluate every layout; best first (fits, then step time, then peak memory)."""
+    evals = [evaluate(ctx, lay) for lay in layouts]
+    evals.sort(key=lambda e: (e.per_gpu_peak_bytes > ctx.usable_bytes, e.step_time_s, e.per_gpu_peak_bytes))
+    return evals, len(evals)
+
+
+_PART_NAMES = {"compute": "compute", "pipeline_bubble": "pipeline bubble", "tp_comm": "tensor-parallel collectives",
+               "pp_comm": "pipeline sends", "shard_comm_exposed": "parameter gathers not hidden by compute",
+               "dp_comm_exposed": "gradient traffic not overlapped", "optimizer": "optimizer step"}
+
+
+def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
+    from gpuplan.units import format_bytes
+
+    if other.per_gpu_peak_bytes > usable_bytes:
+        return (f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > "
+                f"{format_bytes(usable_bytes)} usable")
+    if other.step_time_s <= best.step_time_s * 1.0005:
+        return (f"same step time, more memory: {format_bytes(other.per_gpu_peak_bytes)} vs "
+                f"{format_bytes(best.per_gpu_peak_bytes)}")
+    deltas = {k: other.time_parts_s.get(k, 0.0) - best.time_parts_s.get(k, 0.0) for k in other.time_parts_s}
+    worst = max(deltas, key=lambda k: deltas[k])
+    pct = (other.step_time_s / best.step_time_s - 1) * 100
+    return f"{pct:+.1f}% step time, mostly {_PART_NAMES.get(worst, worst)} (+{deltas[worst]:.3g} s)"
