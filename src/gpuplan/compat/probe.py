@@ -6,6 +6,7 @@ system directly. Nothing here raises on bad tool output: unreadable facts become
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -325,7 +326,13 @@ def _build_kind(version: str, cuda: str | None, hip: str | None, xpu: str | None
 def _arch_from_data(
     version: str, cuda: str | None, plat: PlatformInfo
 ) -> tuple[tuple[str, ...] | None, str | None]:
-    """The wheel's arch list from the release data, found by the CUDA version torch was built with."""
+    """The wheel's arch list from the release data, found by the CUDA version torch was built with.
+
+    Only for official release wheels ('2.7.1', '2.7.1+cu126'): a source build ('2.9.0a0+git...') or a
+    nightly ('2.10.0.dev20250901+cu128') has its own arch list, which only an imported torch can tell.
+    """
+    if not re.fullmatch(r"\d+\.\d+\.\d+(?:\+cu\d+)?", version):
+        return None, None
     rel = dataload.release(version)
     cuda_mm = major_minor(cuda)
     if rel is None or cuda_mm is None:

@@ -216,6 +216,16 @@ def rule_arch(env: Environment) -> list[Finding]:
             ))
             continue
         verdict = support(gpu.cc, list(t.arch_list) if t.arch_list else None)
+        if verdict is ArchSupport.UNKNOWN and not out_has(out, "ARCH_LIST_UNKNOWN"):
+            out.append(Finding(
+                Severity.INFO, "ARCH_LIST_UNKNOWN",
+                f"The kernel (arch) list of torch {t.version} is not known without importing torch (it is "
+                "not an "
+                "official release wheel in gpuplan's data), so whether it has kernels for "
+                f"{_gpu_label(gpu, indices)} was not checked.",
+                "Run `gpuplan doctor --import-torch` to read torch.cuda.get_arch_list().",
+            ))
+            continue
         src = f" [{t.arch_list_source}]" if t.arch_list_source else ""
         if verdict is ArchSupport.NONE:
             out.append(_arch_missing(env, gpu, indices, rel, listed + src, windows))
@@ -232,6 +242,10 @@ def rule_arch(env: Environment) -> list[Finding]:
         elif verdict is ArchSupport.NATIVE:
             out += _arch_support_ends(gpu, indices, rel, windows)
     return out
+
+
+def out_has(findings: list[Finding], code: str) -> bool:
+    return any(f.code == code for f in findings)
 
 
 def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: dataload.Release | None,
