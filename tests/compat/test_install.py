@@ -62,6 +62,13 @@ CASES = [
     # S-TORCH213 DEVICE_REQUIREMENT 120: >=12.0,<13.0).
     ("gb10-r580-py312", InstallRequest("linux", "aarch64", "3.12", "GB10", "12.1", "580.95.05"),
      f"pip install torch==2.15.0 torchvision --index-url {IDX}/cu130"),
+    # Jetson Thor sm_110 on Linux aarch64: the x86_64 lists have no 11.0; 2.13's aarch64 cu130 list
+    # (8.0;9.0;10.0;11.0;12.0+PTX, S-TORCH213 PYTORCH_RELEASES_CODE_CC) is the newest in the data that has it.
+    ("thor-aarch64-r580-py312", InstallRequest("linux", "aarch64", "3.12", "T5000", "11.0", "580.95.05"),
+     f"pip install torch==2.13.0 torchvision==0.28.* --index-url {IDX}/cu130"),
+    # GH200 (sm_90, aarch64) on R535: CUDA 13 needs R580; 2.14 cu126 has 9.0; non-x86 always uses the index.
+    ("gh200-aarch64-r535-py312", InstallRequest("linux", "aarch64", "3.12", "GH200", "9.0", "535.183.06"),
+     f"pip install torch==2.14.1 torchvision==0.29.* --index-url {IDX}/cu126"),
     # Pinned release: RTX 5090 on torch 2.7 -> its cu128 build (2.7's PyPI default is cu126).
     ("rtx5090-pin27", InstallRequest("linux", "x86_64", "3.12", "RTX 5090", "12.0", "575.57.08", torch="2.7"),
      f"pip install torch==2.7.1 torchvision==0.22.* --index-url {IDX}/cu128"),

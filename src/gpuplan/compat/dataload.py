@@ -29,11 +29,20 @@ class WheelVariant:
 
     tag: str
     cuda: str
-    arch_linux: tuple[str, ...]
+    arch_linux: tuple[str, ...]  # Linux x86_64
     arch_windows: tuple[str, ...]
+    arch_aarch64: tuple[str, ...] | None  # Linux aarch64 where the data has it; else the x86_64 list is used
     arch_confidence: str  # "build-script", "measured" or "inferred"
     linux_only: bool
     sources: tuple[str, ...]
+
+    def arch_for(self, os_family: str | None, machine: str | None = None) -> tuple[str, ...]:
+        """The arch list of this build's wheel for an OS ('linux', 'windows') and machine."""
+        if os_family == "windows":
+            return self.arch_windows
+        if machine in ("aarch64", "arm64") and self.arch_aarch64 is not None:
+            return self.arch_aarch64
+        return self.arch_linux
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,7 @@ def releases() -> tuple[Release, ...]:
                 cuda=v["cuda"],
                 arch_linux=_arch(v["arch"]),
                 arch_windows=_arch(v.get("arch_windows") or v["arch"]),
+                arch_aarch64=_arch(v["arch_aarch64"]) if v.get("arch_aarch64") else None,
                 arch_confidence=v.get("arch_confidence", "build-script"),
                 linux_only=v.get("platforms") == ["linux"],
                 sources=tuple(v.get("src", ())),

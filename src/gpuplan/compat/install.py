@@ -178,10 +178,10 @@ def _judge(req: InstallRequest, rel: Release, v: WheelVariant) -> _Choice | str:
     windows = req.os == "windows"
     if windows and v.linux_only:
         return "Linux only"
-    arch_list = list(v.arch_windows if windows else v.arch_linux)
+    arch_list = list(v.arch_for(req.os, req.machine))
     arch = support(req.cc, arch_list) if req.cc else ArchSupport.UNKNOWN
     if arch is ArchSupport.NONE:
-        listed = " ".join(v.arch_windows if windows else v.arch_linux)
+        listed = " ".join(arch_list)
         return f"no kernels for sm_{cc_to_code(req.cc or '')} (has {listed})"
     driver = fit(v.cuda, req.driver_version, req.driver_cuda, windows)
     if driver is DriverFit.TOO_OLD:

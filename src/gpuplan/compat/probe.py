@@ -341,8 +341,10 @@ def _arch_from_data(
     if variant is None:
         return None, None
     windows = plat.system == "Windows"
-    arch = variant.arch_windows if windows else variant.arch_linux
-    note = f"release data for {rel.version} {variant.tag}, {'Windows' if windows else 'Linux'}"
+    arch = variant.arch_for(plat.os_family, plat.machine)
+    aarch64 = not windows and plat.machine in ("aarch64", "arm64")
+    where = "Windows" if windows else ("Linux aarch64" if aarch64 and variant.arch_aarch64 else "Linux")
+    note = f"release data for {rel.version} {variant.tag}, {where}"
     if variant.arch_confidence != "build-script":
         note += f", {variant.arch_confidence}"
     return arch, note

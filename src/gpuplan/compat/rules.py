@@ -181,16 +181,19 @@ def rule_driver(env: Environment) -> list[Finding]:
     return []
 
 
-def _covering(cc: str, rel: dataload.Release, windows: bool) -> list[str]:
+def _covering(cc: str, rel: dataload.Release, windows: bool, machine: str | None = None) -> list[str]:
+    os_family = "windows" if windows else "linux"
     return [
         v.tag for v in rel.variants
-        if support(cc, list(v.arch_windows if windows else v.arch_linux)) is not ArchSupport.NONE
+        if support(cc, list(v.arch_for(os_family, machine))) is not ArchSupport.NONE
     ]
 
 
-def _last_release_for(cc: str, windows: bool) -> tuple[dataload.Release, str] | None:
+def _last_release_for(
+    cc: str, windows: bool, machine: str | None = None
+) -> tuple[dataload.Release, str] | None:
     for rel in dataload.releases():
-        tags = _covering(cc, rel, windows)
+        tags = _covering(cc, rel, windows, machine)
         if tags:
             return rel, tags[0]
     return None
@@ -240,7 +243,7 @@ def rule_arch(env: Environment) -> list[Finding]:
                 ("S-CNBLOGS-BINCOMPAT",),
             ))
         elif verdict is ArchSupport.NATIVE:
-            out += _arch_support_ends(gpu, indices, rel, windows)
+            out += _arch_support_ends(gpu, indices, rel, windows, env.platform.machine)
     return out
 
 
@@ -253,7 +256,8 @@ def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: datal
     t = env.torch
     head = (f"{_gpu_label(gpu, indices)} has no kernels in torch {t.version} (arch list: {listed}); "
             "CUDA ops fail with 'no kernel image is available for execution on the device'.")
-    other = _covering(gpu.cc or "", rel, windows) if rel else []
+    machine = env.platform.machine
+    other = _covering(gpu.cc or "", rel, windows, machine) if rel else []
     if rel is not None and other:
         return Finding(
             Severity.ERROR, "ARCH_NOT_IN_WHEEL",
@@ -261,7 +265,7 @@ def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: datal
             f"Reinstall from an index with {_sm(gpu.cc)} kernels: {_install_hint(env, t.version)}",
             ("S-TORCH213",),
         )
-    last = _last_release_for(gpu.cc or "", windows)
+    last = _last_release_for(gpu.cc or "", windows, machine)
     newest = dataload.releases()[0]
     if last is None:
         why = f"No release in gpuplan's data (up to {newest.version}) has kernels for {_sm(gpu.cc)}."
@@ -270,7 +274,8 @@ def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: datal
                f"for it is torch {last[0].version} ({last[1]}).")
     else:
         oldest_first = reversed(dataload.releases())
-        first = next((r, tags[0]) for r in oldest_first if (tags := _covering(gpu.cc or "", r, windows)))
+        cc = gpu.cc or ""
+        first = next((r, tags[0]) for r in oldest_first if (tags := _covering(cc, r, windows, machine)))
         why = (f"The GPU is newer than this release: the first release with {_sm(gpu.cc)} kernels is torch "
                f"{first[0].version} ({first[1]}).")
     return Finding(
@@ -280,9 +285,9 @@ def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: datal
 
 
 def _arch_support_ends(
-    gpu: GpuInfo, indices: list[int], rel: dataload.Release | None, windows: bool
+    gpu: GpuInfo, indices: list[int], rel: dataload.Release | None, windows: bool, machine: str | None
 ) -> list[Finding]:
-    last = _last_release_for(gpu.cc or "", windows)
+    last = _last_release_for(gpu.cc or "", windows, machine)
     newest = dataload.releases()[0]
     if last is None or rel is None or last[0].version == newest.version:
         return []
