@@ -52,7 +52,15 @@ class TracedStep:
     """Peak reserved by the caching allocator model for the tensors (no workspaces)."""
     top_activation_modules: tuple[tuple[str, int], ...]
     attention_backends: dict[str, int]
+    gradient_bytes: int = 0
+    """Every gradient storage of the step (steady state, all micro-batches accumulated)."""
+    optimizer_state_bytes: int = 0
     notes: tuple[str, ...] = ()
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Parameters + gradients + optimizer state: what ZeRO's Table 1 counts."""
+        return self.param_bytes + self.gradient_bytes + self.optimizer_state_bytes
 
     @property
     def flops(self) -> int:
@@ -103,14 +111,18 @@ class Estimate:
         return render_estimate(self)
 
 
-def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool
-                ) -> tuple[TracedStep, RunResult]:
+def _category_total(run: RunResult, category: str) -> int:
+    return sum(s.size_bytes for s in run.trace.storages.values() if s.category == category)
+
+
+def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
+                scale: bool = True) -> tuple[TracedStep, RunResult]:
     from gpuplan.memory.allocator import replay
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
 
     target = Target(cuda=cuda, compute_capability=cc)
-    counts = source.layer_counts() if fake else {}
+    counts = source.layer_counts() if fake and scale else {}
     notes: list[str] = []
     if counts and all(n > TRACED_BLOCKS for n in counts.values()):
         reduced = dict.fromkeys(counts, TRACED_BLOCKS)
@@ -134,7 +146,8 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
         peak_phase=run.trace.peak_phase, params_count=run.params_count, param_bytes=run.param_bytes,
         block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
         reserved_peak_bytes=stats.peak_reserved_bytes, top_activation_modules=_top_modules(run, peak_point, {}),
-        attention_backends=run.attention_backends, notes=tuple(notes))
+        attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
+        optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
     return step, run
 
 
@@ -168,7 +181,13 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
         reserved_peak_bytes=rounded + max(0, int(slack)),
         top_activation_modules=_top_modules(run_a, peak.point_index, {run_a.containers[k]: n for k, n in counts.items()}),
-        attention_backends=run_a.attention_backends, notes=tuple(notes))
+        attention_backends=run_a.attention_backends,
+        gradient_bytes=int(scaler.scale_scalar(_category_total(run_a, "gradients"),
+                                               {k: _category_total(r, "gradients") for k, r in runs_b.items()})),
+        optimizer_state_bytes=int(scaler.scale_scalar(
+            _category_total(run_a, "optimizer_state"),
+            {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
+        notes=tuple(notes))
 
 
 def _top_modules(run: RunResult, point: int, full_blocks: Mapping[str, int], n: int = 10
@@ -277,14 +296,15 @@ def estimate(
 
 
 def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = True, fake: bool = True,
-               compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY) -> TracedStep:
+               compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, scale: bool = True) -> TracedStep:
     """The traced (and scaled) step alone, for tests and the planner. ``cuda=False`` follows
     the host's semantics (CPU autocast lists, CPU attention kernels, default optimizer loop);
-    ``fake=False`` runs the step for real on the CPU (small models only)."""
+    ``fake=False`` runs the step for real on the CPU (small models only); ``scale=False`` traces
+    every block instead of 3 and 2 scaled to the full depth."""
     from gpuplan.models.sources import ModelSource, resolve_model
 
     source = model if isinstance(model, ModelSource) else resolve_model(model)
-    step, _ = _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda)
+    step, _ = _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda, scale=scale)
     return step
 
 

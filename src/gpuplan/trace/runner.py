@@ -15,8 +15,10 @@ against.
 from __future__ import annotations
 
 import contextlib
+import gc
 import functools
 import logging
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import TraceError
 from gpuplan.models.sources import Inputs, ModelSource
+from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
 from gpuplan.trace.records import RawTrace
@@ -72,6 +75,24 @@ def _quiet() -> Iterator[None]:
             yield
         finally:
             tf_logger.setLevel(old)
+
+
+@contextlib.contextmanager
+def _transformers_on_fake_tensors() -> Iterator[None]:
+    """transformers treats FakeTensors as graph tracing (``is_tracing``) and then never detects
+    that position ids hold one sequence per row: it materialises a causal mask, which rules out
+    flash attention and forces ``repeat_kv`` for GQA — not what a real GPU run does. gpuplan's
+    inputs are one unpadded sequence per row, the answer real tensors give."""
+    masking = sys.modules.get("transformers.masking_utils")
+    original = getattr(masking, "find_packed_sequence_indices", None)
+    if masking is None or original is None:
+        yield
+        return
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = original
 
 
 def find_containers(module: nn.Module, counts: Mapping[str, int]) -> dict[str, str]:
@@ -167,7 +188,8 @@ class StepRunner:
     def run(self) -> RunResult:
         with _quiet(), torch.device("cpu"):
             fake_mode: Any = FakeTensorMode(allow_non_fake_inputs=False) if self.fake else contextlib.nullcontext()
-            with fake_mode:
+            patches: Any = _transformers_on_fake_tensors() if self.fake else contextlib.nullcontext()
+            with fake_mode, patches:
                 return self._run()
 
     # -- building ---------------------------------------------------------------------------
@@ -209,11 +231,17 @@ class StepRunner:
         if w.trains:
             step.train_step(record=False)  # warm-up: creates optimizer state
         self._register_existing(recorder, model, optimizer, inputs)
-        with RecordingMode(recorder), recorder.module_tracker:
+        gc.collect()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # the cyclic GC runs only where the step collects explicitly (see train_step)
+        recorder.module_scope = ModuleScope(model)
+        with RecordingMode(recorder), recorder.module_scope:
             try:
                 step.run()
             finally:
                 recorder.close()
+                if gc_was_enabled:
+                    gc.enable()
         unique = {id(p.untyped_storage()): p for p in model.parameters()}
         params_count = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
         return RunResult(
@@ -297,7 +325,9 @@ class _Step:
         for _ in range(self.w.grad_accum):
             rec.phase = "forward"
             with self._forward_semantics():
-                out = self._forward()
+                # Training keeps no KV cache (transformers turns it off under checkpointing; a cache
+                # built in a checkpointed forward would pin the K/V the checkpoint meant to drop).
+                out = self._forward(**({"use_cache": False} if self._is_hf_lm() else {}))
                 rec.phase = "loss"
                 loss = self.runner.source.loss(self.model, out, self.inputs, self.w)
             del out
@@ -308,6 +338,10 @@ class _Step:
             rec.phase = "backward"
             loss.backward()
             del loss
+            # Checkpointing's recompute leaves reference cycles whose tensors only the cyclic GC
+            # frees, at a moment that depends on allocation counts, not on the program. Collect
+            # here so real and traced runs agree (a real GPU run frees them at its next GC).
+            gc.collect()
             if record:
                 for name, p in self.model.named_parameters():
                     if p.grad is not None:

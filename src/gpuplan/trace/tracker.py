@@ -22,9 +22,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
-from torch.utils.module_tracker import ModuleTracker
 from torch.utils.weak import WeakIdKeyDictionary
 
+from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.records import MemEvent, OpRecord, RawTrace, StepPoint, StorageInfo
 
 _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addbmm", "dot"}
@@ -80,7 +80,7 @@ class Recorder:
         ]
         self._block_cache: dict[str, str | None] = {}
         self._storage_block: dict[int, str | None] = {}
-        self.module_tracker = ModuleTracker()
+        self.module_scope = ModuleScope()
         self.block_override: str | None = None
         """Set by the runner for repeated steps (decode) that are not modules."""
 
@@ -137,12 +137,7 @@ class Recorder:
 
     # -- modules and blocks -----------------------------------------------------------------
     def current_module(self) -> str:
-        parents = self.module_tracker.parents
-        if len(parents) <= 1:
-            return ""
-        inner = max(parents, key=len)
-        # ModuleTracker names are "RootClass.fqn"; keep the fqn.
-        return inner.split(".", 1)[1] if "." in inner else ""
+        return self.module_scope.current()
 
     def block_of(self, module: str) -> str | None:
         if self.block_override is not None:
@@ -168,7 +163,7 @@ class Recorder:
     # -- ops --------------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Callable[[], Any]) -> Any:
         name = func._overloadpacket.__name__
-        if name in _NO_DATA_OPS:
+        if name in _NO_DATA_OPS or func.namespace == "prim":
             return run()
         self._module = self.current_module()
         in_block = self.block_of(self._module)
