@@ -146,6 +146,8 @@ def test_fragmentation_points_to_expandable_segments() -> None:
     assert expl.oom.reserved_unallocated_bytes == round(194.87 * MIB)
     assert expl.oom_verdict.kind == "fragmentation"
     assert "expandable_segments:True" in expl.oom_verdict.actions[0]
+    # 22.90 of 23.65 GiB are live tensors: defragmenting leaves 11.06 MiB + 194.87 MiB = 205.93 MiB
+    assert "only 205.93 MiB would be left" in expl.oom_verdict.actions[-1]
 
 
 def test_21_era_typo_and_zero_bytes_free() -> None:

@@ -139,15 +139,25 @@ def judge_oom(n: OomNumbers) -> OomVerdict:
              "If torch.cuda.set_per_process_memory_fraction is used, raise the fraction."),
         )
     if shortfall <= 0:
+        actions = [
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (lets the allocator grow segments "
+            "instead of needing one new contiguous block).",
+            "Also possible: free references to tensors you no longer need before the large allocation.",
+        ]
+        headroom = n.free_bytes + reserved_free
+        if n.total_bytes and n.allocated_bytes and n.allocated_bytes >= 0.9 * n.total_bytes:
+            # defragmenting leaves almost nothing: the next allocation of the step would fail instead
+            actions.append(
+                f"Live tensors already take {format_bytes(n.allocated_bytes)} of "
+                f"{format_bytes(n.total_bytes)}: even without fragmentation only {format_bytes(headroom)} "
+                f"would be left, so the workload probably needs less memory too (`{fit_cmd}`)."
+            )
         return OomVerdict(
             "fragmentation", shortfall,
             f"{format_bytes(n.free_bytes)} free on the GPU plus {format_bytes(reserved_free)} reserved by "
-            "PyTorch "
-            f"but unallocated would cover the {tried} request, yet no single block was large enough: the "
-            "memory is fragmented.",
-            ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (lets the allocator grow segments "
-             "instead of needing one new contiguous block).",
-             "Also possible: free references to tensors you no longer need before the large allocation."),
+            f"PyTorch but unallocated would cover the {tried} request, yet no single block was large enough: "
+            "the memory is fragmented.",
+            tuple(actions),
         )
     actions = []
     if n.other_processes_bytes:
