@@ -92,7 +92,7 @@ def doctor_markdown(env: Environment, findings: list[Finding]) -> str:
         if t.imported:
             rows.append(("torch.cuda.is_available()", _or(t.cuda_available)))
     rows += [
-        ("NVIDIA driver", f"{driver} [via {nv.source}]"),
+        ("NVIDIA driver", driver if nv.source == "none" else f"{driver} [via {nv.source}]"),
         ("Driver supports CUDA up to", driver_cuda),
         ("NVIDIA GPUs", str(len(nv.gpus)) if nv.gpus else "none found"),
         ("CUDA toolkit (nvcc)", f"{tk.nvcc_version} ({tk.nvcc_path})" if tk.nvcc_version else "not found"),
