@@ -1,0 +1,140 @@
+"""Terminal text for fit and recommend results (GiB throughout)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.report.text import table
+from gpuplan.units import GIB, format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from gpuplan.advise.fit import FitResult, Point
+    from gpuplan.advise.recommend import Recommendation
+
+
+def _tp(tp: dict[str, Any] | None) -> str:
+    return f"{tp['value']:,.1f} {tp['unit']}" if tp else "-"
+
+
+def _time(t: float | None) -> str:
+    return format_seconds(t) if t is not None else "-"
+
+
+def _gib(n: int | None) -> str:
+    return f"{n / GIB:.2f}" if n is not None else "-"
+
+
+def _point_row(label: str, p: Point) -> list[str]:
+    w = p.workload
+    shape = f"{w.batch_size}" + (f"×{w.grad_accum}" if w.grad_accum > 1 else "")
+    return [
+        label,
+        shape,
+        _gib(p.total_required_bytes),
+        "yes" if p.fits else "no",
+        _time(p.step_time_s),
+        _tp(p.throughput),
+    ]
+
+
+def render_fit(r: FitResult) -> str:
+    usable = format_bytes(r.gpu.usable_memory_bytes)
+    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}"]
+    if r.max_batch_size >= 1:
+        lines.append(
+            f"largest batch that fits: {r.max_batch_size} "
+            f"(~{format_bytes(r.bytes_per_sample)} per extra sample)"
+        )
+    else:
+        lines.append("batch 1 does not fit as given")
+    confirm = [p for p in (r.max_point, r.over_point) if p is not None]
+    if confirm:
+        lines += [
+            "",
+            table(
+                [_point_row("confirmed by trace", p) for p in confirm],
+                ["", "batch", "needs GiB", "fits", "step", "throughput"],
+            ),
+        ]
+    if r.techniques:
+        lines += [
+            "",
+            f"techniques for batch {r.target_batch_size or 1} (cheapest in speed first, cumulative):",
+        ]
+        lines.append(
+            table(
+                [_point_row(t.name, t.point) for t in r.techniques],
+                ["technique", "batch", "needs GiB", "fits", "step", "throughput"],
+            )
+        )
+        lines.append(
+            "answer: " + (", ".join(t.description for t in r.techniques[1:]) or "fits as given")
+            if r.target_fits
+            else "answer: does not fit even with every technique"
+        )
+    if not r.ok and r.largest_gpu:
+        lines.append(
+            f"needs at least {format_bytes(r.needed_bytes or 0)}; {r.gpu.id} has {usable}; the largest "
+            f"catalog GPU is {r.largest_gpu} — try `gpuplan recommend` for multi-GPU layouts"
+        )
+    if r.assumptions:
+        lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
+    w = r.workload
+    lines = [
+        f"{r.model} — {w.mode}, batch {w.batch_size}"
+        + (f", seq {w.seq_len}" if w.seq_len else "")
+        + f", {w.precision}; per GPU: {format_bytes(r.per_gpu_fixed_bytes)} model state + "
+        f"{format_bytes(r.per_gpu_batch_bytes)} activations/cache (single GPU); "
+        f"traced once in {r.trace_s:.1f} s",
+        "",
+    ]
+    rows = []
+    for i, c in enumerate(r.candidates_in, 1):
+        rows.append(
+            [
+                str(i),
+                c.gpu.id,
+                str(c.count),
+                c.gpu.tier,
+                c.layout,
+                _gib(c.per_gpu_bytes),
+                _gib(c.gpu.usable_memory_bytes),
+                _time(c.step_time_s),
+                _tp(c.throughput),
+                f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-",
+                f"{c.cost_per_million_usd:,.3f}" if c.cost_per_million_usd is not None else "-",
+            ]
+        )
+    unit = r.candidates_in[0].throughput["unit"] if r.candidates_in and r.candidates_in[0].throughput else ""
+    per = unit.split("/")[0] if unit else "units"
+    lines.append(
+        table(
+            rows,
+            [
+                "#",
+                "GPU",
+                "n",
+                "tier",
+                "layout",
+                "GiB/GPU",
+                "has GiB",
+                "step",
+                "throughput",
+                "$/h",
+                f"$/1M {per}",
+            ],
+        )
+    )
+    if not r.candidates_in:
+        lines.append("(nothing fits)")
+    out = r.candidates_out[:show_out]
+    if out:
+        lines += ["", f"out ({len(r.candidates_out)} GPUs; {show_out} shown):"]
+        lines += [f"  {c.gpu.id}: {c.reason}" for c in out]
+    if r.assumptions:
+        lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""``gpuplan fit MODEL --gpu GPU [workload flags] [--target-batch-size N] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuplan.cli._workload import (
+    _int,
+    add_json_argument,
+    add_model_argument,
+    add_workload_arguments,
+    workload_from_args,
+)
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument(
+        "--gpu", required=True, help="target GPU (catalog id or name as nvidia-smi prints it)"
+    )
+    parser.add_argument(
+        "--target-batch-size",
+        type=_int,
+        default=None,
+        metavar="N",
+        help="find the cheapest memory techniques that make this batch fit",
+    )
+    add_workload_arguments(parser)
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.advise.fit import fit
+    from gpuplan.hardware import get_gpu
+
+    gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
+    result = fit(args.model, gpu, workload_from_args(args), target_batch_size=args.target_batch_size)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result)
+    return 0 if result.ok else 1

@@ -1,0 +1,91 @@
+"""``gpuplan recommend MODEL [workload flags] [--max-gpus N] [--budget-usd X] [--prices FILE] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuplan.cli._workload import (
+    _int,
+    add_json_argument,
+    add_model_argument,
+    add_workload_arguments,
+    workload_from_args,
+)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of US dollars, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive amount, got {text!r}")
+    return value
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    add_workload_arguments(parser)
+    parser.add_argument(
+        "--max-gpus", type=_int, default=8, metavar="N", help="most GPUs per candidate (default 8)"
+    )
+    parser.add_argument(
+        "--budget-usd",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="drop candidates costing more: $/hour with --prices, else the purchase price",
+    )
+    parser.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help="your $/hour per GPU: YAML/JSON mapping or CSV 'GPU,price'",
+    )
+    parser.add_argument("--top", type=_int, default=25, metavar="K", help="rows shown in the text table")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.advise.prices import load_prices
+    from gpuplan.advise.recommend import recommend
+    from gpuplan.errors import ConfigError
+
+    prices = load_prices(args.prices) if args.prices else None
+    if args.max_gpus < 1:
+        raise ConfigError(f"--max-gpus {args.max_gpus} is out of range: allowed 1..100000")
+    result = recommend(
+        args.model,
+        workload_from_args(args),
+        max_gpus=args.max_gpus,
+        budget_usd=args.budget_usd,
+        prices=prices,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        from gpuplan.advise.render import render_recommendation
+
+        text = render_recommendation(result)
+        print(text)
+        if not result.ok:
+            print(_nothing_fits(result))
+    if not result.ok and args.json:
+        import sys
+
+        print(_nothing_fits(result), file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _nothing_fits(result: object) -> str:
+    from gpuplan.units import format_bytes
+
+    largest = getattr(result, "largest_gpu", None)
+    needed = getattr(result, "needed_bytes", None)
+    max_gpus = getattr(result, "max_gpus", 1)
+    need = f"needs {format_bytes(needed)} per GPU" if needed else "does not fit"
+    return (
+        f"nothing fits: even the largest GPU, {largest}, {need} with {max_gpus} GPU(s); "
+        "raise --max-gpus or reduce the batch / use --checkpointing full"
+    )

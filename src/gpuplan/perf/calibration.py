@@ -1,0 +1,181 @@
+"""The published throughput measurements the efficiency factors are fitted on, and how gpuplan
+models each of them.
+
+Rows come from ``shared/reference/calibration.csv`` (ids kept; the values are copied here so the
+package does not depend on that file, and ``calibrate_fit`` checks them against it when present).
+
+* ``hf-bertl-*-tput``: Hugging Face "Efficient Training on a Single GPU" (Jan 2022): bert-large-uncased
+  sequence classification, batch 4 × 512 tokens, HF Trainer on a V100-SXM2-16GB. That Trainer used
+  transformers' own AdamW (a per-parameter Python loop: ``optimizer_impl="for-loop"``), zeroed the
+  gradients with ``model.zero_grad()`` (set_to_none=False before torch 2.0: ``zero_grad="zeros"``)
+  and BERT had no SDPA then (``attention="eager"``). ``train_samples_per_second`` includes Trainer
+  overheads (data collation, logging), which the cost model does not add.
+* ``kor-t5-22b-*``: Korthikanti et al. 2022 Table 5: GPT 22B (h=6144, L=48, a=64, v=51200, s=2048),
+  micro-batch 4, tensor parallel 8 on one DGX A100 node (no data or pipeline parallelism). The
+  single-GPU terms apply per rank: every matmul, the attention and (with sequence parallelism) every
+  other op of a layer are split 8 ways; without SP the layer norms, dropouts and residual adds are
+  replicated. Launch overheads are not divided. The TP all-reduces are added with a ring model.
+  Attention is costed as flash (fused; Megatron 2022 used its fused softmax kernels) and the
+  optimizer as one fused Adam (apex FusedAdam in Megatron).
+* ``meg-t1-*`` (Narayanan 2021) are not modelled: pipeline/data parallel runs whose micro-batch is
+  not stated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.perf.efficiency import Efficiency
+from gpuplan.perf.roofline import launches_kernel, op_time
+from gpuplan.perf.step_time import model_flops
+
+if TYPE_CHECKING:
+    from gpuplan.estimate import TracedStep
+    from gpuplan.hardware import GPU
+    from gpuplan.workload import Workload
+
+# Prior for tensor-parallel collectives: NCCL all_reduce bus bandwidth on a DGX A100 (NVSwitch)
+# reaches ~230 GB/s of the 300 GB/s per direction per GPU (nccl-tests results NVIDIA publishes).
+NCCL_BUS_EFFICIENCY = 0.78
+
+BERT_LARGE_SEQ_CLS_CONFIG: dict[str, Any] = {
+    # bert-large-uncased config.json (huggingface.co/bert-large-uncased), seq-cls head with 2 labels
+    "architectures": ["BertForSequenceClassification"], "model_type": "bert", "hidden_size": 1024,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 30522,
+    "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "layer_norm_eps": 1e-12, "num_labels": 2,
+}
+GPT_22B_CONFIG: dict[str, Any] = {
+    # Korthikanti et al. 2022 Table 3: 22B, a=64, h=6144, L=48; s=2048, v=51200 (GPT-2 block: 4h GeLU MLP)
+    "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 6144, "n_layer": 48, "n_head": 64,
+    "n_positions": 2048, "n_ctx": 2048, "vocab_size": 51200,
+    # Megatron runs a fused bias-GeLU kernel; torch's one-kernel GeLU is closer to it than GPT-2's
+    # default tanh approximation written as eight elementwise ops
+    "activation_function": "gelu",
+}
+# Ops outside Megatron's tensor-parallel regions (on b·s·h tensors): layer norms, the dropouts after
+# the attention/MLP output projections, and the residual adds (recorded on the block itself). They
+# are replicated on every rank unless sequence parallelism splits them.
+_REPLICATED_SUFFIXES = ("ln_1", "ln_2", "ln_f", "resid_dropout", "mlp.dropout", "drop")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    row_id: str
+    published: float
+    unit: str
+    model: str
+    gpu: str
+    workload: dict[str, Any]
+    tp: int = 1
+    sequence_parallel: bool = False
+    quantity: str = "samples_per_s"
+    """samples_per_s | iteration_time_s | mfu"""
+    source: str = ""
+
+
+CASES: tuple[Case, ...] = (
+    Case("hf-bertl-vanilla-tput", 8.86, "samples/s", "bert-large-seq-cls", "V100-SXM2-16GB",
+         dict(mode="train", batch_size=4, seq_len=512, precision="fp32", optimizer="adamw",
+              optimizer_impl="for-loop", zero_grad="zeros", attention="eager"),
+         source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-vanilla-tput)"),
+    Case("hf-bertl-fp16-tput", 18.64, "samples/s", "bert-large-seq-cls", "V100-SXM2-16GB",
+         dict(mode="train", batch_size=4, seq_len=512, precision="amp-fp16", optimizer="adamw",
+              optimizer_impl="for-loop", zero_grad="zeros", attention="eager"),
+         source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-fp16-tput)"),
+    Case("kor-t5-22b-iter-sel", 1.1, "s", "gpt-22b", "A100-80GB-SXM",
+         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
+              optimizer_impl="fused", checkpointing="selective", attention="flash"),
+         tp=8, sequence_parallel=True, quantity="iteration_time_s",
+         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-sel)"),
+    Case("kor-t5-22b-iter-full", 1.42, "s", "gpt-22b", "A100-80GB-SXM",
+         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
+              optimizer_impl="fused", checkpointing="full", attention="flash"),
+         tp=8, sequence_parallel=False, quantity="iteration_time_s",
+         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-full)"),
+    Case("kor-t5-22b-mfu", 41.5, "% of 312 TFLOP/s", "gpt-22b", "A100-80GB-SXM",
+         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
+              optimizer_impl="fused", checkpointing="selective", attention="flash"),
+         tp=8, sequence_parallel=True, quantity="mfu",
+         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-mfu)"),
+)
+
+
+def model_source(name: str) -> Any:
+    from gpuplan.models.sources import HFConfigSource
+
+    if name == "bert-large-seq-cls":
+        return HFConfigSource("bert-large-uncased (sequence classification)", BERT_LARGE_SEQ_CLS_CONFIG,
+                              task="sequence-classification", default_seq_len=512)
+    if name == "gpt-22b":
+        return HFConfigSource("GPT 22B (Korthikanti Table 3)", GPT_22B_CONFIG, task="causal-lm",
+                              default_seq_len=2048)
+    raise KeyError(name)
+
+
+def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
+    from gpuplan.estimate import make_workload, trace_step
+    from gpuplan.hardware import get_gpu
+
+    gpu = get_gpu(case.gpu)
+    workload = make_workload(**case.workload)
+    step = trace_step(model_source(case.model), workload, compute_capability=gpu.compute_capability or (9, 0))
+    return step, workload, gpu
+
+
+def tensor_parallel_time(step: TracedStep, gpu: GPU, workload: Workload, eff: Efficiency, tp: int,
+                         sequence_parallel: bool) -> float:
+    """Per-rank iteration time of Megatron tensor parallelism (see module docstring)."""
+    split_s = overhead_s = 0.0
+    other_s = {"forward": 0.0, "backward": 0.0}
+    replicated_fwd_s = 0.0
+    for op in step.ops:
+        if not launches_kernel(op):
+            continue
+        t = op_time(op, gpu, workload.precision, eff)
+        busy = max(t.compute_s, t.memory_s) * op.count
+        overhead_s += t.overhead_s * op.count
+        if op.op_class == "other" and op.block is not None and op.phase in other_s:
+            other_s[op.phase] += busy
+            if op.phase == "forward" and _replicated(op.module, op.block):
+                replicated_fwd_s += busy
+        else:
+            split_s += busy
+    # Backward ops are not reliably attributed to modules, so the replicated share of the blocks'
+    # elementwise work measured in forward is applied to backward as well.
+    share = 0.0 if sequence_parallel or not other_s["forward"] else replicated_fwd_s / other_s["forward"]
+    block_other = other_s["forward"] + other_s["backward"]
+    busy_s = (split_s + block_other * (1 - share)) / tp + block_other * share
+    # Megatron: 2 all-reduces per layer forward (attention and MLP outputs), 2 in backward, 2 more
+    # when the forward is recomputed in full; SP swaps each for reduce-scatter + all-gather (same bytes).
+    layers = int(GPT_22B_CONFIG["n_layer"])
+    allreduces = layers * (6 if workload.checkpointing == "full" else 4)
+    message = workload.batch_size * (workload.seq_len or 0) * int(GPT_22B_CONFIG["n_embd"]) * 2  # fp16 b·s·h
+    link_gb_per_s = gpu.nvlink_gb_per_s_per_direction or gpu.pcie_gb_per_s_per_direction or 0
+    bus = link_gb_per_s * 1e9 * NCCL_BUS_EFFICIENCY
+    comm_s = allreduces * 2 * (tp - 1) / tp * message / bus if bus else 0.0
+    return busy_s + overhead_s + comm_s
+
+
+def _replicated(module: str, block: str | None) -> bool:
+    if module.endswith(_REPLICATED_SUFFIXES):
+        return True
+    # residual adds run in the block's own forward: module is the block path itself
+    return block is not None and module.count(".") == 2 and module.split(".")[-1].isdigit()
+
+
+def predict(case: Case, step: TracedStep, workload: Workload, gpu: GPU, eff: Efficiency) -> float:
+    """The modelled value of ``case.quantity`` in the row's unit."""
+    from gpuplan.perf.step_time import step_time
+
+    if case.tp > 1:
+        t = tensor_parallel_time(step, gpu, workload, eff, case.tp, case.sequence_parallel)
+    else:
+        t = step_time(step, gpu, workload, efficiency=eff).total_s
+    if case.quantity == "samples_per_s":
+        return workload.batch_size * workload.grad_accum / t
+    if case.quantity == "iteration_time_s":
+        return t
+    peak = gpu.peak_flops_per_s("fp16") or 1.0
+    return 100.0 * model_flops(step, workload) / (t * peak * case.tp)
