@@ -61,6 +61,10 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
     return cfg
 
 
+def _tuple(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def torchrun_command(p: Plan, script: str = "train.py") -> str:
     t = p.topology
     if t.nodes == 1:
@@ -96,11 +100,12 @@ def torch_snippet(p: Plan) -> str:
         "parallelize_module",
         "",
         "def apply_layout(model: torch.nn.Module, blocks: list[torch.nn.Module]) -> torch.nn.Module:",
-        f"    mesh = init_device_mesh(\"cuda\", ({', '.join(map(str, dims))},), mesh_dim_names=({', '.join(names)},))",
+        f"    mesh = init_device_mesh(\"cuda\", {_tuple([str(d) for d in dims])}, mesh_dim_names={_tuple(names)})",
     ]
     if lay.tp > 1:
-        attn = "self_attn" if prof.kv_heads != prof.heads or "llama" in p.model.lower() else "self_attn"
+        attn = "self_attn"
         lines += [
+            "    # module names of Llama-style Hugging Face blocks; rename for other architectures",
             "    # Megatron-style TP: column-parallel q/k/v and up/gate, row-parallel o/down"
             + (", sequence-parallel norms" if lay.sequence_parallel else ""),
             "    for block in blocks:",

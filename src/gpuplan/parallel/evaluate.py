@@ -124,7 +124,7 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam).
         k = 4 + 4 + ob
         stage = layout.zero
-        largest = min(p.largest_layer_params, rank_params)
+        largest = min(p.largest_layer_params / layout.tp, rank_params)  # Megatron splits the largest matrix too
         if stage == 3:
             ms = model_states_bytes(rank_params, 3, layout.dp, k=k, grad_bytes=0)
             red, prefetch, _ = zero3_buckets(p.hidden)

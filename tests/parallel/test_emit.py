@@ -1,0 +1,103 @@
+"""Emitted launch configurations, loaded by the engines' own parsers where they install here."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.parallel.emit import accelerate_config, deepspeed_config, emit, torch_snippet
+from gpuplan.parallel.evaluate import evaluate
+from gpuplan.parallel.layout import Layout
+from gpuplan.parallel.plan import Plan
+
+
+def _plan(ctx, lay: Layout) -> Plan:  # type: ignore[no-untyped-def]
+    from gpuplan.hardware import get_gpu
+
+    return Plan(model="gpt2", gpu=get_gpu("H100-SXM"), topology=ctx.topology, workload=ctx.profile.workload,
+                profile=ctx.profile, best=evaluate(ctx, lay), alternatives=(), layouts_considered=1, search_s=0.0,
+                trace_s=0.0, usable_bytes=ctx.usable_bytes)
+
+
+class _MPU:
+    """The model-parallel unit DeepSpeedConfig asks for the data-parallel world size."""
+
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+    def get_model_parallel_world_size(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("zero,offload", [(1, False), (2, False), (2, True), (3, False), (3, True)])
+def test_deepspeed_config_parses(gpt2_ctx, zero: int, offload: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    # No process group here: DeepSpeedConfig reads the rank from deepspeed.comm, then dp from the mpu.
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    lay = Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=2, zero=zero, offload_optimizer=offload,
+                 offload_params=offload and zero == 3)
+    cfg = json.loads(emit(_plan(gpt2_ctx, lay), "deepspeed"))
+    parsed = ds_config.DeepSpeedConfig(cfg, mpu=_MPU(8))
+    assert parsed.zero_optimization_stage == zero
+    assert parsed.train_batch_size == 64 and parsed.train_micro_batch_size_per_gpu == 4
+    assert parsed.gradient_accumulation_steps == 2
+    assert parsed.bfloat16_config.enabled
+    zc = parsed.zero_config
+    if zero == 3:
+        h = gpt2_ctx.profile.hidden
+        assert zc.reduce_bucket_size == h * h and zc.prefetch_bucket_size == int(0.9 * h * h)
+        assert zc.param_persistence_threshold == 10 * h
+    else:
+        assert zc.reduce_bucket_size == cfg["zero_optimization"]["reduce_bucket_size"]
+    assert (zc.offload_optimizer is not None) == offload
+
+
+def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    for lay, kind in ((Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True,
+                              reshard_after_forward=False), "FSDP"),
+                      (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2), "DEEPSPEED"),
+                      (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1), "MULTI_GPU")):
+        path = tmp_path / f"{kind}.yaml"
+        path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
+        cfg = config_args.load_config_from_file(str(path))
+        assert str(cfg.distributed_type).endswith(kind)
+        assert cfg.num_processes == 32 and cfg.num_machines == 4
+        assert cfg.mixed_precision == "bf16"
+        if kind == "FSDP":
+            assert cfg.fsdp_config["fsdp_version"] == 2 and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
+        if kind == "DEEPSPEED":
+            assert cfg.deepspeed_config["zero_stage"] == 2
+        assert accelerate_config(_plan(gpt2_ctx, lay))["num_processes"] == 32
+
+
+def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    lay = Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=2)
+    text = torch_snippet(_plan(gpt2_ctx, lay))
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            mod = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(mod, alias.name), f"{node.module}.{alias.name}"
+    assert 'mesh_dim_names=("dp_replicate", "dp_shard", "tp")' in text
+    assert "init_device_mesh(\"cuda\", (4, 2, 4)" in text
+    assert "reshard_after_forward=True" in text
+
+
+def test_torchrun_command_and_pipeline(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
+    lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, schedule="interleaved", virtual_stages=3)
+    text = emit(_plan(gpt2_ctx, lay), "torchrun")
+    assert "torchrun --nnodes 4 --nproc-per-node 8" in text
+    assert "ScheduleInterleaved1F1B" in text and "N_MICROBATCHES = 8" in text
+    ast.parse(text.split("\n", 2)[2])
+    cfg = deepspeed_config(_plan(gpt2_ctx, lay))
+    assert cfg["train_batch_size"] == 2 * 1 * 8
