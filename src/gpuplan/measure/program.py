@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,10 @@ class _RealStep(_Step):
         with torch.autocast(self.device_type, dtype=self.amp_dtype):
             yield
 
+    def _is_hf_lm(self) -> bool:
+        inner = getattr(self.model, "module", self.model)  # DDP wraps the model in .module
+        return hasattr(inner, "config") and hasattr(inner, "get_output_embeddings")
+
 
 @dataclass(slots=True)
 class Program:
@@ -65,6 +70,8 @@ class Program:
     step: _RealStep
     device: torch.device
     workload: Workload
+    live_extra: Callable[[], list[torch.Tensor]] | None = None
+    """Tensors a layout keeps alive outside the model and optimizer (DDP's gradient buckets)."""
 
     def run_step(self) -> None:
         """One unrecorded step (a training step, a forward, or a whole generation)."""
@@ -80,11 +87,18 @@ class Program:
         rec = ResizingRecorder()
         self._register_existing(rec)
         self.step.rec = rec
+        # as the runner does: no cyclic GC inside the recorded step except where the step collects
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            with LocalRecordingMode(rec), following_resizes(rec), rec.module_tracker:
+            # no module attribution: a measurement needs the bytes, not which module holds them
+            with LocalRecordingMode(rec), following_resizes(rec):
                 self.step.run()
         finally:
             rec.close()
+            if was_enabled:
+                gc.enable()
             self.step.rec = Recorder(record_ops=False)
         return rec.trace
 
@@ -105,6 +119,8 @@ class Program:
                         rec.register(local_tensor(v), category="optimizer_state")
         for t in self.inputs.tensors():
             rec.register(t, category="activations")
+        for t in self.live_extra() if self.live_extra is not None else ():
+            rec.register(t, category="gradients")
 
 
 def _to_device(inputs: Inputs, device: torch.device) -> Inputs:
@@ -117,7 +133,8 @@ def _to_device(inputs: Inputs, device: torch.device) -> Inputs:
 
 def build_program(source: ModelSource, workload: Workload, device: torch.device, *,
                   compute_capability: tuple[int, int] | None = None, wrap: Wrap | None = None,
-                  make_optimizer: MakeOptimizer | None = None) -> Program:
+                  make_optimizer: MakeOptimizer | None = None,
+                  live_extra: Callable[[], list[torch.Tensor]] | None = None) -> Program:
     """Build ``source`` for ``workload`` on ``device``; ``wrap`` applies a parallel layout to the
     model (after checkpointing, before the optimizer), ``make_optimizer`` replaces the workload's
     optimizer (ZeRO-1 wraps it)."""
@@ -145,7 +162,7 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
     step = _RealStep(runner, model, optimizer, inputs, Recorder(record_ops=False), attention, amp_dtype)
     step.device_type = device.type
     return Program(model=model, optimizer=optimizer, inputs=inputs, step=step, device=device,
-                   workload=workload)
+                   workload=workload, live_extra=live_extra)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,7 @@ class Store:
     def add(self, rows: list[dict[str, Any]]) -> list[int]:
         """Insert the rows of one run in one transaction; returns their ids."""
         run_id = uuid.uuid4().hex
-        now = datetime.now(UTC).isoformat(timespec="seconds")
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         ids: list[int] = []
         try:
             self._conn.execute("BEGIN IMMEDIATE")

@@ -1,0 +1,163 @@
+"""Per-rank tensor memory of a parallel layout, from the single-process trace (explicit accounting).
+
+This is what the multi-process measurement is compared with: each rank's storage-tracked peak,
+before any GPU-specific term (allocator, context, workspaces). It starts from the peak of the
+single-process trace with the same micro-batch (activations and temporaries are per rank and
+unchanged by these layouts) and changes the model states the way each layout's real API does:
+
+* ``ddp``: everything replicated, plus DDP's gradient buckets (one flat copy of every trainable
+  gradient, alive for the whole run since ``gradient_as_bucket_view=False`` by default).
+* ``zero1``: DDP, with the optimizer state of only the parameters ``ZeroRedundancyOptimizer``
+  assigns to the rank (largest parameters first, each to the least-loaded rank).
+* ``fsdp`` (FSDP2, every repeated block wrapped, then the root): parameters, gradients and
+  optimizer state live at the peak are sharded (dim 0 split as ``torch.chunk`` does, so the last
+  rank may hold less), plus the unsharded working set: the root unit's parameters (FSDP2 keeps the
+  root unsharded between forward and backward) and one block's parameters being all-gathered.
+
+Known limitations: one all-gathered block is assumed (FSDP2 may prefetch a second one on GPUs,
+where all-gathers run on their own stream); gradients at the peak are counted sharded (a block's
+unsharded gradients before its reduce-scatter are not); ZeRO-2/3 (DeepSpeed) are not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gpuplan.measure.results import Comparison, Measured
+from gpuplan.workload import Workload
+
+if TYPE_CHECKING:
+    from gpuplan.models.sources import ModelSource
+
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ParamLayout:
+    """Parameter shapes of the full model: per block and outside the blocks (the root unit)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    root_numel: int
+    block_numels: tuple[int, ...]
+    element_bytes: int
+
+    @property
+    def numel(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+
+def param_layout(source: ModelSource, workload: Workload) -> ParamLayout:
+    """Build the model on the meta device (no memory) and read its parameter shapes."""
+    from gpuplan.trace.runner import _block_modules, _quiet, find_containers
+
+    with _quiet(), torch.device("meta"):
+        model = source.build(workload)
+    counts = source.layer_counts()
+    containers = find_containers(model, counts) if counts else {}
+    blocks = _block_modules(model, containers)
+    in_blocks: set[int] = set()
+    block_numels = []
+    for _, block in blocks:
+        n = 0
+        for p in block.parameters():
+            if id(p) not in in_blocks:
+                in_blocks.add(id(p))
+                n += p.numel()
+        block_numels.append(n)
+    unique = {id(p): p for p in model.parameters() if p.requires_grad}
+    root = sum(p.numel() for k, p in unique.items() if k not in in_blocks)
+    return ParamLayout(shapes=tuple(tuple(p.shape) for p in unique.values()), root_numel=root,
+                       block_numels=tuple(block_numels), element_bytes=_ELEMENT_BYTES[workload.param_dtype])
+
+
+def fsdp_shard_numel(shape: tuple[int, ...], rank: int, nproc: int) -> int:
+    """Elements of ``rank``'s FSDP2 shard: dim 0 split as ``torch.chunk`` splits it."""
+    if not shape:
+        return 1 if rank == 0 else 0  # scalars go whole to rank 0
+    d0, rest = shape[0], math.prod(shape[1:])
+    chunk = -(-d0 // nproc)
+    return max(0, min(chunk, d0 - rank * chunk)) * rest
+
+
+def zero1_partition(shapes: tuple[tuple[int, ...], ...], nproc: int) -> list[int]:
+    """Elements per rank as ZeroRedundancyOptimizer assigns parameters: largest first, each to the
+    rank with the fewest elements so far (torch/distributed/optim/zero_redundancy_optimizer.py,
+    ``_partition_parameters``)."""
+    loads = [0] * nproc
+    for n in sorted((math.prod(s) for s in shapes), reverse=True):
+        loads[loads.index(min(loads))] += n
+    return loads
+
+
+@dataclass(frozen=True, slots=True)
+class RankEstimate:
+    layout: str
+    nproc: int
+    tensor_peak_bytes: tuple[int, ...]
+    """Per rank."""
+    terms: dict[str, Any] = field(default_factory=dict)
+    method: str = "explicit accounting from the single-process trace (gpuplan.measure.per_rank)"
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tensor_peak_bytes"] = list(self.tensor_peak_bytes)
+        out["notes"] = list(self.notes)
+        return out
+
+
+def account(layout: str, nproc: int, host_peak: int, components: dict[str, int], params: ParamLayout
+            ) -> RankEstimate:
+    """The per-rank accounting itself (pure arithmetic; see the module docstring)."""
+    p_bytes = params.numel * params.element_bytes
+    opt = components.get("optimizer_state", 0)
+    grads = components.get("gradients", 0)
+    per_rank: list[int] = []
+    terms: dict[str, Any] = {"single_process_peak_bytes": host_peak, "param_bytes": p_bytes,
+                             "optimizer_state_at_peak_bytes": opt, "gradients_at_peak_bytes": grads}
+    if layout == "ddp":
+        terms["ddp_bucket_bytes"] = p_bytes
+        per_rank = [host_peak + p_bytes] * nproc
+    elif layout == "zero1":
+        loads = zero1_partition(params.shapes, nproc)
+        terms["zero1_elements_per_rank"] = loads
+        per_rank = [host_peak + p_bytes - opt + round(opt * n / params.numel) for n in loads]
+    elif layout == "fsdp":
+        working = (params.root_numel + max(params.block_numels, default=0)) * params.element_bytes
+        terms["fsdp_unsharded_working_set_bytes"] = working
+        for rank in range(nproc):
+            local = sum(fsdp_shard_numel(s, rank, nproc) for s in params.shapes)
+            share = local / params.numel
+            sharded = local * params.element_bytes + round((opt + grads) * share)
+            per_rank.append(host_peak - p_bytes - opt - grads + sharded + working)
+    else:
+        raise ValueError(f"no per-rank accounting for layout {layout!r}")
+    return RankEstimate(layout=layout, nproc=nproc, tensor_peak_bytes=tuple(per_rank), terms=terms)
+
+
+def per_rank_estimate(source: ModelSource, workload: Workload, layout: str, nproc: int, *, cuda: bool
+                      ) -> RankEstimate:
+    """Per-rank tracked-bytes estimate; ``cuda=False`` traces with host semantics (CPU gloo runs)."""
+    from gpuplan.estimate import trace_step
+
+    if layout not in ("ddp", "zero1", "fsdp"):
+        return RankEstimate(layout=layout, nproc=nproc, tensor_peak_bytes=(), method="none",
+                            notes=(f"no per-rank estimate for {layout} (DeepSpeed) yet",))
+    step = trace_step(source, workload, cuda=cuda)
+    return account(layout, nproc, step.tensor_peak_bytes, dict(step.tensor_components),
+                   param_layout(source, workload))
+
+
+def compare_ranks(est: RankEstimate, ranks: list[Measured]) -> tuple[Comparison, ...]:
+    rows = []
+    for r in ranks:
+        e = est.tensor_peak_bytes[r.rank] if r.rank < len(est.tensor_peak_bytes) else None
+        rows.append(Comparison(f"rank {r.rank} tracked peak", "bytes", e, r.tracked_peak_bytes))
+        if r.peak_reserved_bytes is not None:
+            rows.append(Comparison(f"rank {r.rank} peak reserved", "bytes", None, r.peak_reserved_bytes))
+    rows.append(Comparison("step time (rank 0)", "s", None, ranks[0].step_time_s))
+    return tuple(rows)
