@@ -78,6 +78,7 @@ class LiveFacts:
 
     def __init__(self, import_torch: bool = False) -> None:
         self.import_torch = import_torch
+        self._torch_runtime: Mapping[str, Any] | None = None
 
     def platform(self) -> Mapping[str, str]:
         info = {
@@ -143,9 +144,11 @@ class LiveFacts:
     def torch_runtime(self) -> Mapping[str, Any] | None:
         if not self.import_torch:
             return None
-        from gpuplan.compat.torch_reader import read_torch_runtime
+        if self._torch_runtime is None:  # read once: the probe asks for it in more than one place
+            from gpuplan.compat.torch_reader import read_torch_runtime
 
-        return read_torch_runtime()
+            self._torch_runtime = read_torch_runtime()
+        return self._torch_runtime
 
 
 class RecordedFacts:
