@@ -217,11 +217,12 @@ class HFConfigSource(ModelSource):
         import torch
 
         # from_config would build in the config's torch_dtype (bf16 for Llama 3): the workload's
-        # precision decides the parameter dtype instead (the runner casts for bf16/fp16).
+        # precision decides the parameter dtype instead.
+        dtype = getattr(torch, workload.param_dtype)
         try:
-            model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+            model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=dtype)
         except ValueError:  # architectures without SDPA support use eager
-            model = auto_cls.from_config(cfg, dtype=torch.float32)
+            model = auto_cls.from_config(cfg, dtype=dtype)
         return model  # type: ignore[no-any-return]
 
     def default_seq_len(self) -> int:

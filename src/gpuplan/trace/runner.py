@@ -78,12 +78,16 @@ def _quiet() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _transformers_on_fake_tensors() -> Iterator[None]:
+def _transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
     """transformers treats FakeTensors as graph tracing (``is_tracing``) and then never detects
     that position ids hold one sequence per row: it materialises a causal mask, which rules out
     flash attention and forces ``repeat_kv`` for GQA — not what a real GPU run does. gpuplan's
     inputs are one unpadded sequence per row, the answer real tensors give."""
     masking = sys.modules.get("transformers.masking_utils")
+    if masking is None and uses_transformers:
+        import importlib
+
+        masking = importlib.import_module("transformers.masking_utils")
     original = getattr(masking, "find_packed_sequence_indices", None)
     if masking is None or original is None:
         yield
@@ -188,12 +192,18 @@ class StepRunner:
     def run(self) -> RunResult:
         with _quiet(), torch.device("cpu"):
             fake_mode: Any = FakeTensorMode(allow_non_fake_inputs=False) if self.fake else contextlib.nullcontext()
-            patches: Any = _transformers_on_fake_tensors() if self.fake else contextlib.nullcontext()
+            patches: Any = (_transformers_on_fake_tensors(self.source.kind in ("catalog", "hf-config"))
+                            if self.fake else contextlib.nullcontext())
             with fake_mode, patches:
                 return self._run()
 
     # -- building ---------------------------------------------------------------------------
     def _build(self) -> nn.Module:
+        dtype = _DTYPES[self.workload.param_dtype]
+        previous = torch.get_default_dtype()
+        # Build in the parameter dtype: converting afterwards (module.to) must swap fake
+        # parameters, which fails while the fake mode holds weak references to them.
+        torch.set_default_dtype(dtype)
         try:
             model = self.source.build(self.workload, self.layers or None)
         except TraceError:
@@ -206,9 +216,8 @@ class StepRunner:
                     raise
                 raise TraceError(f"building {self.source.name} failed: {type(exc).__name__}: {exc}") from exc
             raise
-        dtype = _DTYPES[self.workload.param_dtype]
-        if dtype != torch.float32:
-            model = model.to(dtype)
+        finally:
+            torch.set_default_dtype(previous)
         model.train(self.workload.trains)
         return model
 
