@@ -32,7 +32,9 @@ class ModuleScope:
     def __enter__(self) -> ModuleScope:
         self._handles = [
             nn.modules.module.register_module_forward_pre_hook(self._pre),
-            nn.modules.module.register_module_forward_hook(self._post),
+            # always_call: checkpointing aborts a recompute midway (it stops once the tensors it
+            # needs exist); the stack must still be popped.
+            nn.modules.module.register_module_forward_hook(self._post, always_call=True),
         ]
         return self
 
@@ -50,7 +52,7 @@ class ModuleScope:
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         name = self._stack.pop() if self._stack else self._name(module)
-        if torch.is_grad_enabled():
+        if output is not None and torch.is_grad_enabled():
             self._tag_graph(name, output)
 
     @staticmethod
@@ -75,8 +77,15 @@ class ModuleScope:
             todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
 
     def current(self) -> str:
+        """The innermost running module: the forward stack (also during a recompute), else the
+        module whose autograd node is being run."""
         if self._stack:
             return self._stack[-1]
+        return self.current_node_module()
+
+    @staticmethod
+    def current_node_module() -> str:
+        """The module whose backward is running (a recompute triggered inside it counts as its)."""
         node = torch._C._current_autograd_node()
         if node is not None:
             return str(node.metadata.get(_TAG, ""))

@@ -166,7 +166,11 @@ class Recorder:
         if name in _NO_DATA_OPS or func.namespace == "prim":
             return run()
         self._module = self.current_module()
-        in_block = self.block_of(self._module)
+        # In backward, an op belongs to the block whose autograd node runs it, also when it is a
+        # recompute of an earlier block (checkpointing recomputes block j-1 inside block j's
+        # backward): that keeps each block's backward one contiguous, repeatable section.
+        node_module = ModuleScope.current_node_module() if self.phase == "backward" else ""
+        in_block = self.block_of(node_module or self._module)
         if in_block is None and self.phase in ("optimizer", "zero_grad"):
             in_block = self._block_from_args(args)
         live_before = self._live_bytes
