@@ -8,49 +8,16 @@ Rules only state what the facts support: a fact the probe could not read makes a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from gpuplan.compat import dataload
-from gpuplan.compat.archs import ArchSupport, architecture, cc_to_code, support
 from gpuplan.compat.drivers import DriverFit, fit, floor_for, full_support_driver
-from gpuplan.compat.environment import Environment, GpuInfo
+from gpuplan.compat.environment import Environment
 from gpuplan.compat.findings import Finding, Severity, sort_findings
-from gpuplan.compat.install import plan_install, request_from_environment
+from gpuplan.compat.rulekit import Rule, gpu_label, install_hint, is_windows
+from gpuplan.compat.rules_arch import rule_arch
 from gpuplan.compat.versions import local_tag, major_minor, parse_version
 from gpuplan.compat.visible import visibility
 from gpuplan.units import GIB, format_bytes
-
-Rule = Callable[[Environment], list[Finding]]
-
-
-def _sm(cc: str | None) -> str:
-    return f"sm_{cc_to_code(cc)}" if cc else "unknown"
-
-
-def _gpu_label(gpu: GpuInfo, indices: list[int] | None = None) -> str:
-    arch = architecture(gpu.cc)
-    cc = f"{_sm(gpu.cc)}, {arch}" if arch else _sm(gpu.cc)
-    which = f"GPUs {', '.join(map(str, indices))}" if indices and len(indices) > 1 else f"GPU {gpu.index}"
-    return f"{which} {gpu.name or '(name unknown)'} ({cc})"
-
-
-def _distinct_gpus(gpus: tuple[GpuInfo, ...]) -> list[tuple[GpuInfo, list[int]]]:
-    """Identical GPUs (same name and capability) grouped, so eight H100s give one finding, not eight."""
-    groups: dict[tuple[str | None, str | None], tuple[GpuInfo, list[int]]] = {}
-    for gpu in gpus:
-        groups.setdefault((gpu.name, gpu.cc), (gpu, []))[1].append(gpu.index)
-    return list(groups.values())
-
-
-def _install_hint(env: Environment, torch: str | None = None) -> str:
-    plan = plan_install(request_from_environment(env, torch))
-    if not plan.ok or plan.command is None:
-        return f"no official wheel fits ({plan.reason})"
-    return plan.command
-
-
-def _is_windows(env: Environment) -> bool:
-    return env.platform.system == "Windows"
 
 
 def rule_no_gpu(env: Environment) -> list[Finding]:
@@ -106,7 +73,7 @@ def rule_torch_missing(env: Environment) -> list[Finding]:
         return []
     return [Finding(
         Severity.INFO, "TORCH_NOT_INSTALLED", "PyTorch is not installed in this Python environment.",
-        f"Install it with: {_install_hint(env)}",
+        f"Install it with: {install_hint(env)}",
     )]
 
 
@@ -119,10 +86,10 @@ def rule_wrong_build(env: Environment) -> list[Finding]:
         gpu = env.nvidia.gpus[0]
         out.append(Finding(
             Severity.ERROR, "CPU_WHEEL_WITH_GPU",
-            f"torch {t.version} is a CPU-only build, but {_gpu_label(gpu)} is present: PyTorch cannot use it "
+            f"torch {t.version} is a CPU-only build, but {gpu_label(gpu)} is present: PyTorch cannot use it "
             "('Torch not compiled with CUDA enabled'). On Windows and macOS a plain `pip install torch` from "
             "PyPI always gives the CPU build.",
-            f"pip uninstall torch torchvision torchaudio, then: {_install_hint(env)}",
+            f"pip uninstall torch torchvision torchaudio, then: {install_hint(env)}",
             ("S-TI",),
         ))
     if t.build == "cuda" and not env.nvidia.gpus and env.rocm.gpus:
@@ -130,13 +97,13 @@ def rule_wrong_build(env: Environment) -> list[Finding]:
             Severity.ERROR, "CUDA_WHEEL_ON_AMD",
             f"torch {t.version} is a CUDA build, but the GPU is AMD ({env.rocm.gpus[0].name}): "
             "it needs the ROCm build.",
-            f"pip uninstall torch, then: {_install_hint(env)}",
+            f"pip uninstall torch, then: {install_hint(env)}",
         ))
     if t.build == "rocm" and env.nvidia.gpus and not env.rocm.gpus:
         out.append(Finding(
             Severity.ERROR, "ROCM_WHEEL_ON_NVIDIA",
-            f"torch {t.version} is a ROCm build, but the GPU is NVIDIA ({_gpu_label(env.nvidia.gpus[0])}).",
-            f"pip uninstall torch, then: {_install_hint(env)}",
+            f"torch {t.version} is a ROCm build, but the GPU is NVIDIA ({gpu_label(env.nvidia.gpus[0])}).",
+            f"pip uninstall torch, then: {install_hint(env)}",
         ))
     return out
 
@@ -145,7 +112,7 @@ def rule_driver(env: Environment) -> list[Finding]:
     t, nv = env.torch, env.nvidia
     if t.build != "cuda" or not t.cuda or not nv.gpus:
         return []
-    windows = _is_windows(env)
+    windows = is_windows(env)
     verdict = fit(t.cuda, nv.driver_version, nv.driver_cuda, windows)
     have = f"driver {nv.driver_version or 'unknown'} (supports CUDA {nv.driver_cuda or 'unknown'})"
     if verdict is DriverFit.TOO_OLD:
@@ -161,7 +128,7 @@ def rule_driver(env: Environment) -> list[Finding]:
             f"older, so CUDA cannot initialise: torch.cuda.is_available() is False and CUDA use raises 'The "
             f"NVIDIA driver on your system is too old{found}'.",
             f"Upgrade the driver to >= {floor}, or install a build for the CUDA this driver supports: "
-            f"{_install_hint(env)}",
+            f"{install_hint(env)}",
             ("S-NV-MVC", "S-PT-CUDAFUNCTIONS"),
         )]
     if verdict is DriverFit.MINOR_COMPAT:
@@ -179,127 +146,6 @@ def rule_driver(env: Environment) -> list[Finding]:
             ("S-NV-MVC", "S-NV-RN132U2"),
         )]
     return []
-
-
-def _covering(cc: str, rel: dataload.Release, windows: bool, machine: str | None = None) -> list[str]:
-    os_family = "windows" if windows else "linux"
-    return [
-        v.tag for v in rel.variants
-        if support(cc, list(v.arch_for(os_family, machine))) is not ArchSupport.NONE
-    ]
-
-
-def _last_release_for(
-    cc: str, windows: bool, machine: str | None = None
-) -> tuple[dataload.Release, str] | None:
-    for rel in dataload.releases():
-        tags = _covering(cc, rel, windows, machine)
-        if tags:
-            return rel, tags[0]
-    return None
-
-
-def rule_arch(env: Environment) -> list[Finding]:
-    t = env.torch
-    if t.build != "cuda" or not env.nvidia.gpus:
-        return []
-    out = []
-    windows = _is_windows(env)
-    rel = dataload.release(t.version)
-    listed = " ".join(t.arch_list) if t.arch_list else "unknown"
-    for gpu, indices in _distinct_gpus(env.nvidia.gpus):
-        if gpu.cc is None:
-            out.append(Finding(
-                Severity.INFO, "GPU_CC_UNKNOWN",
-                f"Compute capability of GPU {gpu.index} ({gpu.name or 'name unknown'}) is unknown (neither "
-                "the "
-                "driver nor gpuplan's name table gave it), so the wheel's arch list could not be checked.",
-                "Run `nvidia-smi --query-gpu=name,compute_cap --format=csv` and pass it to `gpuplan install "
-                "--gpu`.",
-            ))
-            continue
-        verdict = support(gpu.cc, list(t.arch_list) if t.arch_list else None)
-        if verdict is ArchSupport.UNKNOWN and not out_has(out, "ARCH_LIST_UNKNOWN"):
-            out.append(Finding(
-                Severity.INFO, "ARCH_LIST_UNKNOWN",
-                f"The kernel (arch) list of torch {t.version} is not known without importing torch (it is "
-                "not an "
-                "official release wheel in gpuplan's data), so whether it has kernels for "
-                f"{_gpu_label(gpu, indices)} was not checked.",
-                "Run `gpuplan doctor --import-torch` to read torch.cuda.get_arch_list().",
-            ))
-            continue
-        src = f" [{t.arch_list_source}]" if t.arch_list_source else ""
-        if verdict is ArchSupport.NONE:
-            out.append(_arch_missing(env, gpu, indices, rel, listed + src, windows))
-        elif verdict is ArchSupport.PTX_ONLY:
-            out.append(Finding(
-                Severity.WARNING, "ARCH_PTX_ONLY",
-                f"{_gpu_label(gpu, indices)} has no compiled kernels in torch {t.version} (arch list: "
-                f"{listed}{src}); it "
-                "runs on PTX JIT-compiled by the driver: slow first use, and it needs a driver that fully "
-                "supports the wheel's CUDA version.",
-                f"Prefer a build with native kernels for {_sm(gpu.cc)}: {_install_hint(env)}",
-                ("S-CNBLOGS-BINCOMPAT",),
-            ))
-        elif verdict is ArchSupport.NATIVE:
-            out += _arch_support_ends(gpu, indices, rel, windows, env.platform.machine)
-    return out
-
-
-def out_has(findings: list[Finding], code: str) -> bool:
-    return any(f.code == code for f in findings)
-
-
-def _arch_missing(env: Environment, gpu: GpuInfo, indices: list[int], rel: dataload.Release | None,
-                  listed: str, windows: bool) -> Finding:
-    t = env.torch
-    head = (f"{_gpu_label(gpu, indices)} has no kernels in torch {t.version} (arch list: {listed}); "
-            "CUDA ops fail with 'no kernel image is available for execution on the device'.")
-    machine = env.platform.machine
-    other = _covering(gpu.cc or "", rel, windows, machine) if rel else []
-    if rel is not None and other:
-        return Finding(
-            Severity.ERROR, "ARCH_NOT_IN_WHEEL",
-            f"{head} Another CUDA build of the same release has them: {', '.join(other)}.",
-            f"Reinstall from an index with {_sm(gpu.cc)} kernels: {_install_hint(env, t.version)}",
-            ("S-TORCH213",),
-        )
-    last = _last_release_for(gpu.cc or "", windows, machine)
-    newest = dataload.releases()[0]
-    if last is None:
-        why = f"No release in gpuplan's data (up to {newest.version}) has kernels for {_sm(gpu.cc)}."
-    elif (parse_version(last[0].version) or (0,)) < (parse_version(t.version) or (0,)):
-        why = (f"This release dropped {architecture(gpu.cc) or _sm(gpu.cc)}: the last release with kernels "
-               f"for it is torch {last[0].version} ({last[1]}).")
-    else:
-        oldest_first = reversed(dataload.releases())
-        cc = gpu.cc or ""
-        first = next((r, tags[0]) for r in oldest_first if (tags := _covering(cc, r, windows, machine)))
-        why = (f"The GPU is newer than this release: the first release with {_sm(gpu.cc)} kernels is torch "
-               f"{first[0].version} ({first[1]}).")
-    return Finding(
-        Severity.ERROR, "ARCH_NOT_IN_RELEASE", f"{head} {why}",
-        f"Install a release that has them: {_install_hint(env)}", ("S-TORCH213", "S-DEVDISCUSS-CU126"),
-    )
-
-
-def _arch_support_ends(
-    gpu: GpuInfo, indices: list[int], rel: dataload.Release | None, windows: bool, machine: str | None
-) -> list[Finding]:
-    last = _last_release_for(gpu.cc or "", windows, machine)
-    newest = dataload.releases()[0]
-    if last is None or rel is None or last[0].version == newest.version:
-        return []
-    nxt = next(r.version for r in reversed(dataload.releases())
-               if (parse_version(r.version) or (0,)) > (parse_version(last[0].version) or (0,)))
-    return [Finding(
-        Severity.WARNING, "ARCH_SUPPORT_ENDS",
-        f"{_gpu_label(gpu, indices)} is supported up to torch {last[0].version} ({last[1]}); torch {nxt} "
-        "and later ship no kernels for it, so an unpinned upgrade breaks CUDA on this GPU.",
-        f"Pin 'torch<{nxt}' (and install from the {last[1]} index).",
-        ("S-DEVDISCUSS-CU126", "S-ISS-172352"),
-    )]
 
 
 def rule_companions(env: Environment) -> list[Finding]:
@@ -451,7 +297,7 @@ def rule_mig(env: Environment) -> list[Finding]:
         if gpu.mig_devices == 0:
             out.append(Finding(
                 Severity.ERROR, "MIG_NO_INSTANCE",
-                f"MIG is enabled on {_gpu_label(gpu)} but no MIG instance exists: CUDA sees no usable device "
+                f"MIG is enabled on {gpu_label(gpu)} but no MIG instance exists: CUDA sees no usable device "
                 "on it.",
                 f"Create instances (sudo nvidia-smi mig -i {gpu.index} -cgi <profile> -C) or disable MIG "
                 f"(sudo nvidia-smi -i {gpu.index} -mig 0, then reset the GPU).",
@@ -460,7 +306,7 @@ def rule_mig(env: Environment) -> list[Finding]:
             count = "an unknown number of" if gpu.mig_devices is None else str(gpu.mig_devices)
             out.append(Finding(
                 Severity.INFO, "MIG_ENABLED",
-                f"MIG is enabled on {_gpu_label(gpu)} with {count} instance(s): a process uses one MIG "
+                f"MIG is enabled on {gpu_label(gpu)} with {count} instance(s): a process uses one MIG "
                 "instance, "
                 "with only that instance's share of memory and SMs.",
                 "Select the instance with CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` lists them); plan "
