@@ -56,6 +56,7 @@ class TorchInfo:
     git_version: str | None
     arch_list: tuple[str, ...] | None
     arch_list_source: str | None  # "torch.cuda.get_arch_list()" or "release data (...)"
+    arch_list_in_data: tuple[str, ...] | None  # what the release data says for this wheel (None: not in it)
     cudnn: str | None
     cudnn_source: str | None
     nccl: str | None

@@ -40,8 +40,11 @@ def probe_torch(source: FactsSource, plat: PlatformInfo) -> TorchInfo:
     torchvision = source.dist_version("torchvision")
     torchaudio = source.dist_version("torchaudio")
     if version is None:
-        return TorchInfo(False, None, None, None, None, None, None, None, None, None, None,
-                         torchvision, torchaudio, False, import_error)
+        return TorchInfo(
+            installed=False, version=None, build=None, cuda=None, hip=None, git_version=None, arch_list=None,
+            arch_list_source=None, arch_list_in_data=None, cudnn=None, cudnn_source=None, nccl=None,
+            torchvision=torchvision, torchaudio=torchaudio, imported=False, import_error=import_error,
+        )
     text = source.package_file("torch", "version.py")
     assigned = parsers.parse_python_assignments(text) if text else {}
     if not imported and assigned.get("__version__"):
@@ -52,11 +55,10 @@ def probe_torch(source: FactsSource, plat: PlatformInfo) -> TorchInfo:
         cuda = runtime.get("cuda") if isinstance(runtime.get("cuda"), str) else cuda
         hip = runtime.get("hip") if isinstance(runtime.get("hip"), str) else hip
     build = _build_kind(version, cuda, hip, assigned.get("xpu"), text is not None or imported)
-    arch_list, arch_source = None, None
+    data_arch, data_source = _arch_from_data(version, cuda, plat) if build == "cuda" else (None, None)
+    arch_list, arch_source = data_arch, data_source
     if imported and runtime and isinstance(runtime.get("arch_list"), list) and runtime["arch_list"]:
         arch_list, arch_source = tuple(str(a) for a in runtime["arch_list"]), "torch.cuda.get_arch_list()"
-    elif build == "cuda":
-        arch_list, arch_source = _arch_from_data(version, cuda, plat)
     cudnn, cudnn_source = None, None
     if imported and runtime and runtime.get("cudnn"):
         cudnn, cudnn_source = _format_cudnn(runtime["cudnn"]), "torch.backends.cudnn.version()"
@@ -78,6 +80,7 @@ def probe_torch(source: FactsSource, plat: PlatformInfo) -> TorchInfo:
         git_version=assigned.get("git_version"),
         arch_list=arch_list,
         arch_list_source=arch_source,
+        arch_list_in_data=data_arch,
         cudnn=cudnn,
         cudnn_source=cudnn_source,
         nccl=nccl,

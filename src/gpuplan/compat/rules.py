@@ -14,7 +14,7 @@ from gpuplan.compat.drivers import DriverFit, fit, floor_for, full_support_drive
 from gpuplan.compat.environment import Environment
 from gpuplan.compat.findings import Finding, Severity, sort_findings
 from gpuplan.compat.rulekit import Rule, gpu_label, install_hint, is_windows
-from gpuplan.compat.rules_arch import rule_arch
+from gpuplan.compat.rules_arch import rule_arch, rule_arch_data_check
 from gpuplan.compat.versions import local_tag, major_minor, parse_version
 from gpuplan.compat.visible import visibility
 from gpuplan.units import GIB, format_bytes
@@ -394,6 +394,7 @@ RULES: tuple[Rule, ...] = (
     rule_wrong_build,
     rule_driver,
     rule_arch,
+    rule_arch_data_check,
     rule_companions,
     rule_local_toolkit,
     rule_library_path,

@@ -32,6 +32,22 @@ def _last_release_for(
     return None
 
 
+def rule_arch_data_check(env: Environment) -> list[Finding]:
+    """With --import-torch: does gpuplan's release data agree with the wheel's own arch list?"""
+    t = env.torch
+    if not t.imported or not t.arch_list or t.arch_list_in_data is None:
+        return []
+    if set(t.arch_list) == set(t.arch_list_in_data):
+        return []
+    return [Finding(
+        Severity.INFO, "ARCH_DATA_DIFFERS",
+        f"torch.cuda.get_arch_list() of torch {t.version} is {' '.join(t.arch_list)}, but gpuplan's release "
+        f"data says {' '.join(t.arch_list_in_data)}; this report uses torch's own list.",
+        "Nothing to do here; please report it so gpuplan's data can be corrected (attach `gpuplan doctor "
+        "--import-torch --record env.yaml`).",
+    )]
+
+
 def rule_arch(env: Environment) -> list[Finding]:
     t = env.torch
     if t.build != "cuda" or not env.nvidia.gpus:
