@@ -284,7 +284,7 @@ def estimate(
         # cost model (gpuplan.perf): step time, throughput, MFU and their assumptions
         timing = summarize_source(source, step, target_gpu, workload, weight_quant=weight_quant)
         assumptions.extend(timing.assumptions)
-    return Estimate(
+    result = Estimate(
         model=source.name, workload=workload, params_count=step.params_count, peak_allocated_bytes=peak_allocated,
         peak_reserved_bytes=peak_reserved, total_required_bytes=total, components=components,
         peak_phase=step.peak_phase, flops_per_step=step.flops, step=step, gpu=target_gpu, fits=fits,
@@ -293,6 +293,10 @@ def estimate(
         mfu=timing.mfu if timing else None,
         extra={"source": source.describe(), **({"json": timing.json} if timing else {})},
     )
+    # a user calibration fitted from measurements on this GPU and software (gpuplan calibrate)
+    from gpuplan.measure.calibration import apply_calibration
+
+    return apply_calibration(result)  # type: ignore[no-any-return]
 
 
 def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = True, fake: bool = True,

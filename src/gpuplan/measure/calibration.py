@@ -130,3 +130,35 @@ def calibration_for(gpu_id: str, torch_version: str | None = None, cuda_version:
         if (e.gpu, e.torch_version, e.cuda_version) == (gpu_id, torch_version, cuda_version or "none"):
             return e
     return None
+
+
+def apply_calibration(est: Any, path: Path | None = None) -> Any:
+    """``est`` (a :class:`gpuplan.estimate.Estimate`) with the matching calibration applied: the
+    measured context replaces the assumed one, the step time is scaled by the fitted factor, and
+    an assumption line says so. Unchanged without a GPU or a matching entry."""
+    from dataclasses import replace
+
+    if est.gpu is None:
+        return est
+    entry = calibration_for(est.gpu.id, path=path)
+    if entry is None:
+        return est
+    changes: dict[str, Any] = {}
+    components = dict(est.components)
+    total = est.total_required_bytes
+    if entry.cuda_context_bytes is not None:
+        total += entry.cuda_context_bytes - components.get("cuda_context", 0)
+        components["cuda_context"] = entry.cuda_context_bytes
+        headroom = est.gpu.usable_memory_bytes - total
+        changes.update(components=components, total_required_bytes=total, headroom_bytes=headroom,
+                       fits=headroom >= 0)
+    if entry.step_time_factor is not None and est.step_time_s is not None:
+        f = entry.step_time_factor
+        changes["step_time_s"] = est.step_time_s * f
+        if est.throughput is not None:
+            changes["throughput"] = {**est.throughput, "value": est.throughput["value"] / f}
+        if est.mfu is not None:
+            changes["mfu"] = est.mfu / f
+    extra = dict(est.extra)
+    extra["json"] = {**extra.get("json", {}), "calibration": asdict(entry)}
+    return replace(est, **changes, assumptions=(*est.assumptions, entry.describe()), extra=extra)

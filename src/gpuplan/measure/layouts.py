@@ -58,9 +58,12 @@ class Layout:
     make_optimizer: Callable[[list[nn.Parameter]], Any] | None = None
     buckets: dict[int, torch.Tensor] = field(default_factory=dict)
     """DDP's current gradient buckets by bucket index."""
+    step_class: type | None = None
+    """A step program other than the runner's (DeepSpeed needs engine.backward / engine.step)."""
+    extra: Callable[[], list[torch.Tensor]] | None = None
 
     def live_extra(self) -> list[torch.Tensor]:
-        return list(self.buckets.values())
+        return list(self.buckets.values()) + (self.extra() if self.extra is not None else [])
 
 
 def _ddp(device: torch.device, layout: Layout) -> Callable[[nn.Module], nn.Module]:
@@ -123,5 +126,5 @@ def build_layout(name: str, workload: Workload, device: torch.device, source_cou
     else:
         from gpuplan.measure.deepspeed_layout import deepspeed_layout
 
-        return deepspeed_layout(name, workload, device)
+        layout = deepspeed_layout(name, workload, device)
     return layout

@@ -134,7 +134,8 @@ def _to_device(inputs: Inputs, device: torch.device) -> Inputs:
 def build_program(source: ModelSource, workload: Workload, device: torch.device, *,
                   compute_capability: tuple[int, int] | None = None, wrap: Wrap | None = None,
                   make_optimizer: MakeOptimizer | None = None,
-                  live_extra: Callable[[], list[torch.Tensor]] | None = None) -> Program:
+                  live_extra: Callable[[], list[torch.Tensor]] | None = None,
+                  step_class: type[_RealStep] | None = None) -> Program:
     """Build ``source`` for ``workload`` on ``device``; ``wrap`` applies a parallel layout to the
     model (after checkpointing, before the optimizer), ``make_optimizer`` replaces the workload's
     optimizer (ZeRO-1 wraps it)."""
@@ -159,7 +160,8 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = (make_optimizer(params) if make_optimizer is not None
                          else build_optimizer(workload.optimizer, workload.optimizer_impl, params, cuda=cuda))
-    step = _RealStep(runner, model, optimizer, inputs, Recorder(record_ops=False), attention, amp_dtype)
+    step = (step_class or _RealStep)(runner, model, optimizer, inputs, Recorder(record_ops=False), attention,
+                                     amp_dtype)
     step.device_type = device.type
     return Program(model=model, optimizer=optimizer, inputs=inputs, step=step, device=device,
                    workload=workload, live_extra=live_extra)

@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace, rank: int) -> dict[str, object]:
         layout = build_layout(args.layout, workload, device, source.layer_counts())
         program = build_program(source, workload, device, compute_capability=env.compute_capability,
                                 wrap=layout.wrap, make_optimizer=layout.make_optimizer,
-                                live_extra=layout.live_extra)
+                                live_extra=layout.live_extra, step_class=layout.step_class)
         options = Options(steps=args.steps, warmup=args.warmup, record=not args.no_record)
         measured = run_program(program, options, used_before_bytes=used_before, rank=rank, world_size=world,
                                layout=args.layout)

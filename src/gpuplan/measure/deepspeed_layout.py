@@ -1,0 +1,108 @@
+"""ZeRO-2 / ZeRO-3 through DeepSpeed (``deepspeed.initialize``), when DeepSpeed is installed.
+
+The workload's own torch optimizer is handed to DeepSpeed (``zero_allow_untested_optimizer``), so
+the optimizer state is the same kind as in the other layouts; the step calls ``engine.backward``
+and ``engine.step`` as DeepSpeed requires (its gradient partitioning hangs off them). Precision:
+fp32, or DeepSpeed's own bf16 mode for ``--precision bf16``; AMP is refused (DeepSpeed's mixed
+precision is not torch.autocast). On the CPU the storage-tracked bytes miss the buffers DeepSpeed
+allocates inside ``initialize`` (flat partitions it builds before the first step); on CUDA the
+allocator's peak counts everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpuplan.errors import ConfigError
+from gpuplan.measure.layouts import Layout
+from gpuplan.measure.program import _RealStep
+from gpuplan.trace.optimizers import build_optimizer
+from gpuplan.workload import Workload
+
+
+class _EngineOptimizer:
+    """What the step sees as its optimizer: stepping and zeroing go through the engine."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        self.optim = inner  # the torch optimizer holding the (partitioned) state
+        self.state = inner.state
+
+    def step(self) -> None:
+        self.engine.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass  # engine.step() zeroes (or frees) the gradients itself
+
+
+class DeepSpeedStep(_RealStep):
+    """The training step as DeepSpeed requires it: engine.backward / engine.step."""
+
+    def train_step(self, *, record: bool) -> None:
+        engine = self.model
+        for _ in range(self.w.grad_accum):
+            self.rec.phase = "forward"
+            with self._forward_semantics():
+                out = self._forward(**({"use_cache": False} if self._is_hf_lm() else {}))
+                self.rec.phase = "loss"
+                loss = self.runner.source.loss(self.model, out, self.inputs, self.w)
+            del out
+            self.rec.phase = "backward"
+            engine.backward(loss)  # type: ignore[operator]
+            del loss
+        self.rec.phase = "optimizer"
+        engine.step()  # type: ignore[operator]
+
+
+def _zero_config(stage: int, params: int) -> dict[str, Any]:
+    """Bucket sizes as gpuplan's planner emits them (2e8 elements, smaller for small models so a
+    bucket never exceeds an eighth of the parameters); DeepSpeed's default reduce bucket of 5e8
+    elements would allocate 2 GB of fp32 staging even for a toy model."""
+    bucket = int(min(2e8, max(1e6, params / 8)))
+    if stage == 3:
+        return {"stage": 3, "reduce_bucket_size": bucket, "stage3_prefetch_bucket_size": int(0.9 * bucket)}
+    return {"stage": stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
+
+
+def deepspeed_layout(name: str, workload: Workload, device: torch.device) -> Layout:
+    if workload.precision not in ("fp32", "bf16"):
+        raise ConfigError(f"--layout {name} (DeepSpeed) measures --precision fp32 or bf16, not "
+                          f"{workload.precision}: DeepSpeed's mixed precision is not torch.autocast")
+    stage = int(name[-1])
+    holder: dict[str, Any] = {}
+
+    def wrap(model: nn.Module) -> nn.Module:
+        import deepspeed
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = build_optimizer(workload.optimizer, workload.optimizer_impl, params,
+                                    cuda=device.type == "cuda")
+        config = {
+            "train_micro_batch_size_per_gpu": workload.batch_size,
+            "gradient_accumulation_steps": workload.grad_accum,
+            "zero_optimization": _zero_config(stage, sum(p.numel() for p in params)),
+            "zero_allow_untested_optimizer": True,
+            "bf16": {"enabled": workload.precision == "bf16"},
+            "steps_per_print": 1 << 30,
+        }
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        holder["engine"] = engine
+        return engine  # type: ignore[no-any-return]
+
+    def make_optimizer(params: list[nn.Parameter]) -> Any:
+        return _EngineOptimizer(holder["engine"])
+
+    def live_extra() -> list[torch.Tensor]:
+        # ZeRO-3 parameters keep their shard in ds_tensor (param.data is emptied)
+        engine = holder.get("engine")
+        if engine is None:
+            return []
+        return [p.ds_tensor for p in engine.module.parameters() if getattr(p, "ds_tensor", None) is not None]
+
+    layout = Layout(name=name, wrap=wrap, make_optimizer=make_optimizer, step_class=DeepSpeedStep)
+    layout.extra = live_extra
+    return layout
