@@ -272,14 +272,22 @@ class StepRunner:
         for _, b in model.named_buffers():
             recorder.register(b, category="parameters")
         if optimizer is not None:
+            names = {id(q): n for n, q in model.named_parameters()}
             for p, state in optimizer.state.items():
-                block = next((recorder.block_of(n) for n, q in model.named_parameters() if q is p), None)
-                for v in state.values():
+                block = recorder.block_of(names.get(id(p), ""))
+                for key, v in state.items():
+                    if key == "step" and self.target.cuda and not _on_device_step(optimizer):
+                        continue  # torch keeps step counters on the host unless fused/capturable
                     if isinstance(v, torch.Tensor):
                         sid = recorder.register(v, category="optimizer_state")
                         recorder.set_storage_block(sid, block)
         for t in inputs.tensors():
             recorder.register(t, category="activations")
+
+
+def _on_device_step(optimizer: Any) -> bool:
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    return bool(group.get("fused") or group.get("capturable"))
 
 
 class _Step:
@@ -361,7 +369,8 @@ class _Step:
             self.optimizer.step()
             if record:
                 for t in state_tensors(self.optimizer):
-                    rec.register(t, category="optimizer_state")
+                    if rec.storage_id(t) is not None:
+                        rec.register(t, category="optimizer_state")
             rec.phase = "zero_grad"
             self.optimizer.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
         else:
