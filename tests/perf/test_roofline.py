@@ -50,7 +50,9 @@ def test_non_kernel_ops_cost_nothing() -> None:
 def test_weight_only_quant_cuts_decode_gemv_bytes() -> None:
     gpu = get_gpu("A100-80GB-SXM")
     weight, act = 4096 * 4096 * 2, 4096 * 2
-    gemv = OpRecord("aten.mm.default", "decode", "m", "matmul", "bfloat16", 2 * 4096 * 4096, weight + act, act)
+    gemv = OpRecord(
+        "aten.mm.default", "decode", "m", "matmul", "bfloat16", 2 * 4096 * 4096, weight + act, act
+    )
     full = op_time(gemv, gpu, "bf16", EFF).memory_s
     int4 = op_time(gemv, gpu, "bf16", EFF, weight_quant="int4").memory_s
     assert int4 / full == pytest.approx(weight_bytes_factor("int4"), rel=0.01)

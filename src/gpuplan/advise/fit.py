@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 PCIE_EFFICIENCY = 0.8
 CPU_ADAM_BYTES_PER_PARAM = 32
 CPU_MEMORY_BANDWIDTH_BYTES_PER_S = 40e9
-MAX_CONFIRM_TRACES = 6
+MAX_SEARCH_TRACES = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,8 @@ class Point:
     fits: bool
     step_time_s: float | None
     throughput: dict[str, Any] | None
+    tensor_peak_bytes: int = 0
+    """Exact live-tensor peak (before allocator rounding): the smooth quantity the search extrapolates."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,52 +171,66 @@ class _Tracer:
             bool(est.fits),
             est.step_time_s,
             est.throughput,
+            est.tensor_peak_bytes,
         )
 
 
 def _largest_batch(
     tracer: _Tracer, base: Workload, first: Point | None = None
 ) -> tuple[int, Point | None, Point | None, int]:
-    """(largest fitting batch, its point, the point at +1, bytes per sample) for ``base``'s config."""
+    """(largest fitting batch, its point, the point at +1, bytes per sample) for ``base``'s config.
+
+    The slope comes from the exact tensor peaks at batch 1 and 2 (allocator rounding makes the
+    reserved totals step-like at small batches); each guess is anchored on the nearest traced
+    point and kept inside the bracket of known fitting / failing batches (bisection as fallback).
+    """
     usable = tracer.gpu.usable_memory_bytes
     p1 = first or tracer.point(base.with_(batch_size=1))
     if not p1.fits:
         return 0, None, p1, 0
     p2 = tracer.point(base.with_(batch_size=2))
-    slope = max(p2.total_required_bytes - p1.total_required_bytes, 1)
-    if not p2.fits:
-        return 1, p1, p2, slope
+    slope = max(
+        p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.total_required_bytes - p1.total_required_bytes, 1
+    )
     known: dict[int, Point] = {1: p1, 2: p2}
 
-    def predict(lo: Point, hi: Point) -> int:
-        s = max(
-            (hi.total_required_bytes - lo.total_required_bytes)
-            / max(hi.workload.batch_size - lo.workload.batch_size, 1),
-            1.0,
-        )
-        b = lo.workload.batch_size + int((usable - lo.total_required_bytes) // s)
-        return max(1, min(b, MAX_BATCH_SIZE - 1))
+    def bracket() -> tuple[int, int | None]:
+        lo = max(b for b, p in known.items() if p.fits)
+        misses = [b for b, p in known.items() if not p.fits and b > lo]
+        return lo, (min(misses) if misses else None)
 
-    guess = predict(p1, p2)
-    for _ in range(MAX_CONFIRM_TRACES):
-        for b in (guess, guess + 1):
-            if b not in known:
-                known[b] = tracer.point(base.with_(batch_size=b))
-        fit_pts = sorted(b for b, p in known.items() if p.fits)
-        miss_pts = sorted(b for b, p in known.items() if not p.fits)
-        best = fit_pts[-1]
-        if miss_pts and miss_pts[0] == best + 1:
-            return best, known[best], known[best + 1], slope
-        # move along the secant through the nearest fitting and the nearest failing (or top) point
-        lo = known[best]
-        hi = known[miss_pts[0]] if miss_pts else known[max(known)]
-        guess = predict(lo, hi) if hi is not lo else predict(p1, lo)
-        if miss_pts:
-            guess = min(max(guess, best + 1), miss_pts[0] - 1)
-        if guess >= MAX_BATCH_SIZE - 1:
-            return best, lo, None, slope
-    best = max(b for b, p in known.items() if p.fits)
-    return best, known[best], known.get(best + 1), slope
+    def secant(lo: int, hi: int | None) -> int:
+        """Batch where the line through two traced points reaches the usable memory."""
+        a, b = known[lo], known[hi] if hi is not None else p1
+        if b is a:
+            b = p1
+        db = b.workload.batch_size - a.workload.batch_size
+        s = (b.total_required_bytes - a.total_required_bytes) / db if db else 0.0
+        if s <= 0:
+            s = float(slope)
+        return lo + int((usable - a.total_required_bytes) // s)
+
+    guess = 2 + int((usable - p2.total_required_bytes) // slope)
+    width = None
+    for _ in range(MAX_SEARCH_TRACES):
+        lo, hi = bracket()
+        if hi == lo + 1:
+            return lo, known[lo], known[hi], slope
+        if lo >= MAX_BATCH_SIZE:
+            return lo, known[lo], None, slope
+        top = (hi - 1) if hi is not None else MAX_BATCH_SIZE
+        g = min(max(guess, lo + 1), top)
+        if g in known or (hi is not None and width is not None and hi - lo > width // 2):
+            # bisect when the secant stalls (allocator steps make the totals piecewise constant)
+            g = (lo + hi) // 2 if hi is not None else min(2 * lo, MAX_BATCH_SIZE)
+        width = (hi - lo) if hi is not None else None
+        known[g] = tracer.point(base.with_(batch_size=g))
+        lo, hi = bracket()
+        guess = secant(lo, hi)
+        if guess <= lo:
+            guess = lo + 1
+    lo, hi = bracket()
+    return lo, known[lo], known.get(lo + 1), slope
 
 
 def _amp_precision(gpu: GPU) -> str:

@@ -33,6 +33,9 @@ NON_KERNEL_OPS: frozenset[str] = frozenset({
     "t_", "transpose_", "_version",
 })
 TENSOR_OP_CLASSES: frozenset[str] = frozenset({"matmul", "conv", "attention"})
+# Gathers read only the rows they return (an embedding lookup does not stream the whole table),
+# so they are costed as reading what they write, plus the indices.
+GATHER_OPS: frozenset[str] = frozenset({"embedding", "index_select", "gather", "take"})
 
 _DTYPE_RATE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp32",
                "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "int8": "int8"}
@@ -99,6 +102,14 @@ def op_time(op: OpRecord, gpu: GPU, precision: str, eff: Efficiency, *, graph: b
     if not launches_kernel(op):
         return OpTime(0.0, 0.0, 0.0)
     moved = float(op.bytes_read + op.bytes_written)
+    name = short_name(op.name)
+    if name in GATHER_OPS:
+        moved = 2.0 * op.bytes_written
+    elif graph and name == "cat":
+        # decode with a preallocated (static or paged) KV cache, as serving engines run it: appending
+        # one token writes a few KiB per layer instead of copying the cache as HF's DynamicCache does;
+        # the trace's totals cannot tell the new slice from the old, so only the launch is counted
+        moved = 0.0
     if weight_quant != "none" and op.op_class == "matmul" and op.dtype in ("float16", "bfloat16"):
         # Weight-only quantization: the weight is most of what a decode GEMV reads; the activations
         # in and out are about the same size, so weight bytes ≈ read − written.
