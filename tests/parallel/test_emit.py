@@ -17,9 +17,19 @@ from gpuplan.parallel.plan import Plan
 def _plan(ctx, lay: Layout) -> Plan:  # type: ignore[no-untyped-def]
     from gpuplan.hardware import get_gpu
 
-    return Plan(model="gpt2", gpu=get_gpu("H100-SXM"), topology=ctx.topology, workload=ctx.profile.workload,
-                profile=ctx.profile, best=evaluate(ctx, lay), alternatives=(), layouts_considered=1, search_s=0.0,
-                trace_s=0.0, usable_bytes=ctx.usable_bytes)
+    return Plan(
+        model="gpt2",
+        gpu=get_gpu("H100-SXM"),
+        topology=ctx.topology,
+        workload=ctx.profile.workload,
+        profile=ctx.profile,
+        best=evaluate(ctx, lay),
+        alternatives=(),
+        layouts_considered=1,
+        search_s=0.0,
+        trace_s=0.0,
+        usable_bytes=ctx.usable_bytes,
+    )
 
 
 class _MPU:
@@ -40,8 +50,16 @@ def test_deepspeed_config_parses(gpt2_ctx, zero: int, offload: bool, monkeypatch
     ds_config = pytest.importorskip("deepspeed.runtime.config")
     # No process group here: DeepSpeedConfig reads the rank from deepspeed.comm, then dp from the mpu.
     monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
-    lay = Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=2, zero=zero, offload_optimizer=offload,
-                 offload_params=offload and zero == 3)
+    lay = Layout(
+        dp=8,
+        tp=1,
+        pp=1,
+        micro_batch_size=4,
+        grad_accum=2,
+        zero=zero,
+        offload_optimizer=offload,
+        offload_params=offload and zero == 3,
+    )
     cfg = json.loads(emit(_plan(gpt2_ctx, lay), "deepspeed"))
     parsed = ds_config.DeepSpeedConfig(cfg, mpu=_MPU(8))
     assert parsed.zero_optimization_stage == zero
@@ -60,10 +78,16 @@ def test_deepspeed_config_parses(gpt2_ctx, zero: int, offload: bool, monkeypatch
 
 def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
-    for lay, kind in ((Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True,
-                              reshard_after_forward=False), "FSDP"),
-                      (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2), "DEEPSPEED"),
-                      (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1), "MULTI_GPU")):
+    for lay, kind in (
+        (
+            Layout(
+                dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, reshard_after_forward=False
+            ),
+            "FSDP",
+        ),
+        (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2), "DEEPSPEED"),
+        (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1), "MULTI_GPU"),
+    ):
         path = tmp_path / f"{kind}.yaml"
         path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
         cfg = config_args.load_config_from_file(str(path))
@@ -71,7 +95,10 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
         assert cfg.num_processes == 32 and cfg.num_machines == 4
         assert cfg.mixed_precision == "bf16"
         if kind == "FSDP":
-            assert cfg.fsdp_config["fsdp_version"] == 2 and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
+            assert (
+                cfg.fsdp_config["fsdp_version"] == 2
+                and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
+            )
         if kind == "DEEPSPEED":
             assert cfg.deepspeed_config["zero_stage"] == 2
         assert accelerate_config(_plan(gpt2_ctx, lay))["num_processes"] == 32
@@ -89,7 +116,7 @@ def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-unty
             for alias in node.names:
                 assert hasattr(mod, alias.name), f"{node.module}.{alias.name}"
     assert 'mesh_dim_names=("dp_replicate", "dp_shard", "tp")' in text
-    assert "init_device_mesh(\"cuda\", (4, 2, 4)" in text
+    assert 'init_device_mesh("cuda", (4, 2, 4)' in text
     assert "reshard_after_forward=True" in text
 
 

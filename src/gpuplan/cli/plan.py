@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuplan.cli._workload import _int, add_json_argument, add_model_argument, add_workload_arguments, workload_from_args
+from gpuplan.cli._workload import (
+    _int,
+    add_json_argument,
+    add_model_argument,
+    add_workload_arguments,
+    workload_from_args,
+)
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -16,8 +22,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("cluster")
     g.add_argument("--nodes", type=_int, default=None, metavar="M")
     g.add_argument("--gpus-per-node", type=_int, default=None, metavar="K")
-    g.add_argument("--inter-node-gbps", type=float, default=None, metavar="GBPS",
-                   help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)")
+    g.add_argument(
+        "--inter-node-gbps",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)",
+    )
     lay = parser.add_argument_group("layout (left open: searched)")
     lay.add_argument("--tp", type=_int, default=None)
     lay.add_argument("--pp", type=_int, default=None)
@@ -25,11 +36,21 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     shard = lay.add_mutually_exclusive_group()
     shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
+    lay.add_argument(
+        "--no-sequence-parallel",
+        dest="sequence_parallel",
+        action="store_false",
+        help="tensor parallelism without Megatron sequence parallelism",
+    )
     lay.add_argument("--global-batch-size", type=_int, default=None, metavar="G")
     lay.add_argument("--micro-batch-size", type=_int, default=None, metavar="m")
     add_workload_arguments(parser)
-    parser.add_argument("--emit", choices=("torchrun", "deepspeed", "accelerate"), default=None,
-                        help="print the launch configuration for this engine")
+    parser.add_argument(
+        "--emit",
+        choices=("torchrun", "deepspeed", "accelerate"),
+        default=None,
+        help="print the launch configuration for this engine",
+    )
     add_json_argument(parser)
 
 
@@ -38,10 +59,23 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.parallel.plan import plan
 
     workload = workload_from_args(args)
-    p = plan(args.model, gpus=args.gpus, gpu=args.gpu, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-             inter_node_gbps=args.inter_node_gbps, dp=args.dp, tp=args.tp, pp=args.pp, zero=args.zero,
-             fsdp=args.fsdp, global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size,
-             workload=workload)
+    p = plan(
+        args.model,
+        gpus=args.gpus,
+        gpu=args.gpu,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        inter_node_gbps=args.inter_node_gbps,
+        dp=args.dp,
+        tp=args.tp,
+        pp=args.pp,
+        zero=args.zero,
+        fsdp=args.fsdp,
+        global_batch_size=args.global_batch_size,
+        micro_batch_size=args.micro_batch_size,
+        sequence_parallel=args.sequence_parallel,
+        workload=workload,
+    )
     emitted = emitters.emit(p, args.emit) if args.emit else None
     note = emitters.layout_engine_note(p.best.layout, args.emit) if args.emit else None
     if args.json:

@@ -27,14 +27,25 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": lay.zero}
     if lay.zero in (1, 2):
         b = bucket_elements(rank_params)
-        zero.update(overlap_comm=True, contiguous_gradients=True, reduce_scatter=True,
-                    reduce_bucket_size=b, allgather_bucket_size=b)
+        zero.update(
+            overlap_comm=True,
+            contiguous_gradients=True,
+            reduce_scatter=True,
+            reduce_bucket_size=b,
+            allgather_bucket_size=b,
+        )
     elif lay.zero == 3:
         red, prefetch, persist = zero3_buckets(prof.hidden)
-        zero.update(overlap_comm=True, contiguous_gradients=True, reduce_bucket_size=red,
-                    stage3_prefetch_bucket_size=prefetch, stage3_param_persistence_threshold=persist,
-                    stage3_max_live_parameters=int(1e9), stage3_max_reuse_distance=int(1e9),
-                    stage3_gather_16bit_weights_on_model_save=True)
+        zero.update(
+            overlap_comm=True,
+            contiguous_gradients=True,
+            reduce_bucket_size=red,
+            stage3_prefetch_bucket_size=prefetch,
+            stage3_param_persistence_threshold=persist,
+            stage3_max_live_parameters=int(1e9),
+            stage3_max_reuse_distance=int(1e9),
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
     if lay.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if lay.offload_params:
@@ -54,10 +65,15 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
     elif mp == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if p.workload.optimizer in ("adam", "adamw"):
-        cfg["optimizer"] = {"type": "AdamW" if p.workload.optimizer == "adamw" else "Adam",
-                            "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}
+        cfg["optimizer"] = {
+            "type": "AdamW" if p.workload.optimizer == "adamw" else "Adam",
+            "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1},
+        }
     if lay.checkpointing != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": lay.tp > 1, "contiguous_memory_optimization": False}
+        cfg["activation_checkpointing"] = {
+            "partition_activations": lay.tp > 1,
+            "contiguous_memory_optimization": False,
+        }
     return cfg
 
 
@@ -69,15 +85,18 @@ def torchrun_command(p: Plan, script: str = "train.py") -> str:
     t = p.topology
     if t.nodes == 1:
         return f"torchrun --standalone --nproc-per-node {t.gpus_per_node} {script}"
-    return (f"torchrun --nnodes {t.nodes} --nproc-per-node {t.gpus_per_node} --rdzv-backend c10d "
-            f"--rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id gpuplan {script}")
+    return (
+        f"torchrun --nnodes {t.nodes} --nproc-per-node {t.gpus_per_node} --rdzv-backend c10d "
+        f"--rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id gpuplan {script}"
+    )
 
 
 def torch_snippet(p: Plan) -> str:
     """Python applying the layout with torch.distributed (device mesh, TP plan, FSDP2, pipelining)."""
     lay = p.best.layout
-    prof = p.profile
-    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(_mixed(p.workload.precision), "torch.float32")
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(
+        _mixed(p.workload.precision), "torch.float32"
+    )
     dims, names = [], []
     if lay.pp > 1:
         dims.append(lay.pp)
@@ -100,7 +119,8 @@ def torch_snippet(p: Plan) -> str:
         "parallelize_module",
         "",
         "def apply_layout(model: torch.nn.Module, blocks: list[torch.nn.Module]) -> torch.nn.Module:",
-        f"    mesh = init_device_mesh(\"cuda\", {_tuple([str(d) for d in dims])}, mesh_dim_names={_tuple(names)})",
+        f'    mesh = init_device_mesh("cuda", {_tuple([str(d) for d in dims])}, '
+        f"mesh_dim_names={_tuple(names)})",
     ]
     if lay.tp > 1:
         attn = "self_attn"
@@ -110,16 +130,19 @@ def torch_snippet(p: Plan) -> str:
             + (", sequence-parallel norms" if lay.sequence_parallel else ""),
             "    for block in blocks:",
             "        plan = {",
-            f"            \"{attn}.q_proj\": ColwiseParallel(), \"{attn}.k_proj\": ColwiseParallel(),",
-            f"            \"{attn}.v_proj\": ColwiseParallel(), \"{attn}.o_proj\": RowwiseParallel(),",
-            "            \"mlp.gate_proj\": ColwiseParallel(), \"mlp.up_proj\": ColwiseParallel(),",
-            "            \"mlp.down_proj\": RowwiseParallel(),",
+            f'            "{attn}.q_proj": ColwiseParallel(), "{attn}.k_proj": ColwiseParallel(),',
+            f'            "{attn}.v_proj": ColwiseParallel(), "{attn}.o_proj": RowwiseParallel(),',
+            '            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),',
+            '            "mlp.down_proj": RowwiseParallel(),',
         ]
         if lay.sequence_parallel:
-            lines.append("            \"input_layernorm\": SequenceParallel(), \"post_attention_layernorm\": SequenceParallel(),")
+            lines.append(
+                '            "input_layernorm": SequenceParallel(),\n'
+                '            "post_attention_layernorm": SequenceParallel(),'
+            )
         lines += [
             "        }",
-            "        parallelize_module(block, mesh[\"tp\"], plan)",
+            '        parallelize_module(block, mesh["tp"], plan)',
         ]
     if lay.fsdp:
         dp_mesh = '["dp_replicate", "dp_shard"]' if lay.hsdp_shard and lay.hsdp_shard < lay.dp else '["dp"]'
@@ -133,7 +156,7 @@ def torch_snippet(p: Plan) -> str:
     elif lay.pp == 1:
         lines += [
             "    from torch.nn.parallel import DistributedDataParallel as DDP",
-            "    model = DDP(model, process_group=mesh[\"dp\"].get_group(), gradient_as_bucket_view=True)",
+            '    model = DDP(model, process_group=mesh["dp"].get_group(), gradient_as_bucket_view=True)',
         ]
     if lay.checkpointing != "none":
         lines += [
@@ -161,11 +184,20 @@ def torch_snippet(p: Plan) -> str:
 def accelerate_config(p: Plan) -> dict[str, Any]:
     lay = p.best.layout
     base: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE", "debug": False, "downcast_bf16": "no",
-        "machine_rank": 0, "main_training_function": "main",
-        "mixed_precision": _mixed(p.workload.precision), "num_machines": p.topology.nodes,
-        "num_processes": lay.gpus, "rdzv_backend": "static", "same_network": True, "tpu_env": [],
-        "tpu_use_cluster": False, "tpu_use_sudo": False, "use_cpu": False,
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "downcast_bf16": "no",
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "mixed_precision": _mixed(p.workload.precision),
+        "num_machines": p.topology.nodes,
+        "num_processes": lay.gpus,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "tpu_env": [],
+        "tpu_use_cluster": False,
+        "tpu_use_sudo": False,
+        "use_cpu": False,
     }
     if p.topology.nodes > 1:
         base.update(main_process_ip="MASTER_ADDR", main_process_port=29500)
@@ -174,26 +206,34 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
         z = ds["zero_optimization"]
         base["distributed_type"] = "DEEPSPEED"
         base["deepspeed_config"] = {
-            "gradient_accumulation_steps": lay.grad_accum, "gradient_clipping": 1.0,
+            "gradient_accumulation_steps": lay.grad_accum,
+            "gradient_clipping": 1.0,
             "offload_optimizer_device": "cpu" if lay.offload_optimizer else "none",
             "offload_param_device": "cpu" if lay.offload_params else "none",
-            "zero3_init_flag": lay.zero == 3, "zero3_save_16bit_model": lay.zero == 3, "zero_stage": lay.zero,
+            "zero3_init_flag": lay.zero == 3,
+            "zero3_save_16bit_model": lay.zero == 3,
+            "zero_stage": lay.zero,
         }
         _ = z
     elif lay.fsdp:
         base["distributed_type"] = "FSDP"
         base["fsdp_config"] = {
-            "fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_version": 2,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_reshard_after_forward": lay.reshard_after_forward,
-            "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_cpu_ram_efficient_loading": True,
-            "fsdp_offload_params": False, "fsdp_activation_checkpointing": lay.checkpointing != "none",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_offload_params": False,
+            "fsdp_activation_checkpointing": lay.checkpointing != "none",
         }
     else:
         base["distributed_type"] = "MULTI_GPU" if lay.gpus > 1 else "NO"
     if lay.tp > 1 or lay.pp > 1:
-        base["parallelism_config"] = {"parallelism_config_tp_size": lay.tp,
-                                      "parallelism_config_dp_shard_size": lay.shard_group if lay.fsdp else 1,
-                                      "parallelism_config_dp_replicate_size": lay.dp // (lay.shard_group if lay.fsdp else 1)}
+        base["parallelism_config"] = {
+            "parallelism_config_tp_size": lay.tp,
+            "parallelism_config_dp_shard_size": lay.shard_group if lay.fsdp else 1,
+            "parallelism_config_dp_replicate_size": lay.dp // (lay.shard_group if lay.fsdp else 1),
+        }
     return base
 
 
@@ -213,7 +253,10 @@ def emit(p: Plan, kind: str) -> str:
 def layout_engine_note(lay: Layout, kind: str) -> str | None:
     """Warn when the chosen emitter cannot express the layout."""
     if kind == "deepspeed" and (lay.fsdp or lay.tp > 1):
-        return "DeepSpeed config covers ZeRO/offload/batching; TP needs Megatron-DeepSpeed or AutoTP, FSDP2 torchrun"
+        return (
+            "DeepSpeed config covers ZeRO/offload/batching; TP needs Megatron-DeepSpeed or AutoTP, "
+            "FSDP2 needs torchrun"
+        )
     if kind == "torchrun" and lay.engine == "deepspeed":
         return "this layout uses DeepSpeed ZeRO: launch with `deepspeed` or accelerate (see --emit deepspeed)"
     return None

@@ -23,6 +23,8 @@ from gpuplan.parallel.profile import ModelProfile
 from gpuplan.parallel.topology import Topology
 from gpuplan.parallel.zero import model_states_bytes
 
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+"""torch DistributedDataParallel's default bucket_cap_mb (25 MiB)."""
 CPU_ADAM_PARAMS_PER_S = 1e9
 """Assumed DeepSpeed CPU-Adam rate per GPU's share of host cores (not measured here)."""
 
@@ -40,14 +42,26 @@ class RankMemory:
 
     @property
     def total_bytes(self) -> int:
-        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes + self.overhead_bytes)
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+            + self.overhead_bytes
+        )
 
     def to_dict(self) -> dict[str, int | str]:
-        return {"kind": self.kind, "total_bytes": self.total_bytes, "parameters": self.params_bytes,
-                "gradients": self.grads_bytes, "optimizer_state": self.optimizer_bytes,
-                "activations": self.activations_bytes, "communication_buffers": self.buffers_bytes,
-                "cuda_context_and_workspaces": self.overhead_bytes}
+        return {
+            "kind": self.kind,
+            "total_bytes": self.total_bytes,
+            "parameters": self.params_bytes,
+            "gradients": self.grads_bytes,
+            "optimizer_state": self.optimizer_bytes,
+            "activations": self.activations_bytes,
+            "communication_buffers": self.buffers_bytes,
+            "cuda_context_and_workspaces": self.overhead_bytes,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +129,11 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
     block_rank = p.block_params / layout.tp
     if layout.fsdp:
         shard = layout.shard_group
-        unsharded = (cb * block_rank * p.layers / layout.pp if not layout.reshard_after_forward
-                     else 2 * cb * block_rank)  # current block + the one prefetched
+        unsharded = (
+            cb * block_rank * p.layers / layout.pp
+            if not layout.reshard_after_forward
+            else 2 * cb * block_rank
+        )  # current block + the one prefetched
         buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
     if layout.engine == "deepspeed":
@@ -124,7 +141,9 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam).
         k = 4 + 4 + ob
         stage = layout.zero
-        largest = min(p.largest_layer_params / layout.tp, rank_params)  # Megatron splits the largest matrix too
+        largest = min(
+            p.largest_layer_params / layout.tp, rank_params
+        )  # Megatron splits the largest matrix too
         if stage == 3:
             ms = model_states_bytes(rank_params, 3, layout.dp, k=k, grad_bytes=0)
             red, prefetch, _ = zero3_buckets(p.hidden)
@@ -166,8 +185,17 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     out = []
     for kind, rank_params, act in kinds:
         params, grads, opt, buffers = _states(ctx, layout, rank_params)
-        out.append(RankMemory(kind, int(params), int(grads), int(opt), int((act + transient) * scale),
-                              int(buffers + p2p), ctx.overhead_bytes))
+        out.append(
+            RankMemory(
+                kind,
+                int(params),
+                int(grads),
+                int(opt),
+                int((act + transient) * scale),
+                int(buffers + p2p),
+                ctx.overhead_bytes,
+            )
+        )
     return tuple(out)
 
 
@@ -180,12 +208,12 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     dp_group = group(topo, dp, tp)
     shard_group = group(topo, layout.shard_group, tp)
     # ---- one micro-batch on the slowest stage ------------------------------------------------
-    bf, bb = p.block_time.at(scale)
-    ff, fb = p.first_time.at(scale)
-    lf, lb = p.last_time.at(scale)
+    bf, bb = p.block_time.at(scale, tp)
+    ff, fb = p.first_time.at(scale, tp)
+    lf, lb = p.last_time.at(scale, tp)
     layers = p.layers / pp
-    stage_f = [layers * bf / tp + (ff / tp if i == 0 else 0) + (lf / tp if i == pp - 1 else 0) for i in (0, pp - 1)]
-    stage_b = [layers * bb / tp + (fb / tp if i == 0 else 0) + (lb / tp if i == pp - 1 else 0) for i in (0, pp - 1)]
+    stage_f = [layers * bf + (ff if i == 0 else 0) + (lf if i == pp - 1 else 0) for i in (0, pp - 1)]
+    stage_b = [layers * bb + (fb if i == 0 else 0) + (lb if i == pp - 1 else 0) for i in (0, pp - 1)]
     slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
     # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
     # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
@@ -202,7 +230,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if layout.fsdp else 2) * stage_params)
         fwd_c, bwd_c = max(stage_f), max(stage_b)
         first_block = all_gather_s(shard_group, cb * p.block_params / tp)
-        shard_exposed = (max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block)
+        shard_exposed = max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block
     slot = slot_compute + tp_s + shard_exposed
     # ---- pipeline -------------------------------------------------------------------------------
     m = layout.grad_accum
@@ -220,7 +248,9 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     if dp > 1 and not layout.fsdp and layout.zero != 3:
         grad_b = p.grad_bytes_per_param if layout.engine == "torch" else 2
         if layout.zero in (1, 2):
-            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(dp_group, 2 * stage_params)
+            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(
+                dp_group, 2 * stage_params
+            )
             tail = all_gather_s(dp_group, 2 * stage_params)  # updated params gathered after the step
         else:
             comm = all_reduce_s(dp_group, grad_b * stage_params)
@@ -228,8 +258,12 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         if pp > 1:
             dp_exposed = comm  # after the pipeline flush (Megatron / DeepSpeed pipeline engine)
         else:
-            window = max(stage_b)  # overlaps the last micro-batch's backward (DDP/ZeRO buckets)
-            dp_exposed = max(comm - tail - window, 0.05 * comm) + tail
+            # Buckets are reduced while the last micro-batch's backward runs; the last bucket
+            # (DDP bucket_cap_mb = 25 MB; DeepSpeed reduce_bucket_size) always waits for backward to end.
+            bucket = DDP_BUCKET_BYTES if layout.engine == "torch" else 2 * bucket_elements(stage_params)
+            last = all_reduce_s(dp_group, min(bucket, grad_b * stage_params))
+            window = max(stage_b)
+            dp_exposed = max(comm - tail - window, last) + tail
     elif layout.fsdp and layout.hsdp_shard and layout.hsdp_shard < dp:
         replicas = group(topo, dp // layout.hsdp_shard, tp * layout.hsdp_shard)
         dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / layout.hsdp_shard)
@@ -240,8 +274,15 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         opt = updated / CPU_ADAM_PARAMS_PER_S + 4 * updated / (pcie * 1e9)
     else:
         opt = p.optimizer_s_per_param * updated
-    parts = {"compute": compute, "pipeline_bubble": bubble, "tp_comm": m * tp_s, "pp_comm": pp_s,
-             "shard_comm_exposed": m * shard_exposed, "dp_comm_exposed": dp_exposed, "optimizer": opt}
+    parts = {
+        "compute": compute,
+        "pipeline_bubble": bubble,
+        "tp_comm": m * tp_s,
+        "pp_comm": pp_s,
+        "shard_comm_exposed": m * shard_exposed,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": opt,
+    }
     total = compute + bubble + pp_s + dp_exposed + opt
     parts["compute"] = m * slot_compute
     return total, parts
@@ -270,5 +311,16 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b) if b else 0
 
 
-__all__ = ["Context", "Evaluation", "RankMemory", "bucket_elements", "ceil_div", "evaluate", "flops_per_step",
-           "math", "memory", "step_time", "zero3_buckets"]
+__all__ = [
+    "Context",
+    "Evaluation",
+    "RankMemory",
+    "bucket_elements",
+    "ceil_div",
+    "evaluate",
+    "flops_per_step",
+    "math",
+    "memory",
+    "step_time",
+    "zero3_buckets",
+]

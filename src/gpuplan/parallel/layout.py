@@ -98,25 +98,33 @@ def check_degrees(gpus: int, dp: int, tp: int, pp: int) -> None:
 def check_model(tp: int, pp: int, *, heads: int, kv_heads: int, layers: int, virtual_stages: int = 1) -> None:
     """Megatron's divisibility rules: heads split over tp, layers over pp (and model chunks)."""
     if heads and heads % tp:
-        raise LayoutError(f"tp({tp}) does not divide the {heads} attention heads ({heads} mod {tp} = {heads % tp}); "
-                          "use a tp that divides the head count")
+        raise LayoutError(
+            f"tp({tp}) does not divide the {heads} attention heads ({heads} mod {tp} = {heads % tp}); "
+            "use a tp that divides the head count"
+        )
     if kv_heads and kv_heads % tp and tp % kv_heads:
-        raise LayoutError(f"tp({tp}) and the {kv_heads} key/value heads do not divide one another; "
-                          "use a tp that divides (or is a multiple of) the KV head count")
+        raise LayoutError(
+            f"tp({tp}) and the {kv_heads} key/value heads do not divide one another; "
+            "use a tp that divides (or is a multiple of) the KV head count"
+        )
     if pp > layers:
         raise LayoutError(f"pp({pp}) > {layers} layers: a pipeline stage needs at least one layer")
     if layers % (pp * virtual_stages):
         chunks = pp * virtual_stages
-        raise LayoutError(f"{layers} layers do not split into pp({pp})·chunks({virtual_stages}) = {chunks} stages "
-                          f"({layers} mod {chunks} = {layers % chunks})")
+        raise LayoutError(
+            f"{layers} layers do not split into pp({pp})·chunks({virtual_stages}) = {chunks} stages "
+            f"({layers} mod {chunks} = {layers % chunks})"
+        )
 
 
 def check_batch(global_batch: int, dp: int, micro_batch: int) -> int:
     """The gradient-accumulation count: global batch = dp · micro-batch · accumulation."""
     per = dp * micro_batch
     if global_batch % per:
-        raise LayoutError(f"global batch {global_batch} is not divisible by dp({dp})·micro-batch({micro_batch}) = "
-                          f"{per} ({global_batch} mod {per} = {global_batch % per})")
+        raise LayoutError(
+            f"global batch {global_batch} is not divisible by dp({dp})·micro-batch({micro_batch}) = "
+            f"{per} ({global_batch} mod {per} = {global_batch % per})"
+        )
     return global_batch // per
 
 
@@ -128,5 +136,7 @@ def check_sharding(zero: int, fsdp: bool, tp: int, pp: int) -> None:
     if zero >= 2 and pp > 1:
         # DeepSpeed's pipeline engine asserts stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with
         # pipeline parallelism"), and Megatron pairs PP with the distributed optimizer (ZeRO-1).
-        raise LayoutError(f"ZeRO-{zero} with pp({pp}) > 1 is not supported by DeepSpeed's pipeline engine; "
-                          "use --zero 1 with pipeline parallelism")
+        raise LayoutError(
+            f"ZeRO-{zero} with pp({pp}) > 1 is not supported by DeepSpeed's pipeline engine; "
+            "use --zero 1 with pipeline parallelism"
+        )

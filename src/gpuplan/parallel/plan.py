@@ -90,11 +90,26 @@ class Plan:
         return render_plan(self)
 
 
-def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | None = None,
-         gpus_per_node: int | None = None, inter_node_gbps: float | None = None, dp: int | None = None,
-         tp: int | None = None, pp: int | None = None, zero: int | None = None, fsdp: bool | None = None,
-         global_batch_size: int | None = None, micro_batch_size: int | None = None,
-         workload: Workload | None = None, max_alternatives: int = 5, **workload_fields: Any) -> Plan:
+def plan(
+    model: str | ModelSource,
+    *,
+    gpus: int,
+    gpu: str | GPU,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    inter_node_gbps: float | None = None,
+    dp: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    zero: int | None = None,
+    fsdp: bool | None = None,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    sequence_parallel: bool = True,
+    workload: Workload | None = None,
+    max_alternatives: int = 5,
+    **workload_fields: Any,
+) -> Plan:
     """Best layout of one training step of ``model`` on ``gpus`` GPUs of type ``gpu``.
 
     Degrees left as None are searched. Example::
@@ -109,7 +124,9 @@ def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | No
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
-    topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
+    topo = make_topology(
+        target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps
+    )
     source = model if isinstance(model, ModelSource) else resolve_model(model)
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
@@ -120,12 +137,23 @@ def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | No
     heads = int(cfg.get("num_attention_heads") or cfg.get("n_head") or 0)
     kv = int(cfg.get("num_key_value_heads") or heads)
     layers = max(source.layer_counts().values(), default=1)
-    base = Constraints(gpus=gpus, global_batch=gb, dp=dp, tp=tp, pp=pp, zero=zero, fsdp=fsdp,
-                       micro_batch=micro_batch_size, checkpointing=w.checkpointing)
+    base = Constraints(
+        gpus=gpus,
+        global_batch=gb,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        zero=zero,
+        fsdp=fsdp,
+        micro_batch=micro_batch_size,
+        checkpointing=w.checkpointing,
+        sequence_parallel=sequence_parallel,
+    )
     validate(base, heads=heads, kv_heads=kv, layers=layers)
 
-    over = overheads_for(arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability,
-                         trains=True)
+    over = overheads_for(
+        arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability, trains=True
+    )
     usable = target.usable_memory_bytes
     notes: list[str] = []
     t0 = time.perf_counter()
@@ -134,31 +162,55 @@ def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | No
     trace_s = time.perf_counter() - t0
     ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
     t1 = time.perf_counter()
-    evals, n = rank(ctx, candidates(base, heads=heads, kv_heads=kv, layers=prof.layers,
-                                    gpus_per_node=topo.gpus_per_node))
+    evals, n = rank(
+        ctx, candidates(base, heads=heads, kv_heads=kv, layers=prof.layers, gpus_per_node=topo.gpus_per_node)
+    )
     search_s = time.perf_counter() - t1
     if not evals:
-        raise LayoutError(f"no layout of {gpus} GPUs can run {source.name} with global batch {gb} "
-                          "under the given constraints (check divisibility of heads, layers and batch)")
+        raise LayoutError(
+            f"no layout of {gpus} GPUs can run {source.name} with global batch {gb} "
+            "under the given constraints (check divisibility of heads, layers and batch)"
+        )
     if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
         t0 = time.perf_counter()
         prof2 = profile_model(source, trace_w.with_(checkpointing="full"), target)
         trace_s += time.perf_counter() - t0
         ctx2 = Context(prof2, topo, usable, ctx.overhead_bytes)
         t1 = time.perf_counter()
-        evals2, n2 = rank(ctx2, candidates(Constraints(**{**_fields(base), "checkpointing": "full"}), heads=heads,
-                                           kv_heads=kv, layers=prof2.layers, gpus_per_node=topo.gpus_per_node))
+        evals2, n2 = rank(
+            ctx2,
+            candidates(
+                Constraints(**{**_fields(base), "checkpointing": "full"}),
+                heads=heads,
+                kv_heads=kv,
+                layers=prof2.layers,
+                gpus_per_node=topo.gpus_per_node,
+            ),
+        )
         search_s += time.perf_counter() - t1
         n += n2
-        if evals2 and evals2[0].per_gpu_peak_bytes <= usable:
-            notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
+        if evals2 and (
+            evals2[0].per_gpu_peak_bytes <= usable
+            or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
+        ):
+            notes.append(
+                "nothing fits without activation checkpointing: traced again with full checkpointing"
+            )
             evals, prof, ctx = evals2, prof2, ctx2
     if evals[0].per_gpu_peak_bytes > usable:
         t1 = time.perf_counter()
-        evals3, n3 = rank(ctx, candidates(Constraints(**{**_fields(base), "offload": True,
-                                                         "checkpointing": prof.workload.checkpointing}),
-                                          heads=heads, kv_heads=kv, layers=prof.layers,
-                                          gpus_per_node=topo.gpus_per_node))
+        evals3, n3 = rank(
+            ctx,
+            candidates(
+                Constraints(
+                    **{**_fields(base), "offload": True, "checkpointing": prof.workload.checkpointing}
+                ),
+                heads=heads,
+                kv_heads=kv,
+                layers=prof.layers,
+                gpus_per_node=topo.gpus_per_node,
+            ),
+        )
         search_s += time.perf_counter() - t1
         n += n3
         if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
@@ -167,7 +219,8 @@ def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | No
     best = evals[0]
     alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
     assumptions = (
-        *prof.assumptions, topo.describe(),
+        *prof.assumptions,
+        topo.describe(),
         "rank order tp (inside a node) → dp → pp (Megatron); TP collectives not overlapped with compute",
         "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets) "
         "when pp = 1, and follows the pipeline flush when pp > 1",
@@ -175,9 +228,20 @@ def plan(model: str | ModelSource, *, gpus: int, gpu: str | GPU, nodes: int | No
         "internal buffers not counted",
         *notes,
     )
-    return Plan(model=source.name, gpu=target, topology=topo, workload=prof.workload, profile=prof, best=best,
-                alternatives=alts, layouts_considered=n, search_s=search_s, trace_s=trace_s, usable_bytes=usable,
-                assumptions=assumptions)
+    return Plan(
+        model=source.name,
+        gpu=target,
+        topology=topo,
+        workload=prof.workload,
+        profile=prof,
+        best=best,
+        alternatives=alts,
+        layouts_considered=n,
+        search_s=search_s,
+        trace_s=trace_s,
+        usable_bytes=usable,
+        assumptions=assumptions,
+    )
 
 
 def _fields(c: Constraints) -> dict[str, Any]:
@@ -190,7 +254,15 @@ def _distinct(evals: list[Evaluation], n: int) -> list[Evaluation]:
     out: list[Evaluation] = []
     for e in evals:
         lay = e.layout
-        key = (lay.dp, lay.tp, lay.pp, lay.sharding, lay.reshard_after_forward, lay.schedule, lay.offload_optimizer)
+        key = (
+            lay.dp,
+            lay.tp,
+            lay.pp,
+            lay.sharding,
+            lay.reshard_after_forward,
+            lay.schedule,
+            lay.offload_optimizer,
+        )
         if key in seen:
             continue
         seen.add(key)

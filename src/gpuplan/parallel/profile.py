@@ -47,11 +47,15 @@ class PhaseTime:
     overhead_s: float
     """Kernel-launch overhead inside forward_s + backward_s (does not scale with the micro-batch)."""
 
-    def at(self, scale: float) -> tuple[float, float]:
-        """(forward, backward) seconds at ``scale`` × the traced micro-batch."""
+    def at(self, scale: float, split: int = 1) -> tuple[float, float]:
+        """(forward, backward) seconds at ``scale`` × the traced micro-batch, with the work split
+        ``split`` ways (tensor parallelism): kernel time divides, launch count does not."""
         f_over = self.overhead_s * (self.forward_s / (self.forward_s + self.backward_s or 1.0))
         b_over = self.overhead_s - f_over
-        return (f_over + (self.forward_s - f_over) * scale, b_over + (self.backward_s - b_over) * scale)
+        return (
+            f_over + (self.forward_s - f_over) * scale / split,
+            b_over + (self.backward_s - b_over) * scale / split,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +138,24 @@ def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
     return live
 
 
+_PARAM_MAPS: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], dict[str, int]] = {}
+
+
 def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, int]:
-    """Own-parameter count of every module of the (reduced-depth) model, built on fake tensors."""
+    """Own-parameter count of every module of the (reduced-depth) model, built on fake tensors
+    (memoised per source and depth: a second trace of the same model reuses it)."""
+    import json
+
+    config = json.dumps(getattr(source, "config_dict", None) or {}, sort_keys=True, default=str)
+    key = (source.name, config, workload.param_dtype, tuple(sorted((layers or {}).items())))
+    if key not in _PARAM_MAPS:
+        _PARAM_MAPS[key] = _build_param_map(source, workload, layers)
+    return _PARAM_MAPS[key]
+
+
+def _build_param_map(
+    source: ModelSource, workload: Workload, layers: dict[str, int] | None
+) -> dict[str, int]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -164,8 +184,10 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         raise ConfigError(f"gpuplan plan covers training (--mode train), got --mode {workload.mode}")
     counts = source.layer_counts()
     if len(counts) > 1:
-        raise ConfigError(f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
-                          "the planner splits single-stack models (decoder-only/encoder-only) only")
+        raise ConfigError(
+            f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
+            "the planner splits single-stack models (decoder-only/encoder-only) only"
+        )
     cc = gpu.compute_capability or (9, 0)
     key = next(iter(counts), None)
     full_layers = counts[key] if key else 1
@@ -191,8 +213,10 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     params_count = outer_params + block_params * full_layers
     emb = sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared")))
     largest = max(pmap.values()) if pmap else 0
-    by_cat = {c: sum(s.size_bytes for s in trace.storages.values() if s.category == c)
-              for c in ("parameters", "gradients", "optimizer_state")}
+    by_cat = {
+        c: sum(s.size_bytes for s in trace.storages.values() if s.category == c)
+        for c in ("parameters", "gradients", "optimizer_state")
+    }
     per_param = {c: v / max(run.params_count, 1) for c, v in by_cat.items()}
 
     # ---- activations: end of forward, by module -----------------------------------------------
@@ -208,7 +232,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         mod = info.module
         if middle_prefix and (mod == middle_prefix or mod.startswith(middle_prefix + ".")):
             block_act += size
-            if _REPLICATED.search(mod[len(middle_prefix) + 1:] if mod != middle_prefix else ""):
+            if _REPLICATED.search(mod[len(middle_prefix) + 1 :] if mod != middle_prefix else ""):
                 block_rep += size
         elif block_re is not None and block_re.match(mod):
             continue  # blocks 0 and 2: the middle block stands for every block
@@ -247,14 +271,21 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     first_time, first_mf, first_hf = subset_time(first_ops)
     last_time, last_mf, last_hf = subset_time(last_ops)
     opt_ops = [op for op in ops if op.phase in ("optimizer", "zero_grad")]
-    opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
+    opt_s = (
+        step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s
+        if opt_ops
+        else 0.0
+    )
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
 
     cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
     hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
     heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
-    seq = workload.seq_len or getattr(source, "_default_seq_len", None) or _cfg_int(
-        cfg, "n_positions", "max_position_embeddings", default=1)
+    seq = (
+        workload.seq_len
+        or getattr(source, "_default_seq_len", None)
+        or _cfg_int(cfg, "n_positions", "max_position_embeddings", default=1)
+    )
     assumptions = (
         f"traced once: {source.name} with {traced_layers} of {full_layers} blocks at micro-batch "
         f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
@@ -263,22 +294,41 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
     )
     return ModelProfile(
-        name=source.name, workload=workload, micro_batch=workload.batch_size, seq_len=int(seq),
-        layers=full_layers, hidden=hidden, heads=heads,
-        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads), vocab=_cfg_int(cfg, "vocab_size"),
+        name=source.name,
+        workload=workload,
+        micro_batch=workload.batch_size,
+        seq_len=int(seq),
+        layers=full_layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads),
+        vocab=_cfg_int(cfg, "vocab_size"),
         ffn=_cfg_int(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
-        params_count=params_count, block_params=block_params, outer_params=outer_params,
-        embedding_params=emb, largest_layer_params=largest,
-        param_bytes_per_param=per_param["parameters"], grad_bytes_per_param=per_param["gradients"],
+        params_count=params_count,
+        block_params=block_params,
+        outer_params=outer_params,
+        embedding_params=emb,
+        largest_layer_params=largest,
+        param_bytes_per_param=per_param["parameters"],
+        grad_bytes_per_param=per_param["gradients"],
         optimizer_bytes_per_param=per_param["optimizer_state"],
         compute_bytes=2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4,
-        block_act_bytes=block_act, block_act_replicated_bytes=block_rep,
-        first_act_bytes=first_act, last_act_bytes=outer_act - first_act, transient_bytes=max(0, transient),
-        block_time=block_time, first_time=first_time, last_time=last_time,
+        block_act_bytes=block_act,
+        block_act_replicated_bytes=block_rep,
+        first_act_bytes=first_act,
+        last_act_bytes=outer_act - first_act,
+        transient_bytes=max(0, transient),
+        block_time=block_time,
+        first_time=first_time,
+        last_time=last_time,
         optimizer_s_per_param=opt_s / max(run.params_count, 1),
-        block_model_flops=block_mf, outer_model_flops=first_mf + last_mf,
-        block_hw_flops=block_hf, outer_hw_flops=first_hf + last_hf,
-        peak_tflops=full.peak_tflops, compute_dtype=full.compute_dtype, assumptions=assumptions,
+        block_model_flops=block_mf,
+        outer_model_flops=first_mf + last_mf,
+        block_hw_flops=block_hf,
+        outer_hw_flops=first_hf + last_hf,
+        peak_tflops=full.peak_tflops,
+        compute_dtype=full.compute_dtype,
+        assumptions=assumptions,
     )
 
 
@@ -287,7 +337,16 @@ def _as_step(ops: list[OpRecord], params_count: int, param_bytes: int) -> Traced
     from gpuplan.estimate import TracedStep
 
     return TracedStep(
-        ops=tuple(replace(op, count=1) if op.count != 1 else op for op in ops), tensor_peak_bytes=0,
-        tensor_components={}, peak_phase="", params_count=params_count, param_bytes=param_bytes,
-        block_counts={}, traced_blocks={}, rounded_peak_bytes=0, reserved_peak_bytes=0,
-        top_activation_modules=(), attention_backends={})
+        ops=tuple(replace(op, count=1) if op.count != 1 else op for op in ops),
+        tensor_peak_bytes=0,
+        tensor_components={},
+        peak_phase="",
+        params_count=params_count,
+        param_bytes=param_bytes,
+        block_counts={},
+        traced_blocks={},
+        rounded_peak_bytes=0,
+        reserved_peak_bytes=0,
+        top_activation_modules=(),
+        attention_backends={},
+    )

@@ -14,40 +14,65 @@ if TYPE_CHECKING:
 
 def parallelism(lay: Layout) -> dict[str, Any]:
     return {
-        "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "zero": lay.zero, "fsdp": lay.fsdp,
-        "sharding": lay.sharding, "hsdp_shard": lay.hsdp_shard or None,
+        "dp": lay.dp,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "zero": lay.zero,
+        "fsdp": lay.fsdp,
+        "sharding": lay.sharding,
+        "hsdp_shard": lay.hsdp_shard or None,
         "reshard_after_forward": lay.reshard_after_forward if lay.fsdp else None,
         "sequence_parallel": lay.sequence_parallel and lay.tp > 1,
         "schedule": lay.schedule if lay.pp > 1 else None,
         "virtual_stages": lay.virtual_stages if lay.pp > 1 else None,
-        "micro_batch_size": lay.micro_batch_size, "grad_accum": lay.grad_accum,
-        "global_batch_size": lay.global_batch, "checkpointing": lay.checkpointing,
-        "offload_optimizer": lay.offload_optimizer, "offload_params": lay.offload_params, "engine": lay.engine,
+        "micro_batch_size": lay.micro_batch_size,
+        "grad_accum": lay.grad_accum,
+        "global_batch_size": lay.global_batch,
+        "checkpointing": lay.checkpointing,
+        "offload_optimizer": lay.offload_optimizer,
+        "offload_params": lay.offload_params,
+        "engine": lay.engine,
     }
 
 
 def _eval_dict(e: Evaluation) -> dict[str, Any]:
     return {
-        "layout": e.layout.describe(), "parallelism": parallelism(e.layout),
-        "per_gpu_peak_bytes": e.per_gpu_peak_bytes, "step_time_s": e.step_time_s,
-        "time_parts_s": dict(e.time_parts_s), "ranks": [r.to_dict() for r in e.ranks],
+        "layout": e.layout.describe(),
+        "parallelism": parallelism(e.layout),
+        "per_gpu_peak_bytes": e.per_gpu_peak_bytes,
+        "step_time_s": e.step_time_s,
+        "time_parts_s": dict(e.time_parts_s),
+        "ranks": [r.to_dict() for r in e.ranks],
     }
 
 
 def plan_to_dict(p: Plan) -> dict[str, Any]:
-    lm = p.profile.vocab > 0 and p.profile.seq_len > 1
+    lm = _is_lm(p)
     out: dict[str, Any] = {
-        "model": p.model, "gpu": p.gpu.id, "gpus": p.gpus, "nodes": p.topology.nodes,
-        "gpus_per_node": p.topology.gpus_per_node, "workload": p.workload.to_dict(),
+        "model": p.model,
+        "gpu": p.gpu.id,
+        "gpus": p.gpus,
+        "nodes": p.topology.nodes,
+        "gpus_per_node": p.topology.gpus_per_node,
+        "workload": p.workload.to_dict(),
         "params_count": p.profile.params_count,
-        "per_gpu_peak_bytes": p.per_gpu_peak_bytes, "usable_bytes_per_gpu": p.usable_bytes, "fits": p.fits,
+        "per_gpu_peak_bytes": p.per_gpu_peak_bytes,
+        "usable_bytes_per_gpu": p.usable_bytes,
+        "fits": p.fits,
         "step_time_s": p.step_time_s,
-        "tflops_per_gpu": p.tflops_per_gpu, "mfu": p.mfu,
-        "parallelism": parallelism(p.best.layout), "layout": p.best.layout.describe(),
-        "ranks": [r.to_dict() for r in p.best.ranks], "time_parts_s": dict(p.best.time_parts_s),
-        "alternatives": [{**_eval_dict(e), "fits": e.per_gpu_peak_bytes <= p.usable_bytes, "why_not": why}
-                         for e, why in p.alternatives],
-        "layouts_considered": p.layouts_considered, "search_s": p.search_s, "trace_s": p.trace_s,
+        "tflops_per_gpu": p.tflops_per_gpu,
+        "mfu": p.mfu,
+        "parallelism": parallelism(p.best.layout),
+        "layout": p.best.layout.describe(),
+        "ranks": [r.to_dict() for r in p.best.ranks],
+        "time_parts_s": dict(p.best.time_parts_s),
+        "alternatives": [
+            {**_eval_dict(e), "fits": e.per_gpu_peak_bytes <= p.usable_bytes, "why_not": why}
+            for e, why in p.alternatives
+        ],
+        "layouts_considered": p.layouts_considered,
+        "search_s": p.search_s,
+        "trace_s": p.trace_s,
         "assumptions": list(p.assumptions),
     }
     if lm:
@@ -55,6 +80,16 @@ def plan_to_dict(p: Plan) -> dict[str, Any]:
     out["samples_per_s"] = p.samples_per_s
     out.update(p.extra.get("json", {}))
     return out
+
+
+def _is_lm(p: Plan) -> bool:
+    return p.profile.vocab > 0 and p.profile.seq_len > 1
+
+
+def _rate(p: Plan) -> str:
+    if _is_lm(p):
+        return f"{p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+    return f"{p.samples_per_s:,.1f} samples/s"
 
 
 def render_plan(p: Plan) -> str:
@@ -66,20 +101,33 @@ def render_plan(p: Plan) -> str:
         f"best layout: {lay.describe()}  [{lay.engine}]",
         f"  per-GPU peak {format_bytes(p.per_gpu_peak_bytes)} of {format_bytes(p.usable_bytes)} usable: "
         f"{'fits' if p.fits else 'DOES NOT FIT'}",
-        f"  step {format_seconds(p.step_time_s)}, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+        f"  step {format_seconds(p.step_time_s)}, {_rate(p)}, "
         f"{p.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {p.mfu * 100:.1f}%",
         "",
     ]
-    rows = [[r.kind, format_bytes(r.params_bytes), format_bytes(r.grads_bytes), format_bytes(r.optimizer_bytes),
-             format_bytes(r.activations_bytes), format_bytes(r.buffers_bytes), format_bytes(r.total_bytes)]
-            for r in p.best.ranks]
+    rows = [
+        [
+            r.kind,
+            format_bytes(r.params_bytes),
+            format_bytes(r.grads_bytes),
+            format_bytes(r.optimizer_bytes),
+            format_bytes(r.activations_bytes),
+            format_bytes(r.buffers_bytes),
+            format_bytes(r.total_bytes),
+        ]
+        for r in p.best.ranks
+    ]
     lines.append(table(rows, ["rank", "params", "grads", "optimizer", "activations", "buffers", "total"]))
     lines.append("")
-    lines.append("time: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in p.best.time_parts_s.items() if v > 0))
+    lines.append(
+        "time: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in p.best.time_parts_s.items() if v > 0)
+    )
     if p.alternatives:
         lines.append("")
-        alt_rows = [[e.layout.describe(), format_seconds(e.step_time_s), format_bytes(e.per_gpu_peak_bytes), why]
-                    for e, why in p.alternatives]
+        alt_rows = [
+            [e.layout.describe(), format_seconds(e.step_time_s), format_bytes(e.per_gpu_peak_bytes), why]
+            for e, why in p.alternatives
+        ]
         lines.append(table(alt_rows, ["alternative", "step", "per GPU", "why not"], "lrrl"))
     lines.append("")
     lines.append(f"{p.layouts_considered} layouts in {p.search_s:.3f} s (trace {p.trace_s:.1f} s)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import Context, Evaluation, evaluate
@@ -27,6 +28,8 @@ class Constraints:
     micro_batch: int | None = None
     checkpointing: str = "none"
     offload: bool = False
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism with tp > 1 (Korthikanti et al. 2022); off: the 2021 baseline."""
 
 
 def divisors(n: int) -> list[int]:
@@ -45,19 +48,30 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
         prod *= v
     if c.gpus % prod:
         expr = "·".join(f"{n}({v})" for n, v in fixed)
-        raise LayoutError(f"{expr} = {prod} does not divide {c.gpus} GPUs ({c.gpus} mod {prod} = {c.gpus % prod})")
+        raise LayoutError(
+            f"{expr} = {prod} does not divide {c.gpus} GPUs ({c.gpus} mod {prod} = {c.gpus % prod})"
+        )
+    if c.tp is not None and c.tp > 1 and not heads:
+        raise LayoutError(
+            f"tp({c.tp}) needs a transformer to split (attention heads); this model has none: use --tp 1"
+        )
     if c.tp is not None or c.pp is not None:
         check_model(c.tp or 1, c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
     check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1)
     if c.dp is not None and c.micro_batch is not None:
         check_batch(c.global_batch, c.dp, c.micro_batch)
     elif c.dp is not None and c.global_batch % c.dp:
-        raise LayoutError(f"global batch {c.global_batch} is not divisible by dp({c.dp}) "
-                          f"({c.global_batch} mod {c.dp} = {c.global_batch % c.dp})")
+        raise LayoutError(
+            f"global batch {c.global_batch} is not divisible by dp({c.dp}) "
+            f"({c.global_batch} mod {c.dp} = {c.global_batch % c.dp})"
+        )
 
 
-def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int) -> Iterator[Layout]:
-    tps = [c.tp] if c.tp else [t for t in divisors(c.gpus) if t <= gpus_per_node]
+def candidates(
+    c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int
+) -> Iterator[Layout]:
+    # Megatron TP splits attention heads and MLPs: only transformers (heads > 0) get tp > 1.
+    tps = [c.tp] if c.tp else [t for t in divisors(c.gpus) if t <= gpus_per_node and (heads or t == 1)]
     for tp in tps:
         if (heads and heads % tp) or (kv_heads and kv_heads % tp and tp % kv_heads):
             continue
@@ -72,16 +86,27 @@ def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_p
             if c.global_batch % dp:
                 continue
             per_rank = c.global_batch // dp
-            mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
+            mbs = (
+                [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
+            )
             for m in mbs:
                 if per_rank % m:
                     continue
                 ga = per_rank // m
                 for sched, v in _schedules(pp, layers, ga):
                     for shard in _shardings(c, dp, tp, pp, gpus_per_node):
-                        yield Layout(dp=dp, tp=tp, pp=pp, micro_batch_size=m, grad_accum=ga, schedule=sched,
-                                     virtual_stages=v, checkpointing=c.checkpointing, sequence_parallel=tp > 1,
-                                     **shard)
+                        yield Layout(
+                            dp=dp,
+                            tp=tp,
+                            pp=pp,
+                            micro_batch_size=m,
+                            grad_accum=ga,
+                            schedule=sched,
+                            virtual_stages=v,
+                            checkpointing=c.checkpointing,
+                            sequence_parallel=tp > 1 and c.sequence_parallel,
+                            **shard,
+                        )
 
 
 def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
@@ -95,8 +120,8 @@ def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
     return out
 
 
-def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[dict[str, object]]:
-    opts: list[dict[str, object]] = []
+def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[dict[str, Any]]:
+    opts: list[dict[str, Any]] = []
     want_zero = c.zero is not None and not c.fsdp
     if not c.fsdp:
         stages = [c.zero] if want_zero else ([0, 1] + ([2, 3] if pp == 1 else []) if dp > 1 else [0])
@@ -126,20 +151,30 @@ def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int
     return evals, len(evals)
 
 
-_PART_NAMES = {"compute": "compute", "pipeline_bubble": "pipeline bubble", "tp_comm": "tensor-parallel collectives",
-               "pp_comm": "pipeline sends", "shard_comm_exposed": "parameter gathers not hidden by compute",
-               "dp_comm_exposed": "gradient traffic not overlapped", "optimizer": "optimizer step"}
+_PART_NAMES = {
+    "compute": "compute",
+    "pipeline_bubble": "pipeline bubble",
+    "tp_comm": "tensor-parallel collectives",
+    "pp_comm": "pipeline sends",
+    "shard_comm_exposed": "parameter gathers not hidden by compute",
+    "dp_comm_exposed": "gradient traffic not overlapped",
+    "optimizer": "optimizer step",
+}
 
 
 def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
     from gpuplan.units import format_bytes
 
     if other.per_gpu_peak_bytes > usable_bytes:
-        return (f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > "
-                f"{format_bytes(usable_bytes)} usable")
+        return (
+            f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > "
+            f"{format_bytes(usable_bytes)} usable"
+        )
     if other.step_time_s <= best.step_time_s * 1.0005:
-        return (f"same step time, more memory: {format_bytes(other.per_gpu_peak_bytes)} vs "
-                f"{format_bytes(best.per_gpu_peak_bytes)}")
+        return (
+            f"same step time, more memory: {format_bytes(other.per_gpu_peak_bytes)} vs "
+            f"{format_bytes(best.per_gpu_peak_bytes)}"
+        )
     deltas = {k: other.time_parts_s.get(k, 0.0) - best.time_parts_s.get(k, 0.0) for k in other.time_parts_s}
     worst = max(deltas, key=lambda k: deltas[k])
     pct = (other.step_time_s / best.step_time_s - 1) * 100

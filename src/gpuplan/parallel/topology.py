@@ -44,13 +44,22 @@ class Topology:
         return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
-        return (f"{self.nodes} node(s) × {self.gpus_per_node} GPUs; {self.intra_link} {self.intra_gb_per_s:g} GB/s "
-                f"per direction inside a node (×{self.intra_efficiency} bus efficiency), "
-                f"{self.inter_gb_per_s * 8:g} Gb/s per GPU between nodes (×{self.inter_efficiency})")
+        return (
+            f"{self.nodes} node(s) × {self.gpus_per_node} GPUs; "
+            f"{self.intra_link} {self.intra_gb_per_s:g} GB/s "
+            f"per direction inside a node (×{self.intra_efficiency} bus efficiency), "
+            f"{self.inter_gb_per_s * 8:g} Gb/s per GPU between nodes (×{self.inter_efficiency})"
+        )
 
 
-def make_topology(gpu: GPU, gpus: int, *, nodes: int | None = None, gpus_per_node: int | None = None,
-                  inter_node_gbps: float | None = None) -> Topology:
+def make_topology(
+    gpu: GPU,
+    gpus: int,
+    *,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    inter_node_gbps: float | None = None,
+) -> Topology:
     """The cluster for ``gpus`` GPUs; ``nodes`` and ``gpus_per_node`` must multiply to ``gpus``."""
     if gpus < 1:
         raise LayoutError(f"--gpus must be at least 1, got {gpus}")
@@ -62,15 +71,26 @@ def make_topology(gpu: GPU, gpus: int, *, nodes: int | None = None, gpus_per_nod
         nodes = -(-gpus // gpus_per_node)
     elif gpus_per_node is None:
         if gpus % nodes:
-            raise LayoutError(f"{gpus} GPUs do not split evenly over {nodes} nodes ({gpus} mod {nodes} = {gpus % nodes})")
+            raise LayoutError(
+                f"{gpus} GPUs do not split evenly over {nodes} nodes ({gpus} mod {nodes} = {gpus % nodes})"
+            )
         gpus_per_node = gpus // nodes
     if nodes * gpus_per_node != gpus:
-        raise LayoutError(f"nodes({nodes})·gpus-per-node({gpus_per_node}) = {nodes * gpus_per_node} ≠ {gpus} GPUs")
+        raise LayoutError(
+            f"nodes({nodes})·gpus-per-node({gpus_per_node}) = {nodes * gpus_per_node} ≠ {gpus} GPUs"
+        )
     intra = gpu.intra_node_gb_per_s_per_direction
     if intra is None and gpus_per_node > 1:
         raise ConfigError(f"{gpu.id} cannot talk to a peer GPU (no NVLink or PCIe peer link in the catalog)")
-    nic = inter_node_gbps if inter_node_gbps is not None else _NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
+    nic = (
+        inter_node_gbps if inter_node_gbps is not None else _NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
+    )
     if nic <= 0:
         raise ConfigError(f"--inter-node-gbps must be positive, got {nic:g}")
-    return Topology(nodes=nodes, gpus_per_node=gpus_per_node, intra_gb_per_s=intra or 0.0,
-                    intra_link=gpu.intra_node_link, inter_gb_per_s=nic / 8)
+    return Topology(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        intra_gb_per_s=intra or 0.0,
+        intra_link=gpu.intra_node_link,
+        inter_gb_per_s=nic / 8,
+    )

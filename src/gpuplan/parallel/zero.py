@@ -34,8 +34,15 @@ class ModelStates:
         return self.params_bytes + self.grads_bytes + self.optimizer_bytes
 
 
-def model_states_bytes(params: float, stage: int, nd: int, *, k: float = ZERO_PAPER_K,
-                       param_bytes: float = HALF_BYTES, grad_bytes: float = HALF_BYTES) -> ModelStates:
+def model_states_bytes(
+    params: float,
+    stage: int,
+    nd: int,
+    *,
+    k: float = ZERO_PAPER_K,
+    param_bytes: float = HALF_BYTES,
+    grad_bytes: float = HALF_BYTES,
+) -> ModelStates:
     """Per-rank model states of ``params`` parameters at ZeRO ``stage`` over ``nd`` ranks."""
     if stage not in (0, 1, 2, 3):
         raise LayoutError(f"ZeRO stage {stage} does not exist (allowed: 0, 1, 2, 3)")
@@ -61,8 +68,14 @@ def deepspeed_zero2_gpu_bytes_docs(total_params: int, total_gpus: int, *, cpu_of
     return 4 * total_params + int(16 * total_params / total_gpus)
 
 
-def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, total_gpus: int, *,
-                              offload_optimizer: bool = False, offload_params: bool = False) -> int:
+def deepspeed_zero3_gpu_bytes(
+    total_params: int,
+    largest_layer_params: int,
+    total_gpus: int,
+    *,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+) -> int:
     """GPU bytes from ``estimate_zero3_model_states_mem_needs`` (DeepSpeed v0.19.8): 4 bytes per
     parameter of the largest layer (its gathered 16-bit weights and gradients) plus the shard."""
     largest = 4 * largest_layer_params

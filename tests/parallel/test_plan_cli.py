@@ -1,0 +1,170 @@
+"""`gpuplan plan` through the command line: JSON contract, text, --emit, search behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.cli.main import main
+
+CONTRACT = (
+    "per_gpu_peak_bytes",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+    "tflops_per_gpu",
+    "mfu",
+    "parallelism",
+    "fits",
+    "alternatives",
+)
+PARALLELISM = ("dp", "tp", "pp", "zero", "micro_batch_size", "grad_accum", "checkpointing")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    code = main(["plan", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_json_contract_and_search(capsys: pytest.CaptureFixture[str]) -> None:
+    code, d = _json(
+        capsys,
+        "gpt2",
+        "--gpus",
+        "16",
+        "--gpu",
+        "H100-SXM",
+        "--nodes",
+        "2",
+        "--batch-size",
+        "8",
+        "--seq-len",
+        "1024",
+        "--precision",
+        "amp-bf16",
+    )
+    assert code == 0 and d["fits"] is True
+    for k in CONTRACT:
+        assert k in d
+    for k in PARALLELISM:
+        assert k in d["parallelism"]
+    par = d["parallelism"]
+    assert par["dp"] * par["tp"] * par["pp"] == 16
+    assert (
+        par["dp"] * par["micro_batch_size"] * par["grad_accum"] == 16 * 8
+    )  # default global batch: gpus × batch
+    assert d["per_gpu_peak_bytes"] == max(r["total_bytes"] for r in d["ranks"])
+    assert d["layouts_considered"] > 50
+    # alternatives are slower or bigger than the best, and say why
+    for alt in d["alternatives"]:
+        assert alt["why_not"]
+        assert (alt["step_time_s"], alt["per_gpu_peak_bytes"]) >= (d["step_time_s"], 0) or not alt["fits"]
+    # tokens/s per GPU is the global batch's tokens over step time and GPUs
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(16 * 8 * 1024 / d["step_time_s"] / 16)
+
+
+def test_fixed_3d_layout_with_zero1_and_pipeline_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    code, d = _json(
+        capsys,
+        "gpt2",
+        "--gpus",
+        "16",
+        "--gpu",
+        "A100-80GB-SXM",
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--zero",
+        "1",
+        "--global-batch-size",
+        "64",
+        "--micro-batch-size",
+        "2",
+        "--seq-len",
+        "1024",
+        "--precision",
+        "amp-bf16",
+    )
+    assert code == 0
+    par = d["parallelism"]
+    assert (par["dp"], par["tp"], par["pp"], par["zero"], par["grad_accum"]) == (2, 2, 4, 1, 16)
+    kinds = {r["kind"]: r for r in d["ranks"]}
+    assert set(kinds) == {"first stage", "last stage"}
+    # the first stage holds pp micro-batches of activations; the last one (1F1B)
+    assert kinds["first stage"]["activations"] > kinds["last stage"]["activations"]
+
+
+def test_text_output_and_emit(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "gpt2",
+            "--gpus",
+            "8",
+            "--gpu",
+            "H100-SXM",
+            "--fsdp",
+            "--seq-len",
+            "1024",
+            "--precision",
+            "amp-bf16",
+            "--emit",
+            "torchrun",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "best layout: dp=8 tp=1 pp=1 fsdp2" in out or "best layout: dp=8 tp=1 pp=1 hsdp" in out
+    assert "torchrun --standalone --nproc-per-node 8 train.py" in out
+    assert "fully_shard(block" in out
+
+
+def test_does_not_fit_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-3.1-8b on 2 × T4 (16 GB): 8B params × 16 bytes of AMP/Adam states = 128 GB > 2 × 15 GiB even
+    # fully sharded and offloaded to the CPU (DeepSpeed keeps the 4·largest-layer buffer on the GPU).
+    code, d = _json(
+        capsys,
+        "llama-3.1-8b",
+        "--gpus",
+        "2",
+        "--gpu",
+        "T4",
+        "--seq-len",
+        "2048",
+        "--precision",
+        "amp-fp16",
+        "--dp",
+        "2",
+    )
+    assert code == (0 if d["fits"] else 1)
+    assert d["parallelism"]["checkpointing"] == "full"  # retraced with checkpointing when nothing fit
+
+
+def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
+    from gpuplan.parallel.evaluate import memory
+    from gpuplan.parallel.layout import Layout
+
+    full = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True))[0]
+    hsdp = memory(
+        gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=8)
+    )[0]
+    # HSDP shards states 8 ways instead of 32: 4× the sharded states
+    assert hsdp.optimizer_bytes == pytest.approx(4 * full.optimizer_bytes, rel=1e-6)
+    z3 = memory(gpt2_ctx, Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3))[0]
+    off = memory(
+        gpt2_ctx,
+        Layout(
+            dp=8,
+            tp=1,
+            pp=1,
+            micro_batch_size=4,
+            grad_accum=1,
+            zero=3,
+            offload_optimizer=True,
+            offload_params=True,
+        ),
+    )[0]
+    assert off.optimizer_bytes == 0 and off.params_bytes == 0 and off.total_bytes < z3.total_bytes
