@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.perf.roofline import NoRateError
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -119,11 +120,12 @@ class Recommendation:
 
 
 def kernel_class(gpu: GPU) -> tuple[int, int]:
-    """The compute capability that decides the attention kernels the trace picks for ``gpu``
-    (flash from sm_80; memory-efficient from sm_50); non-NVIDIA GPUs follow estimate's default."""
+    """The compute capability that decides the attention kernels the trace picks for ``gpu``: flash
+    from sm_80, memory-efficient from sm_50 (trace/cuda_semantics.py); GPUs without a compute
+    capability (AMD, Intel, Apple) follow estimate's default, sm_90."""
     cc = gpu.compute_capability
     if cc is None or cc >= (8, 0):
-        return (9, 0) if cc is None else (8, 0)
+        return (9, 0)
     return (7, 0) if cc >= (5, 0) else (3, 0)
 
 
@@ -305,7 +307,10 @@ def _best_count(
                 break  # no peer-to-peer link (Apple SoCs): single device only
             need = single - sharded + -(-sharded // n) + _gathered_block_bytes(step)
         if need <= usable:
-            st = step_time(step, gpu, w)
+            try:
+                st = step_time(step, gpu, w)
+            except NoRateError as exc:
+                return Candidate(gpu, n, False, str(exc).replace(f"{gpu.id} has", "has"), per_gpu_bytes=need)
             comm = 0.0
             if n > 1:
                 param_bytes = step.param_bytes

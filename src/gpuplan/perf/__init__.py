@@ -6,6 +6,11 @@ from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from gpuplan.perf.step_time import WEIGHT_QUANTS, InferenceTime, StepTime, model_flops, step_time
 
 __all__ = [
-    "DEFAULT_EFFICIENCY", "WEIGHT_QUANTS", "Efficiency", "InferenceTime", "StepTime",
-    "model_flops", "step_time",
+    "DEFAULT_EFFICIENCY",
+    "WEIGHT_QUANTS",
+    "Efficiency",
+    "InferenceTime",
+    "StepTime",
+    "model_flops",
+    "step_time",
 ]

@@ -63,8 +63,9 @@ def _loss(traced: Sequence[tuple[Case, Any, Any, Any]], eff: Efficiency) -> floa
     return sum(math.log(r.estimate / r.case.published) ** 2 for r in residuals(fitted, eff))
 
 
-def fit(traced: Sequence[tuple[Case, Any, Any, Any]], start: Efficiency = DEFAULT_EFFICIENCY,
-        rounds: int = 3) -> Efficiency:
+def fit(
+    traced: Sequence[tuple[Case, Any, Any, Any]], start: Efficiency = DEFAULT_EFFICIENCY, rounds: int = 3
+) -> Efficiency:
     eff = start
     for _ in range(rounds):
         for name, grid in GRIDS.items():
@@ -90,13 +91,17 @@ def check_reference(path: Path = REFERENCE_CSV) -> list[str]:
 
 
 def markdown_table(res: Sequence[Residual]) -> str:
-    lines = ["| row (calibration.csv) | model / GPU | quantity | estimate | published | error |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| row (calibration.csv) | model / GPU | quantity | estimate | published | error |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     for r in res:
         c = r.case
         where = f"{c.model} on {c.gpu}" + (f", TP {c.tp}" if c.tp > 1 else "")
-        lines.append(f"| `{c.row_id}` | {where} | {c.quantity} ({c.unit}) | {r.estimate:.3g} "
-                     f"| {c.published:g} | {100 * r.error:+.1f}% |")
+        lines.append(
+            f"| `{c.row_id}` | {where} | {c.quantity} ({c.unit}) | {r.estimate:.3g} "
+            f"| {c.published:g} | {100 * r.error:+.1f}% |"
+        )
     return "\n".join(lines)
 
 
@@ -112,8 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     eff = fit(traced)
     t2 = time.perf_counter()
     print(f"traced {len(traced)} cases in {t1 - t0:.1f} s, fitted in {t2 - t1:.1f} s")
-    print(f"fitted: tensor_core_matmul={eff.tensor_core_matmul:.2f} fp32_matmul={eff.fp32_matmul:.2f} "
-          f"launch_overhead_s={eff.launch_overhead_s:.2e} (loss {_loss(traced, eff):.4f})")
+    print(
+        f"fitted: tensor_core_matmul={eff.tensor_core_matmul:.2f} fp32_matmul={eff.fp32_matmul:.2f} "
+        f"launch_overhead_s={eff.launch_overhead_s:.2e} (loss {_loss(traced, eff):.4f})"
+    )
     print("\nwith the fitted factors:\n" + markdown_table(residuals(traced, eff)))
     default_table = markdown_table(residuals(traced, DEFAULT_EFFICIENCY))
     print("\nwith DEFAULT_EFFICIENCY (what gpuplan uses):\n" + default_table)

@@ -41,15 +41,31 @@ NCCL_BUS_EFFICIENCY = 0.78
 
 BERT_LARGE_SEQ_CLS_CONFIG: dict[str, Any] = {
     # bert-large-uncased config.json (huggingface.co/bert-large-uncased), seq-cls head with 2 labels
-    "architectures": ["BertForSequenceClassification"], "model_type": "bert", "hidden_size": 1024,
-    "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 30522,
-    "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "layer_norm_eps": 1e-12, "num_labels": 2,
+    "architectures": ["BertForSequenceClassification"],
+    "model_type": "bert",
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "layer_norm_eps": 1e-12,
+    "num_labels": 2,
 }
 GPT_22B_CONFIG: dict[str, Any] = {
     # Korthikanti et al. 2022 Table 3: 22B, a=64, h=6144, L=48; s=2048, v=51200 (GPT-2 block: 4h GeLU MLP)
-    "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 6144, "n_layer": 48, "n_head": 64,
-    "n_positions": 2048, "n_ctx": 2048, "vocab_size": 51200,
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_embd": 6144,
+    "n_layer": 48,
+    "n_head": 64,
+    "n_positions": 2048,
+    "n_ctx": 2048,
+    "vocab_size": 51200,
     # Megatron runs a fused bias-GeLU kernel; torch's one-kernel GeLU is closer to it than GPT-2's
     # default tanh approximation written as eight elementwise ops
     "activation_function": "gelu",
@@ -76,29 +92,105 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case("hf-bertl-vanilla-tput", 8.86, "samples/s", "bert-large-seq-cls", "V100-SXM2-16GB",
-         dict(mode="train", batch_size=4, seq_len=512, precision="fp32", optimizer="adamw",
-              optimizer_impl="for-loop", zero_grad="zeros", attention="eager"),
-         source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-vanilla-tput)"),
-    Case("hf-bertl-fp16-tput", 18.64, "samples/s", "bert-large-seq-cls", "V100-SXM2-16GB",
-         dict(mode="train", batch_size=4, seq_len=512, precision="amp-fp16", optimizer="adamw",
-              optimizer_impl="for-loop", zero_grad="zeros", attention="eager"),
-         source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-fp16-tput)"),
-    Case("kor-t5-22b-iter-sel", 1.1, "s", "gpt-22b", "A100-80GB-SXM",
-         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
-              optimizer_impl="fused", checkpointing="selective", attention="flash"),
-         tp=8, sequence_parallel=True, quantity="iteration_time_s",
-         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-sel)"),
-    Case("kor-t5-22b-iter-full", 1.42, "s", "gpt-22b", "A100-80GB-SXM",
-         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
-              optimizer_impl="fused", checkpointing="full", attention="flash"),
-         tp=8, sequence_parallel=False, quantity="iteration_time_s",
-         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-full)"),
-    Case("kor-t5-22b-mfu", 41.5, "% of 312 TFLOP/s", "gpt-22b", "A100-80GB-SXM",
-         dict(mode="train", batch_size=4, seq_len=2048, precision="amp-fp16", optimizer="adam",
-              optimizer_impl="fused", checkpointing="selective", attention="flash"),
-         tp=8, sequence_parallel=True, quantity="mfu",
-         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-mfu)"),
+    Case(
+        "hf-bertl-vanilla-tput",
+        8.86,
+        "samples/s",
+        "bert-large-seq-cls",
+        "V100-SXM2-16GB",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=512,
+            precision="fp32",
+            optimizer="adamw",
+            optimizer_impl="for-loop",
+            zero_grad="zeros",
+            attention="eager",
+        ),
+        source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-vanilla-tput)",
+    ),
+    Case(
+        "hf-bertl-fp16-tput",
+        18.64,
+        "samples/s",
+        "bert-large-seq-cls",
+        "V100-SXM2-16GB",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=512,
+            precision="amp-fp16",
+            optimizer="adamw",
+            optimizer_impl="for-loop",
+            zero_grad="zeros",
+            attention="eager",
+        ),
+        source="HF perf_train_gpu_one.mdx @0016acf7 (calibration.csv hf-bertl-fp16-tput)",
+    ),
+    Case(
+        "kor-t5-22b-iter-sel",
+        1.1,
+        "s",
+        "gpt-22b",
+        "A100-80GB-SXM",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=2048,
+            precision="amp-fp16",
+            optimizer="adam",
+            optimizer_impl="fused",
+            checkpointing="selective",
+            attention="flash",
+        ),
+        tp=8,
+        sequence_parallel=True,
+        quantity="iteration_time_s",
+        source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-sel)",
+    ),
+    Case(
+        "kor-t5-22b-iter-full",
+        1.42,
+        "s",
+        "gpt-22b",
+        "A100-80GB-SXM",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=2048,
+            precision="amp-fp16",
+            optimizer="adam",
+            optimizer_impl="fused",
+            checkpointing="full",
+            attention="flash",
+        ),
+        tp=8,
+        sequence_parallel=False,
+        quantity="iteration_time_s",
+        source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-full)",
+    ),
+    Case(
+        "kor-t5-22b-mfu",
+        41.5,
+        "% of 312 TFLOP/s",
+        "gpt-22b",
+        "A100-80GB-SXM",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=2048,
+            precision="amp-fp16",
+            optimizer="adam",
+            optimizer_impl="fused",
+            checkpointing="selective",
+            attention="flash",
+        ),
+        tp=8,
+        sequence_parallel=True,
+        quantity="mfu",
+        source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-mfu)",
+    ),
 )
 
 
@@ -106,11 +198,16 @@ def model_source(name: str) -> Any:
     from gpuplan.models.sources import HFConfigSource
 
     if name == "bert-large-seq-cls":
-        return HFConfigSource("bert-large-uncased (sequence classification)", BERT_LARGE_SEQ_CLS_CONFIG,
-                              task="sequence-classification", default_seq_len=512)
+        return HFConfigSource(
+            "bert-large-uncased (sequence classification)",
+            BERT_LARGE_SEQ_CLS_CONFIG,
+            task="sequence-classification",
+            default_seq_len=512,
+        )
     if name == "gpt-22b":
-        return HFConfigSource("GPT 22B (Korthikanti Table 3)", GPT_22B_CONFIG, task="causal-lm",
-                              default_seq_len=2048)
+        return HFConfigSource(
+            "GPT 22B (Korthikanti Table 3)", GPT_22B_CONFIG, task="causal-lm", default_seq_len=2048
+        )
     raise KeyError(name)
 
 
@@ -124,8 +221,9 @@ def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
     return step, workload, gpu
 
 
-def tensor_parallel_time(step: TracedStep, gpu: GPU, workload: Workload, eff: Efficiency, tp: int,
-                         sequence_parallel: bool) -> float:
+def tensor_parallel_time(
+    step: TracedStep, gpu: GPU, workload: Workload, eff: Efficiency, tp: int, sequence_parallel: bool
+) -> float:
     """Per-rank iteration time of Megatron tensor parallelism (see module docstring)."""
     split_s = overhead_s = 0.0
     other_s = {"forward": 0.0, "backward": 0.0}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuplan.errors import ConfigError
 from gpuplan.perf.efficiency import Efficiency
 
 if TYPE_CHECKING:
@@ -25,20 +26,49 @@ if TYPE_CHECKING:
 
 # Ops a trace records that launch no GPU kernel: allocation only, metadata, host-side scalars
 # (Adam's step counters live on the CPU unless capturable/fused), profiler markers.
-NON_KERNEL_OPS: frozenset[str] = frozenset({
-    "device", "_local_scalar_dense", "_record_function_enter_new", "_record_function_exit",
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
-    "resize_", "set_", "lift_fresh_copy", "item", "is_nonzero", "sym_numel", "_assert_async",
-    "_has_compatible_shallow_copy_type", "_reshape_alias", "as_strided_", "unsqueeze_", "squeeze_",
-    "t_", "transpose_", "_version",
-})
+NON_KERNEL_OPS: frozenset[str] = frozenset(
+    {
+        "device",
+        "_local_scalar_dense",
+        "_record_function_enter_new",
+        "_record_function_exit",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "_unsafe_view",
+        "resize_",
+        "set_",
+        "lift_fresh_copy",
+        "item",
+        "is_nonzero",
+        "sym_numel",
+        "_assert_async",
+        "_has_compatible_shallow_copy_type",
+        "_reshape_alias",
+        "as_strided_",
+        "unsqueeze_",
+        "squeeze_",
+        "t_",
+        "transpose_",
+        "_version",
+    }
+)
 TENSOR_OP_CLASSES: frozenset[str] = frozenset({"matmul", "conv", "attention"})
 # Gathers read only the rows they return (an embedding lookup does not stream the whole table),
 # so they are costed as reading what they write, plus the indices.
 GATHER_OPS: frozenset[str] = frozenset({"embedding", "index_select", "gather", "take"})
 
-_DTYPE_RATE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp32",
-               "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "int8": "int8"}
+_DTYPE_RATE = {
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float64": "fp32",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "int8": "int8",
+}
 
 WEIGHT_QUANT_BITS: dict[str, float] = {"none": 16.0, "int8": 8.0, "fp8": 8.0, "int4": 4.0}
 """Bits per weight element read by decode kernels; int4 adds group scales (see weight_bytes_factor)."""
@@ -56,20 +86,41 @@ def launches_kernel(op: OpRecord) -> bool:
     return op.flops > 0 or op.bytes_read + op.bytes_written > 0
 
 
+class NoRateError(ConfigError):
+    """The catalog documents no rate this op could run at on the GPU (its time cannot be modelled)."""
+
+
 def rate_key(op: OpRecord, precision: str, gpu: GPU) -> tuple[str, bool]:
-    """(catalog dtype key whose peak bounds this op, runs on tensor cores?)."""
+    """(catalog dtype key whose peak bounds this op, runs on tensor cores?).
+
+    A half-precision op on a GPU with no documented rate for its dtype falls back to the fp32 rate
+    (CUDA cores), then to the other half type; fp32 work never borrows a tensor-core rate. No usable
+    rate at all is a NoRateError."""
     base = _DTYPE_RATE.get(op.dtype, "fp32")
     if base == "fp32" and precision == "tf32" and gpu.peak_tflops("tf32"):
         base = "tf32"
-    if base != "fp32" and not gpu.peak_tflops(base):
-        return "fp32", False  # no documented rate (e.g. fp16 on a pre-Volta GPU): CUDA cores
-    return base, base != "fp32"
+    if gpu.peak_tflops(base):
+        return base, base != "fp32"
+    if base != "fp32" and gpu.peak_tflops("fp32"):
+        return "fp32", False  # e.g. fp16 on a pre-Volta GPU: CUDA cores
+    for other in ("bf16", "fp16"):
+        if base in ("bf16", "fp16") and gpu.peak_tflops(other):
+            return other, True
+    raise NoRateError(
+        f"{gpu.id} has no documented {base} rate in the catalog: its step time cannot be modelled"
+    )
 
 
 def compute_dtype_key(precision: str) -> str:
     """The catalog rate MFU is measured against for a workload precision."""
-    return {"fp32": "fp32", "tf32": "tf32", "amp-bf16": "bf16", "bf16": "bf16",
-            "amp-fp16": "fp16", "fp16": "fp16"}[precision]
+    return {
+        "fp32": "fp32",
+        "tf32": "tf32",
+        "amp-bf16": "bf16",
+        "bf16": "bf16",
+        "amp-fp16": "fp16",
+        "fp16": "fp16",
+    }[precision]
 
 
 def weight_bytes_factor(weight_quant: str) -> float:
@@ -96,8 +147,15 @@ class OpTime:
         return self.compute_s >= self.memory_s
 
 
-def op_time(op: OpRecord, gpu: GPU, precision: str, eff: Efficiency, *, graph: bool = False,
-            weight_quant: str = "none") -> OpTime:
+def op_time(
+    op: OpRecord,
+    gpu: GPU,
+    precision: str,
+    eff: Efficiency,
+    *,
+    graph: bool = False,
+    weight_quant: str = "none",
+) -> OpTime:
     """Time of one execution of ``op`` (multiply by ``op.count`` for the step)."""
     if not launches_kernel(op):
         return OpTime(0.0, 0.0, 0.0)
@@ -119,7 +177,7 @@ def op_time(op: OpRecord, gpu: GPU, precision: str, eff: Efficiency, *, graph: b
     compute_s = 0.0
     if op.flops > 0:
         key, tensor = rate_key(op, precision, gpu)
-        peak = gpu.peak_flops_per_s(key) or gpu.peak_flops_per_s("fp32") or 0.0
+        peak = gpu.peak_flops_per_s(key) or 0.0
         if op.op_class == "attention":
             fraction = eff.attention_fused if tensor else eff.fp32_matmul
         elif op.op_class in TENSOR_OP_CLASSES:

@@ -99,16 +99,23 @@ def model_flops(step: TracedStep, workload: Workload) -> int:
     return max(total, 0)
 
 
-def step_time(step: TracedStep, gpu: GPU, workload: Workload, *, efficiency: Efficiency | None = None,
-              weight_quant: str = "none") -> StepTime:
+def step_time(
+    step: TracedStep,
+    gpu: GPU,
+    workload: Workload,
+    *,
+    efficiency: Efficiency | None = None,
+    weight_quant: str = "none",
+) -> StepTime:
     """Time of ``step`` (a trace of ``workload``) on ``gpu``.
 
     ``weight_quant`` (none | int8 | fp8 | int4) applies weight-only quantization to the weight reads
     of decode matmuls (generate mode): their bytes shrink, their compute stays in the activation dtype.
     """
     if weight_quant not in WEIGHT_QUANT_BITS:
-        raise ConfigError(f"unknown weight quantization {weight_quant!r} "
-                          f"(allowed: {', '.join(WEIGHT_QUANTS)})")
+        raise ConfigError(
+            f"unknown weight quantization {weight_quant!r} (allowed: {', '.join(WEIGHT_QUANTS)})"
+        )
     eff = efficiency or DEFAULT_EFFICIENCY
     generate = workload.mode == "generate"
     compute = memory = overhead = 0.0
@@ -117,8 +124,9 @@ def step_time(step: TracedStep, gpu: GPU, workload: Workload, *, efficiency: Eff
     kernels = 0
     for op in step.ops:
         decode = generate and op.phase == "decode"
-        t = op_time(op, gpu, workload.precision, eff, graph=decode,
-                    weight_quant=weight_quant if decode else "none")
+        t = op_time(
+            op, gpu, workload.precision, eff, graph=decode, weight_quant=weight_quant if decode else "none"
+        )
         n = op.count
         if t.compute_bound:
             compute += t.compute_s * n
@@ -132,33 +140,62 @@ def step_time(step: TracedStep, gpu: GPU, workload: Workload, *, efficiency: Eff
     hw_flops = step.flops
     m_flops = model_flops(step, workload)
     key = compute_dtype_key(workload.precision)
-    peak = gpu.peak_tflops(key) or gpu.peak_tflops("fp32") or 0.0
+    peak = (
+        gpu.peak_tflops(key)
+        or gpu.peak_tflops("fp32")
+        or gpu.peak_tflops("bf16")
+        or gpu.peak_tflops("fp16")
+        or 0.0
+    )
     mfu = m_flops / (total * peak * 1e12) if total > 0 and peak > 0 else 0.0
     assumptions = list(eff.describe())
-    assumptions.append("step = sum of kernel times on one stream (no overlap between kernels); "
-                       f"{kernels:,} kernel launches")
+    assumptions.append(
+        f"step = sum of kernel times on one stream (no overlap between kernels); {kernels:,} kernel launches"
+    )
     if workload.precision == "fp32":
-        assumptions.append("fp32 matmuls on CUDA cores: TF32 off, PyTorch's default "
-                           "(--precision tf32 allows it)")
+        assumptions.append(
+            "fp32 matmuls on CUDA cores: TF32 off, PyTorch's default (--precision tf32 allows it)"
+        )
     inference = None
     if generate:
         inference = _inference(step, gpu, workload, by_phase, eff, weight_quant)
-        assumptions.append("decode loop costed as a CUDA-graph replay (vLLM / TensorRT-LLM / torch.compile); "
-                           "eager model.generate() is slower, bound by Python dispatch")
+        assumptions.append(
+            "decode loop costed as a CUDA-graph replay (vLLM / TensorRT-LLM / torch.compile); "
+            "eager model.generate() is slower, bound by Python dispatch"
+        )
         if weight_quant != "none":
-            assumptions.append(f"weight-only {weight_quant}: decode matmuls read "
-                               f"{weight_bytes_factor(weight_quant):.3g}× the 16-bit weight bytes, "
-                               "compute unchanged")
+            assumptions.append(
+                f"weight-only {weight_quant}: decode matmuls read "
+                f"{weight_bytes_factor(weight_quant):.3g}× the 16-bit weight bytes, "
+                "compute unchanged"
+            )
     return StepTime(
-        total_s=total, compute_s=compute, memory_s=memory, overhead_s=overhead, by_phase_s=by_phase,
-        flops=hw_flops, tflops_achieved=hw_flops / total / 1e12 if total > 0 else 0.0, mfu=mfu,
-        assumptions=tuple(assumptions), model_flops=m_flops, peak_tflops=peak, compute_dtype=key,
-        kernels=kernels, inference=inference, by_op_class_s=by_class,
+        total_s=total,
+        compute_s=compute,
+        memory_s=memory,
+        overhead_s=overhead,
+        by_phase_s=by_phase,
+        flops=hw_flops,
+        tflops_achieved=hw_flops / total / 1e12 if total > 0 else 0.0,
+        mfu=mfu,
+        assumptions=tuple(assumptions),
+        model_flops=m_flops,
+        peak_tflops=peak,
+        compute_dtype=key,
+        kernels=kernels,
+        inference=inference,
+        by_op_class_s=by_class,
     )
 
 
-def _inference(step: TracedStep, gpu: GPU, workload: Workload, by_phase: dict[str, float], eff: Efficiency,
-               weight_quant: str) -> InferenceTime:
+def _inference(
+    step: TracedStep,
+    gpu: GPU,
+    workload: Workload,
+    by_phase: dict[str, float],
+    eff: Efficiency,
+    weight_quant: str,
+) -> InferenceTime:
     prefill = by_phase.get("prefill", 0.0)
     decode = by_phase.get("decode", 0.0)
     steps = max(workload.new_tokens - 1, 0)
@@ -173,8 +210,12 @@ def _inference(step: TracedStep, gpu: GPU, workload: Workload, by_phase: dict[st
     per_step_bytes = int(weights + kv_mean)
     bound = b * gpu.memory_bandwidth_bytes_per_s / per_step_bytes if per_step_bytes else 0.0
     return InferenceTime(
-        prefill_s=prefill, decode_s=decode, decode_steps=steps, decode_per_token_s=per_token,
+        prefill_s=prefill,
+        decode_s=decode,
+        decode_steps=steps,
+        decode_per_token_s=per_token,
         new_tokens_per_s=b * workload.new_tokens / (prefill + decode) if prefill + decode > 0 else 0.0,
         decode_tokens_per_s=b / per_token if per_token > 0 else 0.0,
-        bytes_per_decode_step=per_step_bytes, bandwidth_bound_tokens_per_s=bound,
+        bytes_per_decode_step=per_step_bytes,
+        bandwidth_bound_tokens_per_s=bound,
     )
