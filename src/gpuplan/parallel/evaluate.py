@@ -39,6 +39,9 @@ class RankMemory:
     buffers_bytes: int
     overhead_bytes: int
     """CUDA context and library workspaces."""
+    optimizer_temp_bytes: int = 0
+    """Temporaries of the optimizer step (torch foreach optimizers); they never coexist with the
+    activations of a micro-batch, so the peak takes the larger of the two."""
 
     @property
     def total_bytes(self) -> int:
@@ -46,7 +49,7 @@ class RankMemory:
             self.params_bytes
             + self.grads_bytes
             + self.optimizer_bytes
-            + self.activations_bytes
+            + max(self.activations_bytes, self.optimizer_temp_bytes)
             + self.buffers_bytes
             + self.overhead_bytes
         )
@@ -59,6 +62,7 @@ class RankMemory:
             "gradients": self.grads_bytes,
             "optimizer_state": self.optimizer_bytes,
             "activations": self.activations_bytes,
+            "optimizer_step_temporaries": self.optimizer_temp_bytes,
             "communication_buffers": self.buffers_bytes,
             "cuda_context_and_workspaces": self.overhead_bytes,
         }
@@ -161,6 +165,15 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
     return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
 
 
+def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
+    """Traced optimizer-step temporaries for the parameters this rank updates. DeepSpeed steps
+    with its own fused/CPU Adam (multi-tensor chunks), so it has none of the foreach copies."""
+    if layout.engine == "deepspeed":
+        return 0.0
+    shard = layout.shard_group if layout.fsdp else 1
+    return ctx.profile.optimizer_temp_bytes_per_param * rank_params / shard
+
+
 def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     p = ctx.profile
     scale = layout.micro_batch_size / p.micro_batch
@@ -194,6 +207,7 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
                 int((act + transient) * scale),
                 int(buffers + p2p),
                 ctx.overhead_bytes,
+                int(_optimizer_temp(ctx, layout, rank_params)),
             )
         )
     return tuple(out)

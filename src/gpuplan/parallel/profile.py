@@ -99,6 +99,8 @@ class ModelProfile:
     first_time: PhaseTime
     last_time: PhaseTime
     optimizer_s_per_param: float
+    optimizer_temp_bytes_per_param: float
+    """Temporaries the optimizer step allocates per parameter it updates (foreach Adam: 4 bytes)."""
     block_model_flops: int
     outer_model_flops: int
     block_hw_flops: int
@@ -246,6 +248,9 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     vecs = category_vectors(trace, points)
     act_fe = vecs[fe]["activations"] + vecs[fe]["temporaries"] if fe in vecs else 0
     transient = max((v["activations"] + v["temporaries"] - act_fe for v in vecs.values()), default=0)
+    opt_points = [i for i, p in enumerate(trace.points) if p.phase == "optimizer"]
+    opt_vecs = category_vectors(trace, opt_points) if opt_points else {}
+    opt_temp = max((v["temporaries"] + v["activations"] for v in opt_vecs.values()), default=0)
 
     # ---- time, from the cost model on subsets of the traced ops -------------------------------
     ops = trace.ops
@@ -318,6 +323,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         first_act_bytes=first_act,
         last_act_bytes=outer_act - first_act,
         transient_bytes=max(0, transient),
+        optimizer_temp_bytes_per_param=opt_temp / max(run.params_count, 1),
         block_time=block_time,
         first_time=first_time,
         last_time=last_time,
