@@ -142,19 +142,24 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
     if layout.engine == "deepspeed":
         # DeepSpeed mixed precision: 16-bit params and grads + fp32 master, fp32 grad partition and
-        # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam).
-        k = 4 + 4 + ob
+        # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam). In fp32
+        # there is no master copy: 4-byte params and grads, K = optimizer bytes.
+        half = p.compute_bytes
+        mixed = half < 4
+        k = 4 + 4 + ob if mixed else ob
         stage = layout.zero
-        largest = min(
-            p.largest_layer_params / layout.tp, rank_params
-        )  # Megatron splits the largest matrix too
+        # Megatron splits the largest matrix (the vocabulary) over tp too.
+        largest = min(p.largest_layer_params / layout.tp, rank_params)
         if stage == 3:
-            ms = model_states_bytes(rank_params, 3, layout.dp, k=k, grad_bytes=0)
+            # ZeRO-3 reduce-scatters 16-bit grads at once into the fp32 partition counted in K.
+            ms = model_states_bytes(
+                rank_params, 3, layout.dp, k=k, param_bytes=half, grad_bytes=0 if mixed else 4
+            )
             red, prefetch, _ = zero3_buckets(p.hidden)
-            buffers = 4 * largest + 2 * (prefetch + red)
+            buffers = 2 * largest * half + half * (prefetch + red)
         else:
-            ms = model_states_bytes(rank_params, stage, layout.dp, k=k)
-            buffers = 2 * 2 * bucket_elements(rank_params)
+            ms = model_states_bytes(rank_params, stage, layout.dp, k=k, param_bytes=half, grad_bytes=half)
+            buffers = 2 * half * bucket_elements(rank_params)
         params, grads, opt = ms.params_bytes, ms.grads_bytes, ms.optimizer_bytes
         if layout.offload_optimizer:
             opt = 0.0
@@ -241,7 +246,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     if (layout.fsdp or layout.zero == 3) and layout.shard_group > 1:
         gathers = 2 if (layout.zero == 3 or layout.reshard_after_forward) else 1
         ag = all_gather_s(shard_group, cb * stage_params)
-        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if layout.fsdp else 2) * stage_params)
+        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if layout.fsdp else cb) * stage_params)
         fwd_c, bwd_c = max(stage_f), max(stage_b)
         first_block = all_gather_s(shard_group, cb * p.block_params / tp)
         shard_exposed = max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block
@@ -260,12 +265,12 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # ---- data-parallel gradients ----------------------------------------------------------------
     dp_exposed = 0.0
     if dp > 1 and not layout.fsdp and layout.zero != 3:
-        grad_b = p.grad_bytes_per_param if layout.engine == "torch" else 2
+        grad_b = p.grad_bytes_per_param if layout.engine == "torch" else cb
         if layout.zero in (1, 2):
             comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(
-                dp_group, 2 * stage_params
+                dp_group, cb * stage_params
             )
-            tail = all_gather_s(dp_group, 2 * stage_params)  # updated params gathered after the step
+            tail = all_gather_s(dp_group, cb * stage_params)  # updated params gathered after the step
         else:
             comm = all_reduce_s(dp_group, grad_b * stage_params)
             tail = 0.0
@@ -274,7 +279,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         else:
             # Buckets are reduced while the last micro-batch's backward runs; the last bucket
             # (DDP bucket_cap_mb = 25 MB; DeepSpeed reduce_bucket_size) always waits for backward to end.
-            bucket = DDP_BUCKET_BYTES if layout.engine == "torch" else 2 * bucket_elements(stage_params)
+            bucket = DDP_BUCKET_BYTES if layout.engine == "torch" else cb * bucket_elements(stage_params)
             last = all_reduce_s(dp_group, min(bucket, grad_b * stage_params))
             window = max(stage_b)
             dp_exposed = max(comm - tail - window, last) + tail
