@@ -119,12 +119,20 @@ class Recommendation:
         return render_recommendation(self)
 
 
-def kernel_class(gpu: GPU) -> tuple[int, int]:
-    """The compute capability that decides the attention kernels the trace picks for ``gpu``: flash
-    from sm_80, memory-efficient from sm_50 (trace/cuda_semantics.py); GPUs without a compute
-    capability (AMD, Intel, Apple) follow estimate's default, sm_90."""
+def kernel_class(gpu: GPU, workload: Workload | None = None) -> tuple[int, int]:
+    """The compute capability whose trace stands for ``gpu``: only the attention kernel choice
+    depends on it (trace/cuda_semantics.py: flash from sm_80 in fp16/bf16, memory-efficient from
+    sm_50). fp32 attention is memory-efficient on every class and eager/math attention is the same
+    everywhere, so those workloads need one trace. GPUs without a compute capability (AMD, Intel,
+    Apple) follow estimate's default, sm_90."""
     cc = gpu.compute_capability
     if cc is None or cc >= (8, 0):
+        return (9, 0)
+    if (
+        workload is not None
+        and (workload.attention in ("eager", "sdpa-math") or workload.precision in ("fp32", "tf32"))
+        and cc >= (5, 0)
+    ):
         return (9, 0)
     return (7, 0) if cc >= (5, 0) else (3, 0)
 
@@ -145,7 +153,7 @@ def _required_bytes(step: TracedStep, gpu: GPU, workload: Workload) -> tuple[int
     over = overheads_for(
         arch=gpu.arch,
         vendor=gpu.vendor,
-        compute_capability=kernel_class(gpu),
+        compute_capability=gpu.compute_capability or (9, 0),  # as estimate(): the real architecture
         trains=workload.trains,
         module_loading="lazy",
     )
@@ -185,8 +193,7 @@ def recommend(
     from gpuplan.hardware import all_gpus
     from gpuplan.models.sources import ModelSource as SourceType
     from gpuplan.models.sources import resolve_model
-    from gpuplan.perf.step_time import step_time
-    from gpuplan.perf.summary import seq_len_of, throughput_of
+    from gpuplan.perf.summary import seq_len_of
     from gpuplan.workload import Workload as WorkloadType
 
     if max_gpus < 1 or max_gpus > 100_000:
@@ -198,11 +205,12 @@ def recommend(
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
     t0 = time.perf_counter()
-    steps: dict[tuple[int, int], TracedStep] = {}
-    for cls in sorted({kernel_class(g) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
-        steps[cls] = trace_step(source, w, compute_capability=cls)
-    trace_s = time.perf_counter() - t0
     seq = seq_len_of(source, w)
+    traced_w, gen = _traced_workload(w, seq)
+    steps: dict[tuple[int, int], TracedStep] = {}
+    for cls in sorted({kernel_class(g, w) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
+        steps[cls] = trace_step(source, traced_w, compute_capability=cls)
+    trace_s = time.perf_counter() - t0
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
@@ -211,8 +219,9 @@ def recommend(
         if bad is not None:
             outs.append(Candidate(gpu, 0, False, bad))
             continue
-        step = steps[kernel_class(gpu)]
-        cand = _best_count(step, gpu, w, max_gpus, task, seq, prices.get(gpu.id), step_time, throughput_of)
+        step = steps[kernel_class(gpu, w)]
+        timer = _Timer(w, traced_w, gen, task, seq)
+        cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer)
         if cand.fits and budget_usd is not None:
             cost = cand.cost_per_hour_usd if prices else cand.purchase_usd
             if cost is not None and cost > budget_usd:
@@ -254,6 +263,16 @@ def recommend(
         "N > 1: data parallel, ZeRO-3/FSDP sharding of parameters, gradients and optimizer state; "
         "each GPU runs the given batch; communication overlapped with compute; "
         ">8 GPUs: 50 GB/s network per GPU",
+        *(
+            [
+                f"generate: traced with {DECODE_STEPS_TRACED} decode steps and the prompt lengthened to "
+                "the same "
+                "final KV-cache length (same peak memory); prefill and decode times scaled back to the "
+                "requested prompt and new tokens"
+            ]
+            if gen
+            else []
+        ),
         "ranked by step time (fewest GPUs that fit, per GPU model)"
         + ("; cost from --prices ($/hour)" if prices else "; no --prices: cost columns empty"),
     ]
@@ -284,16 +303,50 @@ def _dtype_ok(gpu: GPU, w: Workload) -> str | None:
     return None
 
 
+DECODE_STEPS_TRACED = 8
+
+
+def _traced_workload(w: Workload, seq: int | None) -> tuple[Workload, tuple[float, float] | None]:
+    """Generation is traced with DECODE_STEPS_TRACED decode steps and the prompt lengthened so the
+    KV cache reaches the same final length (same peak memory, a slightly longer prefill); the
+    (prefill, decode) time scales that restore the requested shape are returned alongside."""
+    if w.mode != "generate" or w.new_tokens <= DECODE_STEPS_TRACED or not seq:
+        return w, None
+    extra = w.new_tokens - DECODE_STEPS_TRACED
+    traced = w.with_(seq_len=seq + extra, new_tokens=DECODE_STEPS_TRACED)
+    return traced, (seq / (seq + extra), (w.new_tokens - 1) / (DECODE_STEPS_TRACED - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class _Timer:
+    workload: Workload
+    traced: Workload
+    gen_scale: tuple[float, float] | None
+    task: str
+    seq: int | None
+
+    def __call__(self, step: TracedStep, gpu: GPU) -> tuple[float, dict[str, Any]]:
+        """(step time on one GPU, its throughput) for the requested workload."""
+        from gpuplan.perf.step_time import step_time
+        from gpuplan.perf.summary import throughput_of
+
+        st = step_time(step, gpu, self.traced)
+        if self.gen_scale is None:
+            return st.total_s, throughput_of(st, self.workload, task=self.task, seq_len=self.seq)
+        prefill = st.by_phase_s.get("prefill", 0.0) * self.gen_scale[0]
+        decode = st.by_phase_s.get("decode", 0.0) * self.gen_scale[1]
+        total = prefill + decode
+        w = self.workload
+        return total, {"value": w.batch_size * w.new_tokens / total if total else 0.0, "unit": "tokens/s"}
+
+
 def _best_count(
     step: TracedStep,
     gpu: GPU,
     w: Workload,
     max_gpus: int,
-    task: str,
-    seq: int | None,
     price_per_hour: float | None,
-    step_time: Any,
-    throughput_of: Any,
+    timer: _Timer,
 ) -> Candidate:
     single, _ = _required_bytes(step, gpu, w)
     usable = gpu.usable_memory_bytes
@@ -308,7 +361,7 @@ def _best_count(
             need = single - sharded + -(-sharded // n) + _gathered_block_bytes(step)
         if need <= usable:
             try:
-                st = step_time(step, gpu, w)
+                one_s, one = timer(step, gpu)
             except NoRateError as exc:
                 return Candidate(gpu, n, False, str(exc).replace(f"{gpu.id} has", "has"), per_gpu_bytes=need)
             comm = 0.0
@@ -317,9 +370,8 @@ def _best_count(
                 volume = 3 * (n - 1) / n * param_bytes
                 link = _link_bytes_per_s(gpu, n)
                 comm = volume / link if link else float("inf")
-            t = max(st.total_s, comm)
-            one = throughput_of(st, w, task=task, seq_len=seq)
-            tp = {"value": one["value"] * n * st.total_s / t, "unit": one["unit"]}
+            t = max(one_s, comm)
+            tp = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
             cost_h = price_per_hour * n if price_per_hour is not None else None
             per_m = cost_h / (tp["value"] * 3600) * 1e6 if cost_h is not None and tp["value"] > 0 else None
             layout = "single GPU" if n == 1 else f"ZeRO-3 × {n}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.perf.roofline import NoRateError
+from gpuplan.perf.roofline import NoRateError, weight_bytes_factor
 from gpuplan.perf.step_time import StepTime, step_time
-from gpuplan.units import format_seconds
+from gpuplan.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.estimate import TracedStep
@@ -72,6 +72,20 @@ def summarize(
     if seq_len and st.total_s:
         out["tokens_per_s"] = workload.batch_size * workload.grad_accum * seq_len / st.total_s
     notes = list(st.assumptions)
+    if weight_quant != "none":
+        # Weight-only quantization keeps every other tensor as traced; the weights shrink by the
+        # factor (embeddings included: an upper bound on the saving, GPTQ/AWQ keep them 16-bit).
+        saved = int(step.param_bytes * (1.0 - weight_bytes_factor(weight_quant)))
+        out["weight_quant"] = {
+            "scheme": weight_quant,
+            "weight_bytes": step.param_bytes - saved,
+            "memory_saved_bytes": saved,
+        }
+        notes.append(
+            f"weight-only {weight_quant}: weights would take {format_bytes(step.param_bytes - saved)} "
+            f"instead of {format_bytes(step.param_bytes)} (up to {format_bytes(saved)} less; "
+            "not subtracted from the memory totals, which are traced with 16-bit weights)"
+        )
     inf = st.inference
     if inf is not None:
         out["generation"] = {
