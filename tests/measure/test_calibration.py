@@ -51,6 +51,7 @@ def test_fit_takes_medians_per_gpu_and_software(store_path: Path) -> None:
 
 
 def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path, tmp_path: Path,
+                                                               tiny_gpt2: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cal.json"
     assert main(["calibrate", "--store", str(store_path), "--out", str(out), "--json"]) == 0
@@ -60,7 +61,7 @@ def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path,
     assert calibration_for("A100-80GB-SXM", path=out) is None  # fitted on torch 2.0.0, not this torch
     from gpuplan.estimate import estimate
 
-    base = estimate("gpt2", batch_size=1, seq_len=128, gpu="H100-SXM")
+    base = estimate(tiny_gpt2, batch_size=1, seq_len=16, gpu="H100-SXM")
     cal = apply_calibration(base, path=out)
     assert cal.components["cuda_context"] == 510 * MIB
     assert cal.total_required_bytes - base.total_required_bytes == 510 * MIB - base.components["cuda_context"]
@@ -70,12 +71,12 @@ def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path,
         assert cal.step_time_s == pytest.approx(base.step_time_s * 1.2)
 
 
-def test_estimate_uses_the_default_calibration_file(store_path: Path, isolated_dirs: Path,
+def test_estimate_uses_the_default_calibration_file(store_path: Path, isolated_dirs: Path, tiny_gpt2: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--store", str(store_path)]) == 0
     assert (isolated_dirs / "config" / "gpuplan" / "calibration.json").exists()
     capsys.readouterr()
-    argv = ["estimate", "gpt2", "--batch-size", "1", "--seq-len", "64", "--gpu", "H100-SXM", "--json"]
+    argv = ["estimate", tiny_gpt2, "--batch-size", "1", "--seq-len", "16", "--gpu", "H100-SXM", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["components"]["cuda_context"] == 510 * MIB

@@ -1,6 +1,7 @@
 """2-process gloo runs through torchrun (DDP, FSDP2): each rank's tracked bytes against the
-per-rank accounting of gpuplan.measure.per_rank (the planner's per-rank API had not landed when
-this was written; see docs/measure.md)."""
+per-rank accounting of gpuplan.measure.per_rank, within 2%. The planner's per-rank memory
+(gpuplan.parallel) is reported next to it but not held to the bound: it profiles with CUDA
+semantics on a catalog GPU and leaves DDP's gradient buckets out (docs/measure.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def test_two_process_gloo_per_rank_within_2_percent(tiny_gpt2: str, layout: str)
     for c in rows:
         assert c.measured is not None and c.estimated is not None
         assert abs(c.error) <= TOLERANCE, (c.quantity, c.estimated, c.measured)  # type: ignore[arg-type]
+    # the planner's own per-rank figure is reported next to it (CUDA-semantics profile; not bound here)
+    planner = m.estimated["planner"]
+    assert planner is not None and planner["per_rank_bytes"] > 0
+    assert any(c.quantity == "rank 0 vs planner" for c in m.comparisons)
     per_rank = m.estimated["per_rank"]
     single = per_rank["terms"]["single_process_peak_bytes"]
     if layout == "ddp":

@@ -121,3 +121,19 @@ def allocator_stats(index: int) -> dict[str, int]:
     """The memory_stats() entries worth keeping with a measurement."""
     stats = torch.cuda.memory_stats(index)
     return {k: int(stats[k]) for k in ALLOCATOR_STATS if k in stats}
+
+
+def nvml_device_name(index: int = 0) -> str | None:
+    """Device name through NVML, without initialising CUDA in this process (the launcher must
+    not hold a context on a GPU its ranks are measuring)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+        finally:
+            pynvml.nvmlShutdown()
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        return None

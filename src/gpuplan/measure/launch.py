@@ -22,7 +22,7 @@ import torch
 from gpuplan.errors import ConfigError, GpuplanError
 from gpuplan.measure.environment import Environment
 from gpuplan.measure.layouts import LAYOUTS, check_layout
-from gpuplan.measure.local import Options, check_fits
+from gpuplan.measure.local import Options
 from gpuplan.measure.results import Measured, Measurement
 from gpuplan.workload import Workload
 
@@ -99,13 +99,37 @@ def run_ranks(model: str, workload: Workload, layout: str, nproc: int, options: 
     return ranks, Environment(**e)
 
 
+def _check_rank_fit(est: Any, rank_est: Any, nproc: int, here: Environment | None) -> None:
+    """Refuse a run whose per-rank estimate cannot fit: all ranks in the host's RAM on a CPU, one
+    rank plus context and workspaces in the GPU on CUDA."""
+    from gpuplan.measure.environment import host_available_bytes
+    from gpuplan.measure.local import HOST_MEMORY_SHARE, WouldNotFitError
+    from gpuplan.units import format_bytes
+
+    peaks = list(rank_est.tensor_peak_bytes) or [est.tensor_peak_bytes] * nproc
+    if here is not None:
+        room = int(host_available_bytes() * HOST_MEMORY_SHARE)
+        if sum(peaks) > room:
+            raise WouldNotFitError(f"{nproc} ranks need about {format_bytes(sum(peaks))} of tensors but this "
+                                   f"host has {format_bytes(room)} to spare; use a smaller workload or "
+                                   "--force")
+        return
+    if est.gpu is None:
+        return
+    need = max(peaks) + est.components.get("cuda_context", 0) + est.components.get("workspaces", 0)
+    if need > est.gpu.usable_memory_bytes:
+        raise WouldNotFitError(f"one rank needs about {format_bytes(need)} but {est.gpu.id} has "
+                               f"{format_bytes(est.gpu.usable_memory_bytes)} usable; use more processes, a "
+                               "smaller workload, or --force")
+
+
 def measure_distributed(model: str | ModelSource, *, workload: Workload, options: Options, nproc: int,
                         layout: str | None, timeout_s: float | None = None) -> Measurement:
     """Run ``workload`` on ``nproc`` processes with ``layout`` and compare each rank with the
     per-rank estimate (gpuplan.measure.per_rank)."""
+    from gpuplan.estimate import estimate
     from gpuplan.measure.environment import collect
-    from gpuplan.measure.local import estimate_for
-    from gpuplan.measure.per_rank import compare_ranks, per_rank_estimate
+    from gpuplan.measure.per_rank import compare_ranks, per_rank_estimate, planner_per_rank
     from gpuplan.models.sources import ModelSource, resolve_model
 
     options.check(workload)
@@ -114,21 +138,26 @@ def measure_distributed(model: str | ModelSource, *, workload: Workload, options
     source = model if isinstance(model, ModelSource) else resolve_model(model)
     spec = model if isinstance(model, str) else source.name
     here = collect("cpu") if not torch.cuda.is_available() else None  # no CUDA context in the launcher
-    notes: list[str] = []
-    if here is not None:
-        est, host = estimate_for(source, workload, here)
-        if options.force:
-            notes.append("--force: the fit check was skipped")
-        else:
-            check_fits(est, host, here, None, nproc=nproc)
-    else:
-        from gpuplan.estimate import estimate
+    gpu_id = None
+    if here is None:
+        from gpuplan.measure.cuda import nvml_device_name
+        from gpuplan.measure.environment import _catalog_id
 
-        est, host = estimate(source, workload=workload), None
+        name_here = nvml_device_name()
+        gpu_id = _catalog_id(name_here) if name_here else None
+    est = estimate(source, workload=workload, gpu=gpu_id)
     rank_est = per_rank_estimate(source, workload, name, nproc, cuda=here is None)
+    notes: list[str] = []
+    if options.force:
+        notes.append("--force: the fit check was skipped")
+    else:
+        _check_rank_fit(est, rank_est, nproc, here)
+    planner = planner_per_rank(source, workload, name, nproc, gpu_id)
     ranks, env = run_ranks(spec, workload, name, nproc, options, timeout_s)
-    estimated = {**est.to_dict(), "per_rank": rank_est.to_dict()}
+    estimated = {**est.to_dict(), "per_rank": rank_est.to_dict(), "planner": planner}
     notes.extend(rank_est.notes)
+    if planner is not None and "per_rank_bytes" in planner and here is not None:
+        notes.append(f"planner rows: CUDA-semantics profile on {planner['gpu']} (a stand-in on this CPU)")
     return Measurement(model=source.name, workload=workload, environment=env, ranks=tuple(ranks),
-                       estimated=estimated, comparisons=compare_ranks(rank_est, ranks), notes=tuple(notes),
-                       layout=name)
+                       estimated=estimated, comparisons=compare_ranks(rank_est, ranks, planner),
+                       notes=tuple(notes), layout=name)

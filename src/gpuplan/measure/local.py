@@ -197,8 +197,13 @@ def measure(model: str | ModelSource, *, workload: Workload | None = None, optio
     if cuda and env.gpu_id is None:
         notes.append(f"{env.device_name} is not in the GPU catalog: estimated for an sm_90 GPU without a "
                      "memory limit")
-    program = build_program(source, workload, device, compute_capability=env.compute_capability)
-    measured = run_program(program, options, used_before_bytes=used_before)
+    try:
+        program = build_program(source, workload, device, compute_capability=env.compute_capability)
+        measured = run_program(program, options, used_before_bytes=used_before)
+    except torch.OutOfMemoryError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        raise WouldNotFitError(f"the run ran out of device memory (estimated total "
+                               f"{format_bytes(est.total_required_bytes)}): {first}") from exc
     if env.device == "cpu":
         notes.append("CPU: memory is the storage-tracked peak of live tensors (no caching allocator, no "
                      "context); the estimate compared is the host-semantics trace")

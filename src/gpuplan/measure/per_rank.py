@@ -152,12 +152,50 @@ def per_rank_estimate(source: ModelSource, workload: Workload, layout: str, npro
                    param_layout(source, workload))
 
 
-def compare_ranks(est: RankEstimate, ranks: list[Measured]) -> tuple[Comparison, ...]:
+def compare_ranks(est: RankEstimate, ranks: list[Measured], planner: dict[str, Any] | None = None
+                  ) -> tuple[Comparison, ...]:
     rows = []
     for r in ranks:
         e = est.tensor_peak_bytes[r.rank] if r.rank < len(est.tensor_peak_bytes) else None
         rows.append(Comparison(f"rank {r.rank} tracked peak", "bytes", e, r.tracked_peak_bytes))
+        if planner is not None and "per_rank_bytes" in planner:
+            rows.append(Comparison(f"rank {r.rank} vs planner", "bytes", planner["per_rank_bytes"],
+                                   r.tracked_peak_bytes))
         if r.peak_reserved_bytes is not None:
             rows.append(Comparison(f"rank {r.rank} peak reserved", "bytes", None, r.peak_reserved_bytes))
     rows.append(Comparison("step time (rank 0)", "s", None, ranks[0].step_time_s))
     return tuple(rows)
+
+
+# layout name -> the planner's (zero, fsdp) for the same layout; ZeRO-1 is left out: the planner
+# models it as DeepSpeed (16-bit weights), the measurement as ZeroRedundancyOptimizer (fp32)
+_PLANNER_LAYOUTS: dict[str, tuple[int | None, bool]] = {"ddp": (0, False), "fsdp": (None, True)}
+
+
+def planner_per_rank(source: ModelSource, workload: Workload, layout: str, nproc: int, gpu: str | None
+                     ) -> dict[str, Any] | None:
+    """The planner's per-rank memory before GPU-specific terms (``gpuplan.parallel.plan`` with
+    the layout fixed), for reference next to the explicit accounting; None if it has none.
+
+    The planner profiles with CUDA semantics on a catalog GPU; on a CPU run ``H100-SXM`` stands in
+    (the GPU only chooses kernels there), so its activations can differ from a host-semantics run."""
+    if layout not in _PLANNER_LAYOUTS:
+        return None
+    try:
+        from gpuplan.parallel.plan import plan
+    except ImportError:
+        return None
+    from gpuplan.errors import GpuplanError
+
+    zero, fsdp = _PLANNER_LAYOUTS[layout]
+    target = gpu or "H100-SXM"
+    try:
+        p = plan(source, gpus=nproc, gpu=target, dp=nproc, tp=1, pp=1, zero=zero, fsdp=fsdp,
+                 micro_batch_size=workload.batch_size, global_batch_size=workload.batch_size * nproc,
+                 workload=workload)
+    except GpuplanError as exc:
+        return {"gpu": target, "error": str(exc)}
+    ranks = [r.total_bytes - r.overhead_bytes for r in p.best.ranks]
+    return {"gpu": target, "layout": p.best.layout.__class__.__name__, "per_rank_bytes": max(ranks),
+            "ranks": [r.to_dict() for r in p.best.ranks],
+            "note": "gpuplan.parallel.plan per-rank memory minus CUDA context and workspaces"}
