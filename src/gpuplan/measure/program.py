@@ -140,6 +140,10 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
     model (after checkpointing, before the optimizer), ``make_optimizer`` replaces the workload's
     optimizer (ZeRO-1 wraps it)."""
     cuda = device.type == "cuda"
+    if cuda and workload.precision == "tf32":
+        # what --precision tf32 means on a GPU: TF32 tensor cores for fp32 matmuls and convolutions
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     target = Target(cuda=cuda, compute_capability=compute_capability or (9, 0))
     runner = StepRunner(source, workload, target, fake=False)
     with _quiet(), torch.device(device):
