@@ -116,3 +116,16 @@ def test_counts() -> None:
     assert counts_up_to(8) == [1, 2, 4, 8]
     assert counts_up_to(64) == [1, 2, 4, 8, 16, 32, 64]
     assert counts_up_to(12) == [1, 2, 4, 8, 12]
+
+
+def test_generate_shortcut_agrees_with_estimate(tiny_gpt2: object) -> None:
+    """recommend traces generation with 8 decode steps and scales; estimate traces all of them."""
+    w = Workload(mode="generate", batch_size=4, seq_len=64, new_tokens=40)
+    h100 = get_gpu("H100-SXM")
+    rec = recommend(tiny_gpt2, w, max_gpus=1, gpus=[h100])  # type: ignore[arg-type]
+    est = estimate(tiny_gpt2, workload=w, gpu=h100)  # type: ignore[arg-type]
+    cand = rec.candidates_in[0]
+    assert est.step_time_s is not None and cand.step_time_s is not None
+    assert cand.step_time_s == pytest.approx(est.step_time_s, rel=0.05)
+    # memory: the untraced tokens' KV cache is added, an upper bound within a few MiB
+    assert est.total_required_bytes <= cand.per_gpu_bytes <= est.total_required_bytes + 8 * 2**20

@@ -265,10 +265,8 @@ def recommend(
         ">8 GPUs: 50 GB/s network per GPU",
         *(
             [
-                f"generate: traced with {DECODE_STEPS_TRACED} decode steps and the prompt lengthened to "
-                "the same "
-                "final KV-cache length (same peak memory); prefill and decode times scaled back to the "
-                "requested prompt and new tokens"
+                f"generate: traced with {DECODE_STEPS_TRACED} decode steps; the KV cache of the other new "
+                "tokens is added to the memory and the decode time scaled to all new tokens"
             ]
             if gen
             else []
@@ -307,14 +305,13 @@ DECODE_STEPS_TRACED = 8
 
 
 def _traced_workload(w: Workload, seq: int | None) -> tuple[Workload, tuple[float, float] | None]:
-    """Generation is traced with DECODE_STEPS_TRACED decode steps and the prompt lengthened so the
-    KV cache reaches the same final length (same peak memory, a slightly longer prefill); the
-    (prefill, decode) time scales that restore the requested shape are returned alongside."""
+    """Generation is traced with DECODE_STEPS_TRACED decode steps (the prompt unchanged); the time
+    scales that restore the requested number of new tokens are returned alongside, and the KV cache
+    of the untraced tokens is added to the memory (``_Timer.extra_bytes``)."""
     if w.mode != "generate" or w.new_tokens <= DECODE_STEPS_TRACED or not seq:
         return w, None
-    extra = w.new_tokens - DECODE_STEPS_TRACED
-    traced = w.with_(seq_len=seq + extra, new_tokens=DECODE_STEPS_TRACED)
-    return traced, (seq / (seq + extra), (w.new_tokens - 1) / (DECODE_STEPS_TRACED - 1))
+    traced = w.with_(new_tokens=DECODE_STEPS_TRACED)
+    return traced, (1.0, (w.new_tokens - 1) / (DECODE_STEPS_TRACED - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +321,14 @@ class _Timer:
     gen_scale: tuple[float, float] | None
     task: str
     seq: int | None
+
+    def extra_bytes(self, step: TracedStep) -> int:
+        """KV cache of the new tokens the trace did not run (an upper bound on the peak's growth:
+        exact when the peak is the last decode step, as it is once the cache dominates)."""
+        if self.gen_scale is None or not self.seq:
+            return 0
+        per_token = step.tensor_components.get("kv_cache", 0) / self.seq
+        return int(per_token * (self.workload.new_tokens - self.traced.new_tokens))
 
     def __call__(self, step: TracedStep, gpu: GPU) -> tuple[float, dict[str, Any]]:
         """(step time on one GPU, its throughput) for the requested workload."""
@@ -349,6 +354,7 @@ def _best_count(
     timer: _Timer,
 ) -> Candidate:
     single, _ = _required_bytes(step, gpu, w)
+    single += timer.extra_bytes(step)
     usable = gpu.usable_memory_bytes
     sharded = _sharded_bytes(step)
     need = single
