@@ -258,7 +258,8 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     pp_s = 0.0
     if pp > 1:
         p2p_group = Group(2, _p2p_bw(topo, tp * dp), group(topo, 2, tp * dp).latency_s, False)
-        msg = act_bytes / (tp if layout.sequence_parallel and tp > 1 else 1)
+        # Megatron's scatter/gather optimisation (and SP) send 1/tp of the activation per TP rank.
+        msg = act_bytes / tp
         pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
     compute = m * slot
     bubble = bubble_slots * slot

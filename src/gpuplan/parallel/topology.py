@@ -6,7 +6,12 @@ DGX A100 (8× ConnectX-6 200 Gb/s), 400 Gb/s NDR for Hopper/Blackwell DGX H100/B
 400 Gb/s); other GPUs get 100 Gb/s Ethernet/RoCE unless ``--inter-node-gbps`` says otherwise.
 
 Bus-bandwidth efficiency (NCCL busbw ÷ link rate) is an assumption, stated with every result:
-0.80 inside a node and 0.85 across nodes, typical of nccl-tests all_reduce at large messages.
+0.80 inside a node and 0.85 across nodes. What it rests on (nccl-tests all_reduce_perf, large
+messages): 8×A100-SXM4 over NVSwitch reach busbw 200–208 GB/s of 300 GB/s per direction
+(NVIDIA/nccl-tests issues #149, #178: 0.67–0.69), a cluster vendor's reference table gives
+230–250 GB/s for 8×A100 and 460–480 GB/s for 8×H100 SXM (NVLink SHARP; docs.alayanew.com
+"NCCL-tests in practice", 2026); 3 nodes of 8×A100 with 4 HDR NICs reach 85–96 GB/s of the
+100 GB/s the NICs allow (NVIDIA/nccl-tests #119: 0.85–0.96). Not fitted here.
 """
 
 from __future__ import annotations
