@@ -79,3 +79,28 @@ def test_cuda_comparison_rows() -> None:
     assert rows["peak reserved"].error == 0
     assert rows["total (with context)"].error == pytest.approx(-0.125)
     assert rows["step time"].error == pytest.approx(0.25)
+
+
+def test_fit_check_on_a_gpu() -> None:
+    from dataclasses import replace
+
+    from gpuplan.hardware import get_gpu
+    from gpuplan.measure.environment import collect
+    from gpuplan.measure.local import WouldNotFitError, check_fits
+
+    gpu = get_gpu("H100-SXM")
+    env = replace(collect("cpu"), device="cuda", gpu_id=gpu.id)
+
+    class _Est:
+        fits: bool | None = True
+        gpu = get_gpu("H100-SXM")
+        total_required_bytes = 10 * 2**30
+        components: ClassVar[dict[str, int]] = {"cuda_context": 2**30}
+
+    est = _Est()
+    check_fits(est, None, env, free_bytes=9 * 2**30)  # context already made: 9 GiB left to need
+    with pytest.raises(WouldNotFitError, match="free on H100-SXM now"):
+        check_fits(est, None, env, free_bytes=8 * 2**30)
+    est.fits = False
+    with pytest.raises(WouldNotFitError, match="does not fit H100-SXM"):
+        check_fits(est, None, env, free_bytes=None)

@@ -91,9 +91,11 @@ def check_fits(est: Estimate, host: TracedStep | None, env: Environment, free_by
             f"estimated {format_bytes(est.total_required_bytes)} does not fit {where} "
             f"({format_bytes(est.gpu.usable_memory_bytes) if est.gpu else '?'} usable); use a smaller "
             "workload or --force to run anyway")
-    if free_bytes is not None and est.total_required_bytes > free_bytes:
+    # free_bytes is read after this process created its context: the rest must fit in it
+    rest = est.total_required_bytes - est.components.get("cuda_context", 0)
+    if free_bytes is not None and rest > free_bytes:
         raise WouldNotFitError(
-            f"estimated {format_bytes(est.total_required_bytes)} exceeds the {format_bytes(free_bytes)} "
+            f"estimated {format_bytes(rest)} beyond the context exceeds the {format_bytes(free_bytes)} "
             f"free on {where} now (other processes hold the rest); free the GPU or use --force")
 
 
