@@ -238,7 +238,7 @@ class StepRunner:
         inputs = self.source.inputs(model, w)
         step = _Step(self, model, optimizer, inputs, recorder, attention, amp_dtype)
         if w.trains:
-            step.train_step(record=False)  # warm-up: creates optimizer state
+            step.warm_up()
         self._register_existing(recorder, model, optimizer, inputs)
         gc.collect()
         gc_was_enabled = gc.isenabled()
@@ -277,7 +277,8 @@ class StepRunner:
                 block = recorder.block_of(names.get(id(p), ""))
                 for key, v in state.items():
                     if key == "step" and self.target.cuda and not _on_device_step(optimizer):
-                        continue  # torch keeps step counters on the host unless fused/capturable
+                        recorder.tag_untracked(v, block)  # torch keeps step counters on the host
+                        continue
                     if isinstance(v, torch.Tensor):
                         sid = recorder.register(v, category="optimizer_state")
                         recorder.set_storage_block(sid, block)
@@ -305,6 +306,17 @@ class _Step:
         self.w = runner.workload
         self.cuda = runner.target.cuda
 
+    def warm_up(self) -> None:
+        """Bring the optimizer to its steady state (state tensors exist, as in every step after
+        the first) without running a forward and backward: zero gradients stand in for real ones."""
+        if self.optimizer is None:
+            return
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
+
     def run(self) -> None:
         if self.w.mode == "train":
             self.train_step(record=True)
@@ -331,10 +343,15 @@ class _Step:
             raise
         except Exception as exc:
             module = self.rec.current_module() or type(self.model).__name__
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            if "DataDependent" in type(exc).__name__ or "data-dependent" in first.lower():
+                advice = ("it reads tensor values (`if tensor:`, `.item()`), which fake tensors cannot answer; "
+                          "make that branch depend on shapes only")
+            else:
+                advice = "check the inputs its forward expects, or give an inputs factory (file.py:model,inputs)"
             raise TraceError(
                 f"forward of {self.runner.source.name} failed under fake tensors in module {module!r}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — if the model reads "
-                "tensor values (data-dependent control flow), give it an inputs factory or simplify that path"
+                f"{type(exc).__name__}: {first} — {advice}"
             ) from exc
 
     def train_step(self, *, record: bool) -> None:

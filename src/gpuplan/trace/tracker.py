@@ -80,6 +80,7 @@ class Recorder:
         ]
         self._block_cache: dict[str, str | None] = {}
         self._storage_block: dict[int, str | None] = {}
+        self._untracked_blocks: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.module_scope = ModuleScope()
         self.block_override: str | None = None
         """Set by the runner for repeated steps (decode) that are not modules."""
@@ -160,6 +161,11 @@ class Recorder:
     def set_storage_block(self, sid: int, block: str | None) -> None:
         self._storage_block[sid] = block
 
+    def tag_untracked(self, t: torch.Tensor, block: str | None) -> None:
+        """Give a tensor that is not GPU memory (a host-side step counter) a block, so ops on it
+        are placed like the ops on its parameter."""
+        self._untracked_blocks[t.untyped_storage()] = block
+
     # -- ops --------------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], run: Callable[[], Any]) -> Any:
         name = func._overloadpacket.__name__
@@ -196,11 +202,14 @@ class Recorder:
         blocks = set()
         for t in tree_leaves(args):
             if isinstance(t, torch.Tensor):
-                sid = self._ids.get(t.untyped_storage())
+                st = t.untyped_storage()
+                sid = self._ids.get(st)
                 if sid is not None and sid in self._storage_block:
                     blocks.add(self._storage_block[sid])
-                    if len(blocks) > 1:
-                        return None
+                elif st in self._untracked_blocks:
+                    blocks.add(self._untracked_blocks[st])
+                if len(blocks) > 1:
+                    return None
         return blocks.pop() if len(blocks) == 1 else None
 
     def _record_op(
