@@ -26,8 +26,9 @@ class Efficiency:
     backward; 0.55 is the middle of that range."""
     bandwidth: float
     """Memory-bound kernels: fraction of the datasheet DRAM bandwidth. Prior: streaming kernels
-    reach ~80-90% of HBM peak; gpt-fast (pytorch-labs, 2023) measured 1397 GB/s of A100-80GB's
-    2039 GB/s (69%) for a whole Llama-2-7B decode step; 0.8 is used."""
+    reach ~80-90% of HBM peak; gpt-fast (pytorch-labs/gpt-fast README @d2c5d82) measured 1397 GB/s
+    for a whole Llama-2-7B decode step on an A100-80GB power-limited to 330 W (it notes ~1700 GB/s
+    as the empirical peak there); 0.8 of the datasheet 2039 GB/s is used."""
     launch_overhead_s: float
     """Per kernel launch in eager PyTorch (CPU dispatch + launch latency not hidden by the GPU). FITTED."""
     graph_launch_overhead_s: float
@@ -56,11 +57,11 @@ class Efficiency:
 # two BERT rows essentially pin fp32_matmul and launch_overhead_s; the two Korthikanti rows pin
 # tensor_core_matmul.
 DEFAULT_EFFICIENCY = Efficiency(
-    tensor_core_matmul=0.64,
-    fp32_matmul=0.84,
+    tensor_core_matmul=0.60,
+    fp32_matmul=0.82,
     attention_fused=0.55,
     bandwidth=0.80,
-    launch_overhead_s=5.0e-6,
+    launch_overhead_s=6.5e-6,
     graph_launch_overhead_s=1.5e-6,
     fitted_on=("hf-bertl-vanilla-tput", "hf-bertl-fp16-tput", "kor-t5-22b-iter-sel", "kor-t5-22b-iter-full"),
 )
