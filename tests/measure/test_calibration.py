@@ -66,6 +66,7 @@ def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path,
     assert cal.components["cuda_context"] == 510 * MIB
     assert cal.total_required_bytes - base.total_required_bytes == 510 * MIB - base.components["cuda_context"]
     assert cal.assumptions[-1].startswith("calibration applied for H100-SXM")
+    assert not any(a.startswith("CUDA context ") for a in cal.assumptions)  # the assumed figure is gone
     assert cal.to_dict()["calibration"]["cuda_context_bytes"] == 510 * MIB
     if base.step_time_s is not None:
         assert cal.step_time_s == pytest.approx(base.step_time_s * 1.2)

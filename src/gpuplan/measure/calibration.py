@@ -161,4 +161,6 @@ def apply_calibration(est: Any, path: Path | None = None) -> Any:
             changes["mfu"] = est.mfu / f
     extra = dict(est.extra)
     extra["json"] = {**extra.get("json", {}), "calibration": asdict(entry)}
-    return replace(est, **changes, assumptions=(*est.assumptions, entry.describe()), extra=extra)
+    assumptions = tuple(a for a in est.assumptions
+                        if not (entry.cuda_context_bytes is not None and a.startswith("CUDA context ")))
+    return replace(est, **changes, assumptions=(*assumptions, entry.describe()), extra=extra)
