@@ -54,3 +54,18 @@ def test_fsdp_shards_states_and_adds_the_working_set() -> None:
 def test_unknown_layout_has_no_accounting() -> None:
     with pytest.raises(ValueError, match="no per-rank accounting"):
         account("pp", 2, 1, {}, _params())
+
+
+def test_compare_ranks_rows() -> None:
+    from gpuplan.measure.per_rank import RankEstimate, compare_ranks
+    from gpuplan.measure.results import Measured
+
+    est = RankEstimate(layout="ddp", nproc=2, tensor_peak_bytes=(100, 100))
+    ranks = [Measured(device="cuda", steps=1, warmup=1, step_time_s=0.1, step_times_s=(0.1,), rank=i,
+                      world_size=2, tracked_peak_bytes=100 + i * 10, total_bytes=1000) for i in range(2)]
+    planner = {"per_rank_bytes": 90, "per_rank_total_bytes": 900}
+    rows = {c.quantity: c for c in compare_ranks(est, ranks, planner)}
+    assert rows["rank 1 tracked peak"].error == pytest.approx(100 / 110 - 1)
+    assert rows["rank 0 vs planner"].estimated == 90
+    assert rows["rank 1 total (with context)"].error == pytest.approx(-0.1)
+    assert rows["step time (rank 0)"].measured == 0.1

@@ -161,8 +161,9 @@ def compare_ranks(est: RankEstimate, ranks: list[Measured], planner: dict[str, A
         if planner is not None and "per_rank_bytes" in planner:
             rows.append(Comparison(f"rank {r.rank} vs planner", "bytes", planner["per_rank_bytes"],
                                    r.tracked_peak_bytes))
-        if r.peak_reserved_bytes is not None:
-            rows.append(Comparison(f"rank {r.rank} peak reserved", "bytes", None, r.peak_reserved_bytes))
+        if r.total_bytes is not None:  # on GPUs: the planner's total includes context and workspaces
+            total = planner.get("per_rank_total_bytes") if planner is not None else None
+            rows.append(Comparison(f"rank {r.rank} total (with context)", "bytes", total, r.total_bytes))
     rows.append(Comparison("step time (rank 0)", "s", None, ranks[0].step_time_s))
     return tuple(rows)
 
@@ -196,6 +197,7 @@ def planner_per_rank(source: ModelSource, workload: Workload, layout: str, nproc
     except GpuplanError as exc:
         return {"gpu": target, "error": str(exc)}
     ranks = [r.total_bytes - r.overhead_bytes for r in p.best.ranks]
-    return {"gpu": target, "layout": p.best.layout.__class__.__name__, "per_rank_bytes": max(ranks),
+    return {"gpu": target, "per_rank_bytes": max(ranks),
+            "per_rank_total_bytes": max(r.total_bytes for r in p.best.ranks),
             "ranks": [r.to_dict() for r in p.best.ranks],
             "note": "gpuplan.parallel.plan per-rank memory minus CUDA context and workspaces"}
