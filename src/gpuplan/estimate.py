@@ -21,6 +21,7 @@ from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
+    from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
     from gpuplan.trace.records import OpRecord
     from gpuplan.trace.runner import RunResult
@@ -118,6 +119,7 @@ def _category_total(run: RunResult, category: str) -> int:
 def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
                 scale: bool = True) -> tuple[TracedStep, RunResult]:
     from gpuplan.memory.allocator import replay
+    from gpuplan.trace.decode import extend_decode, scale_decode_ops
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
 
@@ -141,14 +143,29 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
 
     peak_point = _peak_point(run)
     components = category_vectors(run.trace, [peak_point])[peak_point] if peak_point >= 0 else {}
+    peak_bytes, peak_phase = run.trace.peak_bytes, run.trace.peak_phase
+    decode = extend_decode(run.trace.points, run.decode_steps_traced, run.decode_steps_full,
+                           lambda i: run.trace.points[i].peak_bytes,
+                           lambda i: category_vectors(run.trace, [i])[i])
+    if decode is not None and decode.peak_bytes > peak_bytes:
+        peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
+        stats = _with_extra_peak(stats, decode.peak_bytes - run.trace.peak_bytes)
     step = TracedStep(
-        ops=tuple(run.trace.ops), tensor_peak_bytes=run.trace.peak_bytes, tensor_components=components,
-        peak_phase=run.trace.peak_phase, params_count=run.params_count, param_bytes=run.param_bytes,
+        ops=tuple(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full)),
+        tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase, params_count=run.params_count, param_bytes=run.param_bytes,
         block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
         reserved_peak_bytes=stats.peak_reserved_bytes, top_activation_modules=_top_modules(run, peak_point, {}),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
     return step, run
+
+
+def _with_extra_peak(stats: AllocatorStats, extra_bytes: int) -> AllocatorStats:
+    """Allocator figures raised by what the untraced decode steps add on top of the traced ones."""
+    from dataclasses import replace
+
+    return replace(stats, peak_allocated_bytes=stats.peak_allocated_bytes + extra_bytes,
+                   peak_reserved_bytes=stats.peak_reserved_bytes + extra_bytes)
 
 
 def _peak_point(run: RunResult) -> int:
@@ -162,8 +179,14 @@ def _peak_point(run: RunResult) -> int:
 def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any, counts: Mapping[str, int],
                  notes: list[str]) -> TracedStep:
     from gpuplan.memory.allocator import replay
+    from gpuplan.trace.decode import extend_decode, scale_decode_ops
 
     peak = scaler.peak()
+    peak_bytes, peak_phase, components = peak.peak_bytes, peak.peak_phase, peak.components
+    decode = extend_decode(run_a.trace.points, run_a.decode_steps_traced, run_a.decode_steps_full,
+                           lambda i: scaler._value(i, "peak_bytes")[0], scaler.components_at)
+    if decode is not None and decode.peak_bytes > peak_bytes:
+        peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
     stats_a = replay(run_a.trace.events)
     stats_b = {k: replay(r.trace.events) for k, r in runs_b.items()}
     rounding = scaler.scale_scalar(stats_a.peak_allocated_bytes - run_a.trace.peak_bytes,
@@ -172,12 +195,12 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
                                 {k: s.peak_reserved_bytes - s.peak_allocated_bytes for k, s in stats_b.items()})
     params = scaler.scale_scalar(run_a.params_count, {k: r.params_count for k, r in runs_b.items()})
     param_bytes = scaler.scale_scalar(run_a.param_bytes, {k: r.param_bytes for k, r in runs_b.items()})
-    rounded = peak.peak_bytes + max(0, int(rounding))
+    rounded = peak_bytes + max(0, int(rounding))
     notes.append("repeated blocks traced at " + ", ".join(f"{k}=3 and 2" for k in counts)
                  + " and scaled to " + ", ".join(f"{k}={n}" for k, n in counts.items()))
     return TracedStep(
-        ops=tuple(scaler.scaled_ops()), tensor_peak_bytes=peak.peak_bytes, tensor_components=peak.components,
-        peak_phase=peak.peak_phase, params_count=int(params), param_bytes=int(param_bytes),
+        ops=tuple(scale_decode_ops(scaler.scaled_ops(), run_a.decode_steps_traced, run_a.decode_steps_full)),
+        tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase, params_count=int(params), param_bytes=int(param_bytes),
         block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
         reserved_peak_bytes=rounded + max(0, int(slack)),
         top_activation_modules=_top_modules(run_a, peak.point_index, {run_a.containers[k]: n for k, n in counts.items()}),

@@ -63,6 +63,8 @@ class StepPoint:
     """Live bytes when the op started: after the frees of whatever the program dropped before it."""
     event_start: int = 0
     """Number of memory events recorded when the op started."""
+    repeat: int = -1
+    """Index of the decode step the op ran in (generate mode), else -1."""
 
 
 @dataclass(slots=True)

@@ -38,6 +38,9 @@ from gpuplan.trace.tracker import Recorder, RecordingMode
 from gpuplan.workload import Workload
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Decode steps traced before extrapolating the rest (two are needed for the slope; the first
+# steps can differ from later ones while the cache warms up).
+DECODE_STEPS_TRACED = 4
 # AMP fp16 multiplies the loss by the GradScaler's scale before backward (2**16 initially).
 _GRAD_SCALE = 65536.0
 
@@ -60,6 +63,8 @@ class RunResult:
     block_counts: dict[str, int] = field(default_factory=dict)
     """config key -> blocks built in this run."""
     attention_backends: dict[str, int] = field(default_factory=dict)
+    decode_steps_traced: int = 0
+    decode_steps_full: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -260,6 +265,8 @@ class StepRunner:
             containers=containers,
             block_counts=dict(counts),
             attention_backends=dict(attention.choices),
+            decode_steps_traced=step.decode_steps_traced,
+            decode_steps_full=max(0, w.new_tokens - 1) if w.mode == "generate" else 0,
         )
 
     def _register_existing(self, recorder: Recorder, model: nn.Module, optimizer: Any, inputs: Inputs) -> None:
@@ -305,6 +312,7 @@ class _Step:
         self.amp_dtype = amp_dtype
         self.w = runner.workload
         self.cuda = runner.target.cuda
+        self.decode_steps_traced = 0
 
     def warm_up(self) -> None:
         """Bring the optimizer to its steady state (state tensors exist, as in every step after
@@ -425,11 +433,17 @@ class _Step:
             del out
             self._mark_cache(cache)
             rec.phase = "decode"
-            for _ in range(self.w.new_tokens - 1):
+            # Decode steps differ only by the cache length, so live bytes are affine in the step
+            # index: a few steps are traced and the rest extrapolated (gpuplan.trace.decode).
+            steps = min(self.w.new_tokens - 1, DECODE_STEPS_TRACED) if self.runner.fake else self.w.new_tokens - 1
+            for index in range(steps):
+                rec.repeat = index
                 out = self.model(input_ids=token, past_key_values=cache, use_cache=True, **keep)
                 token = out.logits[:, -1:].argmax(-1)
                 del out
                 self._mark_cache(cache)
+            rec.repeat = -1
+            self.decode_steps_traced = steps
 
     def _mark_cache(self, cache: Any) -> None:
         for layer in getattr(cache, "layers", []):

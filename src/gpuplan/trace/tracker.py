@@ -82,8 +82,8 @@ class Recorder:
         self._storage_block: dict[int, str | None] = {}
         self._untracked_blocks: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.module_scope = ModuleScope()
-        self.block_override: str | None = None
-        """Set by the runner for repeated steps (decode) that are not modules."""
+        self.repeat = -1
+        """Decode step being run (set by the runner in generate mode), else -1."""
 
     # -- storages ---------------------------------------------------------------------------
     @property
@@ -141,8 +141,6 @@ class Recorder:
         return self.module_scope.current()
 
     def block_of(self, module: str) -> str | None:
-        if self.block_override is not None:
-            return self.block_override
         hit = self._block_cache.get(module, "")
         if hit != "":
             return hit
@@ -194,7 +192,7 @@ class Recorder:
             self._record_op(func, name, args, kwargs, out, in_block)
         if new_events or self.record_ops:
             self.trace.points.append(StepPoint(self.phase, in_block, peak, self._live_bytes, len(self.trace.events),
-                                              live_before, events_before))
+                                              live_before, events_before, self.repeat))
         return out
 
     def _block_from_args(self, args: tuple[Any, ...]) -> str | None:
