@@ -55,7 +55,7 @@ def main() -> int:
     header = ("case", "estimate s", "target s", "peak RSS GiB", "verdict")
     widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(5)]
     for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     print(f"\nload average: {os.getloadavg()[0]:.1f} (other work on the machine slows these figures)")
     return 0
 

@@ -29,7 +29,7 @@ def gib_to_bytes(gib: float) -> int:
 def format_bytes(num_bytes: int | float, unit: str | None = None, digits: int = 2) -> str:
     """Human-readable binary size, e.g. ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
     if unit is not None:
-        scale = dict(_BINARY_STEPS + (("B", 1),))[unit]
+        scale = dict((*_BINARY_STEPS, ("B", 1)))[unit]
         return f"{num_bytes / scale:.{digits}f} {unit}"
     for name, scale in _BINARY_STEPS:
         if abs(num_bytes) >= scale:

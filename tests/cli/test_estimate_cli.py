@@ -77,4 +77,5 @@ def test_malformed_config_json(tmp_path: Path) -> None:
 
 
 def test_generate_needs_a_causal_lm() -> None:
-    _one_line_error(gpuplan("estimate", "resnet18", "--mode", "generate"), "--mode generate needs a causal language model")
+    _one_line_error(gpuplan("estimate", "resnet18", "--mode", "generate"),
+                    "--mode generate needs a causal language model")

@@ -119,3 +119,39 @@ def test_refuses_what_would_not_fit_the_host(tiny_gpt2: str, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert code == 1
     assert "use a smaller workload or --force" in err and len(err.strip().splitlines()) == 1
+
+
+_DATA_DEPENDENT = '''
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    """Reads a tensor value in forward: fine for real, untraceable on fake tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.abs().sum().item() > 1e9:
+            x = x * 2
+        return self.lin(x)
+
+
+def make():
+    return Branchy()
+'''
+
+
+def test_estimate_failure_refuses_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    factory = tmp_path / "branchy.py"
+    factory.write_text(_DATA_DEPENDENT)
+    spec = f"{factory}:make"
+    assert main(["measure", spec, "--no-store", "--steps", "1", "--warmup", "1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--force measures without an estimate" in err
+    assert main(["measure", spec, "--no-store", "--steps", "1", "--warmup", "1", "--force", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "error" in out["estimated"] and out["measured"]["tracked_peak_bytes"] > 0
+    assert out["comparison"][0]["estimated"] is None

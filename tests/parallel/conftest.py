@@ -27,9 +27,7 @@ def gpt2_ctx():  # type: ignore[no-untyped-def]
         make_workload(mode="train", batch_size=4, seq_len=1024, precision="amp-bf16"),
         gpu,
     )
-    over = overheads_for(
-        arch=gpu.arch, vendor=gpu.vendor, compute_capability=gpu.compute_capability, trains=True
-    )
+    over = overheads_for(arch=gpu.arch, vendor=gpu.vendor, compute_capability=gpu.compute_capability, trains=True)
     topo = make_topology(gpu, 32, nodes=4)
     return Context(prof, topo, gpu.usable_memory_bytes, over.cuda_context_bytes + over.workspace_bytes)
 

@@ -34,9 +34,7 @@ def megatron_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: 
     return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def model_flops_korthikanti(
-    batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB
-) -> float:
+def model_flops_korthikanti(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
     """Model FLOPs per iteration, Korthikanti et al. Eq. 7 (no recompute counted)."""
     return 72 * batch * layers * seq * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
 

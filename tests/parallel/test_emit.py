@@ -80,9 +80,7 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
     for lay, kind in (
         (
-            Layout(
-                dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, reshard_after_forward=False
-            ),
+            Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, reshard_after_forward=False),
             "FSDP",
         ),
         (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2), "DEEPSPEED"),
@@ -95,10 +93,7 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
         assert cfg.num_processes == 32 and cfg.num_machines == 4
         assert cfg.mixed_precision == "bf16"
         if kind == "FSDP":
-            assert (
-                cfg.fsdp_config["fsdp_version"] == 2
-                and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
-            )
+            assert cfg.fsdp_config["fsdp_version"] == 2 and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
         if kind == "DEEPSPEED":
             assert cfg.deepspeed_config["zero_stage"] == 2
         assert accelerate_config(_plan(gpt2_ctx, lay))["num_processes"] == 32

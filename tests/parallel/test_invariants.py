@@ -12,9 +12,7 @@ from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import evaluate, memory
 from gpuplan.parallel.layout import Layout, check_degrees
 
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 POW2 = st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256])
 
 
@@ -75,9 +73,7 @@ def test_ddp_never_faster_than_linear(gpt2_ctx, n: int, per_gpu: int, mbs: int) 
     if per_gpu % mbs:
         mbs = per_gpu
     global_batch = n * per_gpu
-    single = evaluate(
-        gpt2_ctx, Layout(dp=1, tp=1, pp=1, micro_batch_size=mbs, grad_accum=global_batch // mbs)
-    )
+    single = evaluate(gpt2_ctx, Layout(dp=1, tp=1, pp=1, micro_batch_size=mbs, grad_accum=global_batch // mbs))
     multi = evaluate(gpt2_ctx, Layout(dp=n, tp=1, pp=1, micro_batch_size=mbs, grad_accum=per_gpu // mbs))
     assert multi.step_time_s >= single.step_time_s / n
 
@@ -87,9 +83,7 @@ def test_wrong_product_refused(dp: int, tp: int, pp: int, gpus: int) -> None:
     if dp * tp * pp == gpus:
         check_degrees(gpus, dp, tp, pp)
         return
-    with pytest.raises(
-        LayoutError, match=rf"dp\({dp}\)·tp\({tp}\)·pp\({pp}\) = {dp * tp * pp} ≠ {gpus} GPUs"
-    ):
+    with pytest.raises(LayoutError, match=rf"dp\({dp}\)·tp\({tp}\)·pp\({pp}\) = {dp * tp * pp} ≠ {gpus} GPUs"):
         check_degrees(gpus, dp, tp, pp)
 
 
@@ -103,9 +97,7 @@ def test_first_pipeline_stage_holds_all_in_flight_micro_batches(gpt2_ctx) -> Non
     stage_layers = p.layers // 4
     first_blocks = first.activations_bytes - (p.first_act_bytes * 4 + p.transient_bytes) * 4 // p.micro_batch
     assert first_blocks == pytest.approx(4 * stage_layers * per_layer, rel=1e-6)
-    inter = Layout(
-        dp=1, tp=1, pp=4, micro_batch_size=4, grad_accum=8, schedule="interleaved", virtual_stages=3
-    )
+    inter = Layout(dp=1, tp=1, pp=4, micro_batch_size=4, grad_accum=8, schedule="interleaved", virtual_stages=3)
     f2, _ = memory(gpt2_ctx, inter)
     assert f2.activations_bytes > first.activations_bytes
     assert last.activations_bytes < first.activations_bytes
@@ -119,15 +111,11 @@ def test_interleaving_shrinks_the_bubble(gpt2_ctx) -> None:  # type: ignore[no-u
     )
     # bubble = (p-1)/m of the ideal time for 1F1B, (p-1)/(v·m) interleaved (Narayanan et al. 2021, Sec. 2.2)
     assert one.time_parts_s["pipeline_bubble"] == pytest.approx(one.time_parts_s["compute"] * 3 / 8, rel=0.02)
-    assert inter.time_parts_s["pipeline_bubble"] == pytest.approx(
-        one.time_parts_s["pipeline_bubble"] / 3, rel=1e-6
-    )
+    assert inter.time_parts_s["pipeline_bubble"] == pytest.approx(one.time_parts_s["pipeline_bubble"] / 3, rel=1e-6)
 
 
 def test_sequence_parallel_shards_replicated_activations(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
-    no_sp = memory(
-        gpt2_ctx, Layout(dp=1, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sequence_parallel=False)
-    )[0]
+    no_sp = memory(gpt2_ctx, Layout(dp=1, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sequence_parallel=False))[0]
     sp = memory(gpt2_ctx, Layout(dp=1, tp=4, pp=1, micro_batch_size=4, grad_accum=1))[0]
     p = gpt2_ctx.profile
     assert no_sp.activations_bytes - sp.activations_bytes == pytest.approx(

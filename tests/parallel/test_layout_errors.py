@@ -19,9 +19,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def test_product_not_gpus(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _cli(
-        capsys, "plan", "gpt2", "--gpus", "8", "--gpu", "H100-SXM", "--dp", "2", "--tp", "4", "--pp", "2"
-    )
+    code, err = _cli(capsys, "plan", "gpt2", "--gpus", "8", "--gpu", "H100-SXM", "--dp", "2", "--tp", "4", "--pp", "2")
     assert code == 2
     assert "dp(2)·tp(4)·pp(2) = 16 ≠ 8 GPUs" in err
     assert len(err.splitlines()) == 1
@@ -54,9 +52,7 @@ def test_global_batch_not_divisible(capsys: pytest.CaptureFixture[str]) -> None:
         "--global-batch-size",
         "20",
     )
-    assert (
-        code == 2 and "global batch 20 is not divisible by dp(8)·micro-batch(2) = 16 (20 mod 16 = 4)" in err
-    )
+    assert code == 2 and "global batch 20 is not divisible by dp(8)·micro-batch(2) = 16 (20 mod 16 = 4)" in err
 
 
 def test_partial_degrees_not_dividing(capsys: pytest.CaptureFixture[str]) -> None:

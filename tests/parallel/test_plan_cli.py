@@ -50,9 +50,7 @@ def test_json_contract_and_search(capsys: pytest.CaptureFixture[str]) -> None:
         assert k in d["parallelism"]
     par = d["parallelism"]
     assert par["dp"] * par["tp"] * par["pp"] == 16
-    assert (
-        par["dp"] * par["micro_batch_size"] * par["grad_accum"] == 16 * 8
-    )  # default global batch: gpus × batch
+    assert par["dp"] * par["micro_batch_size"] * par["grad_accum"] == 16 * 8  # default global batch: gpus × batch
     assert d["per_gpu_peak_bytes"] == max(r["total_bytes"] for r in d["ranks"])
     assert d["layouts_considered"] > 50
     # alternatives are slower or bigger than the best, and say why
@@ -148,9 +146,7 @@ def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-de
     from gpuplan.parallel.layout import Layout
 
     full = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True))[0]
-    hsdp = memory(
-        gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=8)
-    )[0]
+    hsdp = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=8))[0]
     # HSDP shards states 8 ways instead of 32: 4× the sharded states
     assert hsdp.optimizer_bytes == pytest.approx(4 * full.optimizer_bytes, rel=1e-6)
     z3 = memory(gpt2_ctx, Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3))[0]
@@ -168,3 +164,58 @@ def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-de
         ),
     )[0]
     assert off.optimizer_bytes == 0 and off.params_bytes == 0 and off.total_bytes < z3.total_bytes
+
+
+def test_megatron_weights_are_16bit_without_autocast_copies(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
+    from gpuplan.parallel.evaluate import evaluate
+    from gpuplan.parallel.layout import Layout
+
+    p = gpt2_ctx.profile
+    assert p.block_weight_cast_bytes > 0  # traced under amp-bf16: autocast keeps bf16 copies of fp32 weights
+    torch_ddp = evaluate(gpt2_ctx, Layout(dp=4, tp=2, pp=1, micro_batch_size=4, grad_accum=1))
+    mega = evaluate(gpt2_ctx, Layout(dp=4, tp=2, pp=1, micro_batch_size=4, grad_accum=1, megatron=True))
+    (t,), (m,) = torch_ddp.ranks, mega.ranks
+    assert t.weight_cast_bytes > 0 and m.weight_cast_bytes == 0
+    # Megatron-LM mixed precision: 2 (fp16 weights) + 4 (fp32 main grads) + 4 (fp32 master) + 8 (Adam)
+    rank_params = p.params_count / 2
+    assert m.params_bytes == pytest.approx(2 * rank_params, rel=1e-6)
+    assert m.params_bytes + m.grads_bytes + m.optimizer_bytes == pytest.approx(18 * rank_params, rel=1e-4)
+    assert mega.step_time_s < torch_ddp.step_time_s  # no per-micro-batch weight casts
+
+
+def test_emit_megatron_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "gpt2",
+            "--gpus",
+            "16",
+            "--gpu",
+            "A100-80GB-SXM",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--megatron",
+            "--precision",
+            "amp-bf16",
+            "--seq-len",
+            "1024",
+            "--checkpointing",
+            "full",
+            "--emit",
+            "torchrun",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    for arg in (
+        "pretrain_gpt.py",
+        "--tensor-model-parallel-size 2",
+        "--pipeline-model-parallel-size 4",
+        "--sequence-parallel",
+        "--recompute-granularity full",
+        "--bf16",
+        "--num-attention-heads 12",
+    ):
+        assert arg in out

@@ -68,13 +68,13 @@ def test_deepspeed_current_estimators_match_library() -> None:
         assert stage12.estimate_zero2_model_states_mem_needs(p, n, 1, cpu_offload=False)[
             1
         ] == deepspeed_zero2_gpu_bytes(p, n)
-        assert stage12.estimate_zero2_model_states_mem_needs(p, n, 1, cpu_offload=True)[
-            1
-        ] == deepspeed_zero2_gpu_bytes(p, n, cpu_offload=True)
+        assert stage12.estimate_zero2_model_states_mem_needs(p, n, 1, cpu_offload=True)[1] == deepspeed_zero2_gpu_bytes(
+            p, n, cpu_offload=True
+        )
         for off_o, off_p in ((False, False), (True, False), (True, True)):
-            ds = stage3.estimate_zero3_model_states_mem_needs(
-                p, ll, n, 1, cpu_offload=off_o, cpu_offload_params=off_p
-            )[1]
+            ds = stage3.estimate_zero3_model_states_mem_needs(p, ll, n, 1, cpu_offload=off_o, cpu_offload_params=off_p)[
+                1
+            ]
             assert ds == deepspeed_zero3_gpu_bytes(p, ll, n, offload_optimizer=off_o, offload_params=off_p)
 
 

@@ -37,8 +37,8 @@ def _run(python: str) -> dict[str, int]:
                     reason="GPUPLAN_CPU_PYTHON (a CPU-only torch environment) is set by scripts/test")
 def test_cpu_only_build_equals_cuda_build() -> None:
     cpu_python = os.environ["GPUPLAN_CPU_PYTHON"]
-    versions = subprocess.run([cpu_python, "-c", "import torch; print(torch.__version__, torch.backends.cuda.is_built())"],
-                              capture_output=True, text=True, check=True).stdout.split()
+    probe = "import torch; print(torch.__version__, torch.backends.cuda.is_built())"
+    versions = subprocess.run([cpu_python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert versions[1] == "False", f"{cpu_python} is not a CPU-only torch build: {versions}"
     cpu = _run(cpu_python)
     cuda_build = _run(sys.executable)

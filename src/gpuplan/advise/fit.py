@@ -211,7 +211,8 @@ def _largest_batch(
         return lo + int((usable - a.total_required_bytes) // s)
 
     guess = 2 + int((usable - p2.total_required_bytes) // slope)
-    width = None
+    last_fit: bool | None = None
+    same_side = 0
     for _ in range(MAX_SEARCH_TRACES):
         lo, hi = bracket()
         if hi == lo + 1:
@@ -220,11 +221,13 @@ def _largest_batch(
             return lo, known[lo], None, slope
         top = (hi - 1) if hi is not None else MAX_BATCH_SIZE
         g = min(max(guess, lo + 1), top)
-        if g in known or (hi is not None and width is not None and hi - lo > width // 2):
-            # bisect when the secant stalls (allocator steps make the totals piecewise constant)
-            g = (lo + hi) // 2 if hi is not None else min(2 * lo, MAX_BATCH_SIZE)
-        width = (hi - lo) if hi is not None else None
-        known[g] = tracer.point(base.with_(batch_size=g))
+        if hi is not None and (g in known or same_side >= 2):
+            # bisect when the secant stalls: two traces in a row on the same side of the boundary
+            # (allocator segments make the totals piecewise constant near it)
+            g, same_side = (lo + hi) // 2, 0
+        pt = known[g] = tracer.point(base.with_(batch_size=g))
+        same_side = same_side + 1 if pt.fits is last_fit else 1
+        last_fit = pt.fits
         lo, hi = bracket()
         guess = secant(lo, hi)
         if guess <= lo:
@@ -300,7 +303,7 @@ def fit(
     target_fits: bool | None = None
     target = target_batch_size if target_batch_size is not None else (1 if best == 0 else None)
     if target is not None:
-        techniques, target_fits = _make_target_fit(tracer, base, target, best, max_pt)
+        techniques, target_fits = _make_target_fit(tracer, base, target, best, max_pt, over_pt)
     largest = needed = None
     if not (target_fits if target is not None else best >= 1):
         largest, needed = _largest_gpu_and_need(techniques, over_pt)
@@ -334,14 +337,20 @@ def fit(
 
 
 def _make_target_fit(
-    tracer: _Tracer, base: Workload, target: int, best: int, max_pt: Point | None
+    tracer: _Tracer,
+    base: Workload,
+    target: int,
+    best: int,
+    max_pt: Point | None,
+    over_pt: Point | None = None,
 ) -> tuple[list[TechniqueStep], bool]:
     steps: list[TechniqueStep] = []
     current = base.with_(batch_size=target)
     if target <= best and base.grad_accum == 1:
         pt = max_pt if max_pt is not None and max_pt.workload.batch_size == target else tracer.point(current)
         return [TechniqueStep("as-given", "the workload as given", pt)], pt.fits
-    pt = tracer.point(current)
+    traced = [p for p in (max_pt, over_pt) if p is not None and p.workload == current]
+    pt = traced[0] if traced else tracer.point(current)  # the search may have traced it already
     steps.append(TechniqueStep("as-given", "the workload as given", pt))
     if pt.fits:
         return steps, True

@@ -14,6 +14,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default=None, help="target GPU (adds fit, headroom, step time)")
     parser.add_argument("--cuda-module-loading", default="lazy", choices=("lazy", "eager"),
                         help="CUDA context size: lazy (CUDA >= 11.7, default) or eager (older stacks)")
+    parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4"),
+                        help="weight-only quantization: decode reads quantized weights (time with --gpu, "
+                             "generate mode); the weight memory it would save is reported, not subtracted")
     add_json_argument(parser)
 
 
@@ -21,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.estimate import estimate
 
     workload = workload_from_args(args)
-    est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading)
+    est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
+                   weight_quant=args.weight_quant)
     if args.json:
         print(json.dumps(est.to_dict(), indent=2))
     else:

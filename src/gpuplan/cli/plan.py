@@ -36,6 +36,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     shard = lay.add_mutually_exclusive_group()
     shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
+    shard.add_argument(
+        "--megatron",
+        action="store_true",
+        default=None,
+        help="Megatron-LM (16-bit weights, fp32 master weights and main grads, its DDP)",
+    )
     lay.add_argument(
         "--no-sequence-parallel",
         dest="sequence_parallel",
@@ -74,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         global_batch_size=args.global_batch_size,
         micro_batch_size=args.micro_batch_size,
         sequence_parallel=args.sequence_parallel,
+        megatron=args.megatron,
         workload=workload,
     )
     emitted = emitters.emit(p, args.emit) if args.emit else None

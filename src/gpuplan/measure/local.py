@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gpuplan.errors import ConfigError, GpuplanError
+from gpuplan.errors import ConfigError, GpuplanError, TraceError
 from gpuplan.measure import cuda as cudamod
 from gpuplan.measure.environment import Environment, collect, host_available_bytes
 from gpuplan.measure.program import Program, build_program
@@ -143,21 +143,26 @@ def run_program(program: Program, options: Options, *, used_before_bytes: int | 
                     layout=layout, **tracked, **extra)
 
 
-def compare(est: Estimate, host: TracedStep | None, m: Measured) -> tuple[Comparison, ...]:
-    """Side-by-side quantities: on CPU the tracked bytes; on CUDA the allocator, context and time."""
+def compare(est: Estimate | None, host: TracedStep | None, m: Measured) -> tuple[Comparison, ...]:
+    """Side-by-side quantities: on CPU the tracked bytes; on CUDA the allocator, context and time.
+    ``est`` is None when the estimator failed and the run was forced: measured values only."""
     if m.device == "cpu":
         return (
             Comparison("tracked peak (host semantics)", "bytes",
                        host.tensor_peak_bytes if host is not None else None, m.tracked_peak_bytes),
             Comparison("step time", "s", None, m.step_time_s),
         )
+    def e(attr: str) -> Any:
+        return getattr(est, attr) if est is not None else None
+
     return (
-        Comparison("tracked tensor peak", "bytes", est.tensor_peak_bytes, m.tracked_peak_bytes),
-        Comparison("peak allocated", "bytes", est.peak_allocated_bytes, m.peak_allocated_bytes),
-        Comparison("peak reserved", "bytes", est.peak_reserved_bytes, m.peak_reserved_bytes),
-        Comparison("CUDA context", "bytes", est.components.get("cuda_context"), m.cuda_context_bytes),
-        Comparison("total (with context)", "bytes", est.total_required_bytes, m.total_bytes),
-        Comparison("step time", "s", est.step_time_s, m.step_time_s),
+        Comparison("tracked tensor peak", "bytes", e("tensor_peak_bytes"), m.tracked_peak_bytes),
+        Comparison("peak allocated", "bytes", e("peak_allocated_bytes"), m.peak_allocated_bytes),
+        Comparison("peak reserved", "bytes", e("peak_reserved_bytes"), m.peak_reserved_bytes),
+        Comparison("CUDA context", "bytes", est.components.get("cuda_context") if est else None,
+                   m.cuda_context_bytes),
+        Comparison("total (with context)", "bytes", e("total_required_bytes"), m.total_bytes),
+        Comparison("step time", "s", e("step_time_s"), m.step_time_s),
     )
 
 
@@ -189,12 +194,20 @@ def measure(model: str | ModelSource, *, workload: Workload | None = None, optio
     used_before = cudamod.device_used_bytes_before_init() if cuda else None
     env = collect("cuda" if cuda else "cpu")
     device = present_device()
-    est, host = estimate_for(source, workload, env)
     notes: list[str] = []
+    est: Estimate | None
+    try:
+        est, host = estimate_for(source, workload, env)
+    except TraceError as exc:
+        if not options.force:
+            raise TraceError(f"{exc} — the estimate failed, so the fit check cannot run; --force measures "
+                             "without an estimate") from exc
+        est, host = None, None
+        notes.append(f"no estimate: {exc}")
     free = int(torch.cuda.mem_get_info(device)[0]) if cuda else None
     if options.force:
         notes.append("--force: the fit check was skipped")
-    else:
+    elif est is not None:
         check_fits(est, host, env, free)
     if cuda and env.gpu_id is None:
         notes.append(f"{env.device_name} is not in the GPU catalog: estimated for an sm_90 GPU without a "
@@ -204,11 +217,12 @@ def measure(model: str | ModelSource, *, workload: Workload | None = None, optio
         measured = run_program(program, options, used_before_bytes=used_before)
     except torch.OutOfMemoryError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-        raise WouldNotFitError(f"the run ran out of device memory (estimated total "
-                               f"{format_bytes(est.total_required_bytes)}): {first}") from exc
+        estimated = f"estimated total {format_bytes(est.total_required_bytes)}" if est else "no estimate"
+        raise WouldNotFitError(f"the run ran out of device memory ({estimated}): {first}") from exc
     if env.device == "cpu":
         notes.append("CPU: memory is the storage-tracked peak of live tensors (no caching allocator, no "
                      "context); the estimate compared is the host-semantics trace")
     return Measurement(model=source.name, workload=workload, environment=env, ranks=(measured,),
-                       estimated=estimated_dict(est, host), comparisons=compare(est, host, measured),
+                       estimated=estimated_dict(est, host) if est is not None else {"error": notes[0]},
+                       comparisons=compare(est, host, measured),
                        notes=tuple(notes))

@@ -237,9 +237,42 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
     return base
 
 
+def megatron_args(p: Plan) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` arguments for the layout (Megatron-LM's argument names)."""
+    lay, prof = p.best.layout, p.profile
+    args = [
+        f"--tensor-model-parallel-size {lay.tp}",
+        f"--pipeline-model-parallel-size {lay.pp}",
+        f"--micro-batch-size {lay.micro_batch_size}",
+        f"--global-batch-size {lay.global_batch}",
+        f"--num-layers {prof.layers}",
+        f"--hidden-size {prof.hidden}",
+        f"--num-attention-heads {prof.heads}",
+        f"--seq-length {prof.seq_len}",
+        f"--max-position-embeddings {prof.seq_len}",
+    ]
+    if prof.kv_heads and prof.kv_heads != prof.heads:
+        args.append(f"--group-query-attention --num-query-groups {prof.kv_heads}")
+    if lay.tp > 1 and lay.sequence_parallel:
+        args.append("--sequence-parallel")
+    if lay.pp > 1 and lay.schedule == "interleaved":
+        args.append(f"--num-layers-per-virtual-pipeline-stage {prof.layers // (lay.pp * lay.virtual_stages)}")
+    if lay.checkpointing == "full":
+        args.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    elif lay.checkpointing == "selective":
+        args.append("--recompute-granularity selective")
+    mp = _mixed(p.workload.precision)
+    if mp in ("bf16", "fp16"):
+        args.append(f"--{mp}")
+    return args
+
+
 def emit(p: Plan, kind: str) -> str:
     """The launch configuration ``kind`` (torchrun | deepspeed | accelerate) as text."""
     if kind == "torchrun":
+        if p.best.layout.engine == "megatron":
+            cmd = torchrun_command(p, "pretrain_gpt.py")
+            return "# launch (Megatron-LM)\n" + cmd + " \\\n    " + " \\\n    ".join(megatron_args(p)) + "\n"
         return "# launch\n" + torchrun_command(p) + "\n\n" + torch_snippet(p)
     if kind == "deepspeed":
         return json.dumps(deepspeed_config(p), indent=2) + "\n"

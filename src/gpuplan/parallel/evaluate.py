@@ -42,6 +42,8 @@ class RankMemory:
     optimizer_temp_bytes: int = 0
     """Temporaries of the optimizer step (torch foreach optimizers); they never coexist with the
     activations of a micro-batch, so the peak takes the larger of the two."""
+    weight_cast_bytes: int = 0
+    """16-bit copies of fp32 weights that torch.autocast keeps through forward and backward."""
 
     @property
     def total_bytes(self) -> int:
@@ -49,7 +51,7 @@ class RankMemory:
             self.params_bytes
             + self.grads_bytes
             + self.optimizer_bytes
-            + max(self.activations_bytes, self.optimizer_temp_bytes)
+            + max(self.activations_bytes + self.weight_cast_bytes, self.optimizer_temp_bytes)
             + self.buffers_bytes
             + self.overhead_bytes
         )
@@ -63,6 +65,7 @@ class RankMemory:
             "optimizer_state": self.optimizer_bytes,
             "activations": self.activations_bytes,
             "optimizer_step_temporaries": self.optimizer_temp_bytes,
+            "autocast_weight_copies": self.weight_cast_bytes,
             "communication_buffers": self.buffers_bytes,
             "cuda_context_and_workspaces": self.overhead_bytes,
         }
@@ -167,6 +170,10 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         if layout.offload_params and stage == 3:
             params = 0.0
         return params, grads, opt, buffers
+    if layout.engine == "megatron" and p.compute_bytes < 4:
+        # 16-bit weights; fp32 main grads (traced gradient bytes); fp32 master copy + optimizer
+        # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam.
+        return cb * rank_params, gb * rank_params, (pb + ob) * rank_params, 0.0
     return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
 
 
@@ -192,16 +199,30 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     p2p = 0.0
     if layout.pp > 1:
         p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1)
-    kinds: list[tuple[str, float, float]] = []
+    # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
+    # AMP); FSDP2's MixedPrecisionPolicy and DeepSpeed hold the compute copy in 16 bits already.
+    casts = layout.fp32_weights_with_autocast
+    block_cast = p.block_weight_cast_bytes * per_stage_layers / tp if casts else 0.0
+    outer_cast = p.outer_weight_cast_bytes / tp if casts else 0.0
+    kinds: list[tuple[str, float, float, float]] = []
     if layout.pp == 1:
         act = blk * p.layers + p.first_act_bytes / tp + p.last_act_bytes / tp
-        kinds.append(("every rank", first_p / tp, act))
+        kinds.append(("every rank", first_p / tp, act, block_cast + outer_cast))
     else:
         n = _inflight(layout)
-        kinds.append(("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n))
-        kinds.append(("last stage", last_p / tp, blk * per_stage_layers + p.last_act_bytes / tp))
+        kinds.append(
+            ("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n, block_cast)
+        )
+        kinds.append(
+            (
+                "last stage",
+                last_p / tp,
+                blk * per_stage_layers + p.last_act_bytes / tp,
+                block_cast + outer_cast,
+            )
+        )
     out = []
-    for kind, rank_params, act in kinds:
+    for kind, rank_params, act, cast in kinds:
         params, grads, opt, buffers = _states(ctx, layout, rank_params)
         out.append(
             RankMemory(
@@ -213,6 +234,7 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
                 int(buffers + p2p),
                 ctx.overhead_bytes,
                 int(_optimizer_temp(ctx, layout, rank_params)),
+                int(cast),
             )
         )
     return tuple(out)
@@ -230,6 +252,11 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     bf, bb = p.block_time.at(scale, tp)
     ff, fb = p.first_time.at(scale, tp)
     lf, lb = p.last_time.at(scale, tp)
+    if layout.fp32_weights_with_autocast:
+        # autocast re-casts every fp32 weight each micro-batch (work independent of the batch)
+        cf, cb_ = p.block_cast_time.at(1.0, tp)
+        of, ob_ = p.outer_cast_time.at(1.0, tp)
+        bf, bb, lf, lb = bf + cf, bb + cb_, lf + of, lb + ob_
     layers = p.layers / pp
     stage_f = [layers * bf + (ff if i == 0 else 0) + (lf if i == pp - 1 else 0) for i in (0, pp - 1)]
     stage_b = [layers * bb + (fb if i == 0 else 0) + (lb if i == pp - 1 else 0) for i in (0, pp - 1)]
@@ -266,7 +293,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # ---- data-parallel gradients ----------------------------------------------------------------
     dp_exposed = 0.0
     if dp > 1 and not layout.fsdp and layout.zero != 3:
-        grad_b = p.grad_bytes_per_param if layout.engine == "torch" else cb
+        grad_b = p.grad_bytes_per_param if layout.engine != "deepspeed" else cb
         if layout.zero in (1, 2):
             comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(
                 dp_group, cb * stage_params
@@ -280,7 +307,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         else:
             # Buckets are reduced while the last micro-batch's backward runs; the last bucket
             # (DDP bucket_cap_mb = 25 MB; DeepSpeed reduce_bucket_size) always waits for backward to end.
-            bucket = DDP_BUCKET_BYTES if layout.engine == "torch" else cb * bucket_elements(stage_params)
+            bucket = DDP_BUCKET_BYTES if layout.engine != "deepspeed" else cb * bucket_elements(stage_params)
             last = all_reduce_s(dp_group, min(bucket, grad_b * stage_params))
             window = max(stage_b)
             dp_exposed = max(comm - tail - window, last) + tail

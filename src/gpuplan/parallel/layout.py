@@ -38,6 +38,9 @@ class Layout:
     checkpointing: str = "none"
     offload_optimizer: bool = False
     offload_params: bool = False
+    megatron: bool = False
+    """Megatron-LM: 16-bit weights on the GPU, fp32 main gradients and fp32 master weights in the
+    optimizer (no autocast weight copies); DDP over the data-parallel ranks."""
 
     @property
     def gpus(self) -> int:
@@ -49,8 +52,11 @@ class Layout:
 
     @property
     def engine(self) -> str:
-        """``deepspeed`` for ZeRO stages and offload, ``torch`` (DDP / FSDP2 / TP / PP) otherwise."""
-        return "deepspeed" if self.zero > 0 or self.offload_optimizer or self.offload_params else "torch"
+        """``deepspeed`` for ZeRO stages and offload, ``megatron`` for Megatron-LM, ``torch`` (DDP /
+        FSDP2 / TP / PP with torch.distributed) otherwise."""
+        if self.zero > 0 or self.offload_optimizer or self.offload_params:
+            return "deepspeed"
+        return "megatron" if self.megatron else "torch"
 
     @property
     def shard_group(self) -> int:
@@ -63,7 +69,13 @@ class Layout:
     def sharding(self) -> str:
         if self.fsdp:
             return "hsdp" if self.hsdp_shard and self.hsdp_shard < self.dp else "fsdp2"
-        return f"zero{self.zero}" if self.zero else "ddp"
+        return f"zero{self.zero}" if self.zero else ("megatron-ddp" if self.megatron else "ddp")
+
+    @property
+    def fp32_weights_with_autocast(self) -> bool:
+        """The rank holds fp32 weights and autocast casts them per use (plain torch AMP programs);
+        FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron hold the 16-bit copy themselves."""
+        return self.engine == "torch" and not self.fsdp
 
     def describe(self) -> str:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", self.sharding]
@@ -128,7 +140,11 @@ def check_batch(global_batch: int, dp: int, micro_batch: int) -> int:
     return global_batch // per
 
 
-def check_sharding(zero: int, fsdp: bool, tp: int, pp: int) -> None:
+def check_sharding(zero: int, fsdp: bool, tp: int, pp: int, megatron: bool = False) -> None:
+    if megatron and (zero or fsdp):
+        raise LayoutError(
+            "--megatron models Megatron-LM's own DDP; it does not combine with --zero or --fsdp"
+        )
     if zero not in (0, 1, 2, 3):
         raise LayoutError(f"ZeRO stage {zero} does not exist (allowed: 0, 1, 2, 3)")
     if fsdp and zero:

@@ -106,6 +106,7 @@ def plan(
     global_batch_size: int | None = None,
     micro_batch_size: int | None = None,
     sequence_parallel: bool = True,
+    megatron: bool | None = None,
     workload: Workload | None = None,
     max_alternatives: int = 5,
     **workload_fields: Any,
@@ -148,6 +149,7 @@ def plan(
         micro_batch=micro_batch_size,
         checkpointing=w.checkpointing,
         sequence_parallel=sequence_parallel,
+        megatron=megatron,
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers)
 

@@ -94,8 +94,16 @@ class ModelProfile:
     last_act_bytes: int
     """Activations outside the blocks held by the last stage (final norm, logits, loss)."""
     transient_bytes: int
+    block_weight_cast_bytes: int
+    """16-bit copies of one block's fp32 weights that autocast keeps for the forward/backward
+    (0 without AMP); not per micro-batch."""
+    outer_weight_cast_bytes: int
     """Largest excess over the end-of-forward activations during backward (one micro-batch)."""
     block_time: PhaseTime
+    """Kernels of one block, without autocast's weight casts (see block_cast_time)."""
+    block_cast_time: PhaseTime
+    """autocast's fp32 -> 16-bit weight copies in one block: paid only by engines keeping fp32 weights."""
+    outer_cast_time: PhaseTime
     first_time: PhaseTime
     last_time: PhaseTime
     optimizer_s_per_param: float
@@ -140,7 +148,8 @@ def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
     return live
 
 
-_PARAM_MAPS: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], dict[str, int]] = {}
+_ParamInfo = tuple[dict[str, int], dict[str, frozenset[int]]]
+_PARAM_MAPS: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], _ParamInfo] = {}
 
 
 def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, int]:
@@ -151,29 +160,50 @@ def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] |
     config = json.dumps(getattr(source, "config_dict", None) or {}, sort_keys=True, default=str)
     key = (source.name, config, workload.param_dtype, tuple(sorted((layers or {}).items())))
     if key not in _PARAM_MAPS:
-        _PARAM_MAPS[key] = _build_param_map(source, workload, layers)
-    return _PARAM_MAPS[key]
+        _PARAM_MAPS[key] = _build_param_info(source, workload, layers)
+    return _PARAM_MAPS[key][0]
 
 
-def _build_param_map(
+def _param_sizes(
     source: ModelSource, workload: Workload, layers: dict[str, int] | None
-) -> dict[str, int]:
+) -> dict[str, frozenset[int]]:
+    """Element counts of each module's own parameters (tied ones under every module using them)."""
+    _param_map(source, workload, layers)
+    import json
+
+    config = json.dumps(getattr(source, "config_dict", None) or {}, sort_keys=True, default=str)
+    return _PARAM_MAPS[(source.name, config, workload.param_dtype, tuple(sorted((layers or {}).items())))][1]
+
+
+def _build_param_info(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> _ParamInfo:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with torch.device("cpu"), FakeTensorMode():
         model = source.build(workload, layers or None)
         out: dict[str, int] = {}
+        sizes: dict[str, frozenset[int]] = {}
         seen: set[int] = set()
         for mod_name, mod in model.named_modules():
             n = 0
-            for p in mod.parameters(recurse=False):
+            own = list(mod.parameters(recurse=False))
+            for p in own:
                 if id(p) not in seen:
                     seen.add(id(p))
                     n += p.numel()
             if n:
                 out[mod_name] = n
-    return out
+            if own:
+                sizes[mod_name] = frozenset(p.numel() for p in own)
+        # a head tied to the embedding reuses its weight: give the head module that size too
+        for mod_name, mod in model.named_modules():
+            if (
+                mod_name not in sizes
+                and hasattr(mod, "weight")
+                and isinstance(mod.weight, torch.nn.Parameter)
+            ):
+                sizes[mod_name] = frozenset({mod.weight.numel()})
+    return out, sizes
 
 
 def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
@@ -226,13 +256,26 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     if fe < 0:
         raise ConfigError(f"the traced step of {source.name} has no forward phase")
     live = _live_at(trace, trace.points[fe].event_count)
-    block_act = block_rep = outer_act = first_act = 0
+    block_act = block_rep = outer_act = first_act = block_cast = outer_cast = 0
+    # Under torch.autocast the 16-bit copies of fp32 weights stay alive from their first use to the
+    # end of the forward (autocast's weight-cast cache) or to their backward (saved for it): per-rank
+    # memory for engines that keep fp32 weights, absent when weights are held in 16 bits.
+    sizes = _param_sizes(source, workload, reduced) if workload.autocast_dtype else {}
+    half = 2
     for sid, size in live.items():
         info = trace.storages[sid]
         if info.category not in ("activations", "temporaries"):
             continue
         mod = info.module
-        if middle_prefix and (mod == middle_prefix or mod.startswith(middle_prefix + ".")):
+        is_cast = size % half == 0 and size // half in sizes.get(mod, ())
+        in_middle = bool(middle_prefix) and (mod == middle_prefix or mod.startswith(f"{middle_prefix}."))
+        if is_cast and (in_middle or block_re is None or not block_re.match(mod)):
+            if in_middle:
+                block_cast += size
+            else:
+                outer_cast += size
+            continue
+        if in_middle and middle_prefix:
             block_act += size
             if _REPLICATED.search(mod[len(middle_prefix) + 1 :] if mod != middle_prefix else ""):
                 block_rep += size
@@ -244,6 +287,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
                 first_act += size
     if not middle_prefix:  # no blocks to split: the whole step's activations are one "block"
         block_act, block_rep, outer_act, first_act = outer_act, outer_act, 0, 0
+        block_cast, outer_cast = outer_cast, 0
     points = [i for i, p in enumerate(trace.points) if p.phase in _TRAIN_PHASES]
     vecs = category_vectors(trace, points)
     act_fe = vecs[fe]["activations"] + vecs[fe]["temporaries"] if fe in vecs else 0
@@ -263,7 +307,24 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         bwd = st.by_phase_s.get("backward", 0.0)
         return PhaseTime(fwd, bwd, st.overhead_s), st.model_flops, st.flops
 
-    train_ops = [op for op in ops if op.phase in _TRAIN_PHASES]
+    def is_weight_cast(op: OpRecord) -> bool:
+        """autocast's fp32 -> 16-bit copy of a weight of the op's module (4 bytes in, 2 out)."""
+        return (
+            op.name == "aten._to_copy.default"
+            and op.bytes_read == 2 * op.bytes_written
+            and op.bytes_written // half in sizes.get(op.module, ())
+        )
+
+    all_train = [op for op in ops if op.phase in _TRAIN_PHASES]
+    casts = [op for op in all_train if sizes and is_weight_cast(op)]
+    cast_ids = {id(op) for op in casts}
+    train_ops = [op for op in all_train if id(op) not in cast_ids]
+    if middle_prefix:
+        cast_block, _, _ = subset_time([op for op in casts if op.block == f"{container}:{MIDDLE}"])
+        cast_outer, _, _ = subset_time([op for op in casts if op.block is None])
+    else:
+        cast_block, _, _ = subset_time(casts)
+        cast_outer = PhaseTime(0.0, 0.0, 0.0)
     if middle_prefix:
         mid_block = f"{container}:{MIDDLE}"
         blk = [op for op in train_ops if op.block == mid_block]
@@ -319,6 +380,8 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         optimizer_bytes_per_param=per_param["optimizer_state"],
         compute_bytes=2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4,
         block_act_bytes=block_act,
+        block_weight_cast_bytes=block_cast,
+        outer_weight_cast_bytes=outer_cast,
         block_act_replicated_bytes=block_rep,
         first_act_bytes=first_act,
         last_act_bytes=outer_act - first_act,
@@ -327,6 +390,8 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         block_time=block_time,
         first_time=first_time,
         last_time=last_time,
+        block_cast_time=cast_block,
+        outer_cast_time=cast_outer,
         optimizer_s_per_param=opt_s / max(run.params_count, 1),
         block_model_flops=block_mf,
         outer_model_flops=first_mf + last_mf,

@@ -29,6 +29,9 @@ class Constraints:
     checkpointing: str = "none"
     offload: bool = False
     sequence_parallel: bool = True
+    megatron: bool | None = None
+    """Megatron-LM layouts (16-bit weights, fp32 master in the optimizer): None searches them for
+    tp > 1 or pp > 1; True: only them; False: never."""
     """Megatron sequence parallelism with tp > 1 (Korthikanti et al. 2022); off: the 2021 baseline."""
 
 
@@ -57,7 +60,7 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
         )
     if c.tp is not None or c.pp is not None:
         check_model(c.tp or 1, c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
-    check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1)
+    check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1, bool(c.megatron))
     if c.dp is not None and c.micro_batch is not None:
         check_batch(c.global_batch, c.dp, c.micro_batch)
     elif c.dp is not None and c.global_batch % c.dp:
@@ -122,7 +125,11 @@ def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
 
 def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[dict[str, Any]]:
     opts: list[dict[str, Any]] = []
+    if c.megatron:
+        return [{"megatron": True}]
     want_zero = c.zero is not None and not c.fsdp
+    if not c.fsdp and (c.zero in (None, 0)) and c.megatron is None and (tp > 1 or pp > 1):
+        opts.append({"megatron": True})
     if not c.fsdp:
         stages = [c.zero] if want_zero else ([0, 1] + ([2, 3] if pp == 1 else []) if dp > 1 else [0])
         for z in stages:

@@ -67,9 +67,10 @@ class ModuleScope:
             if node is None or id(node) in seen:
                 continue
             seen.add(id(node))
-            owner = node.metadata.get(_TAG)
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            owner = metadata.get(_TAG)
             if owner is None:
-                node.metadata[_TAG] = name
+                metadata[_TAG] = name
             elif owner != name and not owner.startswith(prefix):
                 continue  # created before this module ran (its inputs' history)
             if type(node).__name__ == "AccumulateGrad":
@@ -88,5 +89,6 @@ class ModuleScope:
         """The module whose backward is running (a recompute triggered inside it counts as its)."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return str(node.metadata.get(_TAG, ""))
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            return str(metadata.get(_TAG, ""))
         return ""

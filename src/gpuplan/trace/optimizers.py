@@ -22,9 +22,9 @@ LEARNING_RATE = 1e-4
 class AdamW8bit(Optimizer):
     """Memory-faithful stand-in for ``bitsandbytes.optim.AdamW8bit`` (bitsandbytes needs CUDA).
 
-    State per parameter as bitsandbytes keeps it: two uint8 moments plus one fp32 absmax per 256-element
-    block each (blockwise quantisation, Dettmers et al. 2022; bitsandbytes Optimizer2State.init_state), or two 32-bit moments
-    for tensors under ``min_8bit_size`` = 4096 elements, which bitsandbytes keeps in 32 bits. The
+    State per parameter as bitsandbytes keeps it: two uint8 moments plus one fp32 absmax per
+    256-element block each (blockwise quantisation, Dettmers et al. 2022; bitsandbytes
+    Optimizer2State.init_state), or two 32-bit moments for tensors under ``min_8bit_size`` = 4096 elements, which bitsandbytes keeps in 32 bits. The
     update is one fused kernel per tensor, so no step temporaries are allocated.
     """
 

@@ -15,8 +15,8 @@ against.
 from __future__ import annotations
 
 import contextlib
-import gc
 import functools
+import gc
 import logging
 import sys
 import warnings
@@ -30,8 +30,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import TraceError
 from gpuplan.models.sources import Inputs, ModelSource
-from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
+from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
 from gpuplan.trace.records import RawTrace
 from gpuplan.trace.tracker import Recorder, RecordingMode
@@ -97,11 +97,11 @@ def _transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
     if masking is None or original is None:
         yield
         return
-    masking.find_packed_sequence_indices = lambda position_ids: None
+    setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)  # noqa: B010
     try:
         yield
     finally:
-        masking.find_packed_sequence_indices = original
+        setattr(masking, "find_packed_sequence_indices", original)  # noqa: B010
 
 
 def find_containers(module: nn.Module, counts: Mapping[str, int]) -> dict[str, str]:
@@ -132,10 +132,10 @@ def _block_modules(module: nn.Module, containers: Mapping[str, str]) -> list[tup
                  and len({type(c) for c in m}) == 1}
         # keep outermost containers only: nested ones are covered by their parent's blocks
         paths = {p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)}
-    blocks = []
+    blocks: list[tuple[str, nn.Module]] = []
     for path in sorted(paths):
         container = module.get_submodule(path)
-        blocks.extend((f"{path}.{i}", child) for i, child in enumerate(container))
+        blocks.extend((f"{path}.{i}", child) for i, child in enumerate(container.children()))
     return blocks
 
 
@@ -169,7 +169,7 @@ def _apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
 
         def forward(*args: Any, __run: Any = run, **kwargs: Any) -> Any:
             extra = {"context_fn": context_fn} if context_fn is not None else {}
-            return checkpoint(__run, *args, use_reentrant=False, **extra, **kwargs)
+            return checkpoint(__run, *args, use_reentrant=False, **extra, **kwargs)  # type: ignore[call-overload]
 
         block.forward = forward  # type: ignore[method-assign]
 
