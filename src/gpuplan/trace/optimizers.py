@@ -24,8 +24,8 @@ class AdamW8bit(Optimizer):
 
     State per parameter as bitsandbytes keeps it: two uint8 moments plus one fp32 absmax per
     256-element block each (blockwise quantisation, Dettmers et al. 2022; bitsandbytes
-    Optimizer2State.init_state), or two 32-bit moments for tensors under ``min_8bit_size`` = 4096 elements, which bitsandbytes keeps in 32 bits. The
-    update is one fused kernel per tensor, so no step temporaries are allocated.
+    Optimizer2State.init_state), or two 32-bit moments for tensors under ``min_8bit_size`` = 4096
+    elements. The update is one fused kernel per tensor, so no step temporaries are allocated.
     """
 
     BLOCK_SIZE = 256
