@@ -17,19 +17,25 @@ from gpuplan.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
+from gpuplan import estimate
+from gpuplan.estimate import Estimate, TracedStep, trace_step
 from gpuplan.workload import Workload
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "Estimate",
     "GpuplanError",
     "LayoutError",
     "MissingDependencyError",
     "ModelSourceError",
     "TraceError",
+    "TracedStep",
     "UnknownGPUError",
     "UnknownModelError",
     "Workload",
     "__version__",
+    "estimate",
+    "trace_step",
 ]

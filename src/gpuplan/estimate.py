@@ -12,6 +12,8 @@ counted; allocator slack at full depth is extrapolated from the reduced-depth re
 from __future__ import annotations
 
 import re
+import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -361,3 +363,14 @@ def _check_precision(workload: Workload, gpu: GPU | None) -> None:
     if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
                           f"{'.'.join(map(str, gpu.compute_capability or ()))}); use --precision amp-fp16")
+
+
+class _CallableModule(types.ModuleType):
+    """``gpuplan.estimate`` is both this module and the function: ``gpuplan.estimate("gpt2", ...)``
+    works however the module was imported (importing a submodule rebinds the package attribute)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Estimate:
+        return estimate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
