@@ -27,7 +27,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.records import MemEvent, OpRecord, RawTrace, StepPoint, StorageInfo
 
-_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addbmm", "dot"}
+_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addbmm", "dot", "_grouped_mm",
+               "_scaled_grouped_mm"}
 _CONV_OPS = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution"}
 _ATTENTION_OPS = {
     "_scaled_dot_product_flash_attention",
@@ -56,6 +57,19 @@ def _op_class(name: str) -> str:
     if name in _ATTENTION_OPS:
         return "attention"
     return "other"
+
+
+def _grouped_mm_flops(a: torch.Tensor, b: torch.Tensor, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """MoE expert matmuls (torch._grouped_mm), which torch.utils.flop_counter does not count:
+    every output element is a K-long dot product; with 2-D operands the groups split K."""
+    out = out_val[0] if isinstance(out_val, (tuple, list)) else out_val
+    if a.dim() == 2 and b.dim() == 2:
+        return 2 * a.shape[0] * b.shape[1] * a.shape[1]
+    return 2 * out.numel() * a.shape[-1]
+
+
+_EXTRA_FLOP_FORMULAS: dict[str, Callable[..., int]] = {"_grouped_mm": _grouped_mm_flops,
+                                                         "_scaled_grouped_mm": _grouped_mm_flops}
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -218,7 +232,7 @@ class Recorder:
         bytes_read = sum(_tensor_bytes(t) for t in in_tensors)
         bytes_written = sum(_tensor_bytes(t) for t in out_tensors)
         flops = 0
-        formula = flop_registry.get(func._overloadpacket)
+        formula = flop_registry.get(func._overloadpacket) or _EXTRA_FLOP_FORMULAS.get(name)
         if formula is not None:
             try:
                 flops = int(formula(*args, **kwargs, out_val=out))
