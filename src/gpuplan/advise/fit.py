@@ -221,12 +221,13 @@ def _largest_batch(
             return lo, known[lo], None, slope
         top = (hi - 1) if hi is not None else MAX_BATCH_SIZE
         g = min(max(guess, lo + 1), top)
-        if hi is not None and (g in known or same_side >= 2):
-            # bisect when the secant stalls: two traces in a row on the same side of the boundary
+        if hi is not None and (g in known or same_side >= 3):
+            # bisect when the secant stalls: three traces in a row on the same side of the boundary
             # (allocator segments make the totals piecewise constant near it)
             g, same_side = (lo + hi) // 2, 0
         pt = known[g] = tracer.point(base.with_(batch_size=g))
-        same_side = same_side + 1 if pt.fits is last_fit else 1
+        check = pt.fits and g == lo + 1  # the "+1" check after a fit is not a stall
+        same_side = same_side + 1 if pt.fits is last_fit and not check else 1
         last_fit = pt.fits
         lo, hi = bracket()
         guess = secant(lo, hi)
