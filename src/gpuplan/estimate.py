@@ -125,6 +125,10 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
 
+    from gpuplan.models.sources import SafetensorsSource
+
+    if isinstance(source, SafetensorsSource):
+        return _weights_only_step(source, workload), None  # type: ignore[return-value]
     target = Target(cuda=cuda, compute_capability=cc)
     counts = source.layer_counts() if fake and scale else {}
     notes: list[str] = []
@@ -161,6 +165,28 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
     return step, run
+
+
+def _weights_only_step(source: Any, workload: Workload) -> TracedStep:
+    """A checkpoint with no config.json: its tensors loaded for inference, from headers alone."""
+    from gpuplan.errors import ModelSourceError
+    from gpuplan.memory.allocator import replay
+    from gpuplan.trace.records import MemEvent
+
+    summary = source.summary
+    if workload.mode != "infer":
+        raise ModelSourceError(
+            f"{source.name} has no config.json beside it: only the weights are known "
+            f"({summary.params_count:,} parameters, {summary.weight_bytes / 2**30:.2f} GiB), which answers "
+            f"--mode infer as weights memory; put the model's config.json next to it for --mode {workload.mode}")
+    stats = replay(MemEvent(i, size) for i, size in enumerate(summary.tensor_bytes))
+    return TracedStep(
+        ops=(), tensor_peak_bytes=summary.weight_bytes, tensor_components={"parameters": summary.weight_bytes},
+        peak_phase="setup", params_count=summary.params_count, param_bytes=summary.weight_bytes, block_counts={},
+        traced_blocks={}, rounded_peak_bytes=stats.peak_allocated_bytes, reserved_peak_bytes=stats.peak_reserved_bytes,
+        top_activation_modules=(), attention_backends={},
+        notes=(f"weights only, from safetensors headers ({', '.join(f'{k} {v:,}' for k, v in summary.dtypes.items())}"
+               " parameters): no config.json, so activations are not estimated",))
 
 
 def _with_extra_peak(stats: AllocatorStats, extra_bytes: int) -> AllocatorStats:

@@ -221,8 +221,8 @@ class HFConfigSource(ModelSource):
         dtype = getattr(torch, workload.param_dtype)
         try:
             model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=dtype)
-        except ValueError:  # architectures without SDPA support use eager
-            model = auto_cls.from_config(cfg, dtype=dtype)
+        except ValueError:  # architectures without SDPA support (Gemma 2 soft-capping) run eager
+            model = auto_cls.from_config(cfg, attn_implementation="eager", dtype=dtype)
         return model  # type: ignore[no-any-return]
 
     def default_seq_len(self) -> int:
@@ -443,6 +443,8 @@ class SafetensorsSummary:
     weight_bytes: int
     dtypes: dict[str, int]
     """dtype -> parameter count."""
+    tensor_bytes: tuple[int, ...] = ()
+    """Bytes of each stored tensor, in file order (what loading them allocates, one by one)."""
 
 
 _ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -456,6 +458,7 @@ def read_safetensors_headers(path: Path) -> SafetensorsSummary:
     count = 0
     nbytes = 0
     dtypes: dict[str, int] = {}
+    sizes: list[int] = []
     for f in files:
         try:
             with f.open("rb") as fh:
@@ -463,19 +466,24 @@ def read_safetensors_headers(path: Path) -> SafetensorsSummary:
                 if not 0 < header_len < 100_000_000:
                     raise ValueError(f"header length {header_len}")
                 header = json.loads(fh.read(header_len))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise ModelSourceError(f"{f} is not a readable safetensors file ({exc})") from exc
+        if not isinstance(header, dict):
+            raise ModelSourceError(f"{f} is not a readable safetensors file (header is not a JSON object)")
         for key, meta in header.items():
             if key == "__metadata__":
                 continue
+            if not (isinstance(meta, dict) and {"shape", "data_offsets", "dtype"} <= set(meta)):
+                raise ModelSourceError(f"{f}: tensor {key!r} has no shape/dtype/data_offsets in its header")
             numel = 1
             for d in meta["shape"]:
                 numel *= int(d)
             count += numel
             start, end = meta["data_offsets"]
             nbytes += int(end) - int(start)
+            sizes.append(int(end) - int(start))
             dtypes[meta["dtype"]] = dtypes.get(meta["dtype"], 0) + numel
-    return SafetensorsSummary(tuple(str(f) for f in files), count, nbytes, dtypes)
+    return SafetensorsSummary(tuple(str(f) for f in files), count, nbytes, dtypes, tuple(sizes))
 
 
 class SafetensorsSource(ModelSource):
