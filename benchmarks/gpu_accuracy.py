@@ -215,7 +215,7 @@ def write_report(out: Path, rows: list[Row], quantities: tuple[tuple[str, str], 
     env = environment(rows)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = [
-        "# gpuplan accuracy on a real GPU" if not note else "# gpuplan accuracy suite (CPU smoke run)",
+        "# gpuplan accuracy on a real GPU" if env.get("device") == "cuda" else "# gpuplan accuracy suite (CPU)",
         "",
         f"- date: {when}",
         f"- device: {env.get('device_name')} ({env.get('gpu_id') or 'not in catalog'}), "
@@ -236,6 +236,23 @@ def write_report(out: Path, rows: list[Row], quantities: tuple[tuple[str, str], 
             "wall_s": round(r.wall_s, 1), "result": r.result} for r in rows]
     out.with_suffix(".json").write_text(json.dumps({"summary": summary, "rows": raw}, indent=1))
     return body
+
+
+def fit_calibration(store: str, out: Path) -> str:
+    """Run `gpuplan calibrate` on the store into a scratch file; one line describing the fit."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gpuplan.cli.main", "calibrate", "--store", store, "--out",
+                               str(out), "--json"], capture_output=True, text=True, timeout=60, check=False)
+        entries = json.loads(proc.stdout)["entries"] if proc.stdout.strip() else []
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, KeyError):
+        return ""
+    parts = []
+    for e in entries:
+        ctx = "n/a" if e["cuda_context_bytes"] is None else f"{e['cuda_context_bytes'] / (1 << 20):.0f} MiB"
+        factor = "n/a" if e["step_time_factor"] is None else f"{e['step_time_factor']:.3f}"
+        parts.append(f"{e['gpu']} torch {e['torch_version']} CUDA {e['cuda_version']}: context {ctx} "
+                     f"(n={e['context_samples']}), step-time factor {factor} (n={e['step_time_samples']})")
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         elapsed = time.monotonic() - start
         print(f"[{elapsed:5.0f} s] {case.name}: {row.status} ({row.wall_s:.0f} s)", flush=True)
+    calibration = fit_calibration(store, tmp / "calibration.json")
+    if calibration:
+        note = ((note + "; ") if note else "") + f"calibration fitted from the store: {calibration}"
     body = write_report(Path(args.out), rows, quantities, time.monotonic() - start, note)
     print()
     print(body)
