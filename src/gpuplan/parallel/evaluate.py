@@ -179,8 +179,9 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
 
 def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
     """Traced optimizer-step temporaries for the parameters this rank updates. DeepSpeed steps
-    with its own fused/CPU Adam (multi-tensor chunks), so it has none of the foreach copies."""
-    if layout.engine == "deepspeed":
+    with its own fused/CPU Adam (multi-tensor chunks) and Megatron-LM with Apex/TE FusedAdam, so
+    they have none of the foreach copies."""
+    if layout.engine in ("deepspeed", "megatron"):
         return 0.0
     shard = layout.shard_group if layout.fsdp else 1
     return ctx.profile.optimizer_temp_bytes_per_param * rank_params / shard
