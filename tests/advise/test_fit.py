@@ -61,3 +61,19 @@ def test_bad_target_batch() -> None:
 
     with pytest.raises(ConfigError, match="target-batch-size 0"):
         fit(CNN, "L4", Workload(mode="train"), target_batch_size=0)
+
+
+@pytest.mark.slow
+def test_ladder_reaches_grad_accumulation_keeping_effective_batch() -> None:
+    target = 64
+    w = Workload(mode="train", image_size=128, precision="amp-bf16", optimizer="sgd", checkpointing="full")
+    small = estimate(CNN, workload=w.with_(batch_size=16, grad_accum=2), gpu="L4")
+    full = estimate(CNN, workload=w.with_(batch_size=target), gpu="L4")
+    assert small.total_required_bytes < full.total_required_bytes
+    gpu = shrunk("L4", (small.total_required_bytes + full.total_required_bytes) / 2 / 2**20)
+    r = fit(CNN, gpu, w, target_batch_size=target)
+    last = r.techniques[-1]
+    assert r.target_fits and last.name == "grad-accumulation"
+    micro = last.point.workload
+    assert micro.batch_size * micro.grad_accum == target  # the effective batch is kept
+    assert micro.batch_size >= 16 and last.point.fits

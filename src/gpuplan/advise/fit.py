@@ -189,9 +189,7 @@ def _largest_batch(
     if not p1.fits:
         return 0, None, p1, 0
     p2 = tracer.point(base.with_(batch_size=2))
-    slope = max(
-        p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.total_required_bytes - p1.total_required_bytes, 1
-    )
+    slope = max(p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.total_required_bytes - p1.total_required_bytes, 1)
     known: dict[int, Point] = {1: p1, 2: p2}
 
     def bracket() -> tuple[int, int | None]:
@@ -246,9 +244,7 @@ def _ladder(base: Workload, gpu: GPU) -> list[tuple[str, str, dict[str, Any]]]:
     rungs: list[tuple[str, str, dict[str, Any]]] = []
     if base.precision in ("fp32", "tf32"):
         amp = _amp_precision(gpu)
-        rungs.append(
-            ("mixed-precision", f"--precision {amp}: autocast matmuls to half precision", {"precision": amp})
-        )
+        rungs.append(("mixed-precision", f"--precision {amp}: autocast matmuls to half precision", {"precision": amp}))
     if base.trains and base.optimizer in ("adamw", "adam"):
         rungs.append(
             (
@@ -295,9 +291,7 @@ def fit(
     base = workload or Workload()
     if target_batch_size is not None:
         if target_batch_size < 1 or target_batch_size > MAX_BATCH_SIZE:
-            raise ConfigError(
-                f"--target-batch-size {target_batch_size} is out of range: allowed 1..{MAX_BATCH_SIZE}"
-            )
+            raise ConfigError(f"--target-batch-size {target_batch_size} is out of range: allowed 1..{MAX_BATCH_SIZE}")
     tracer = _Tracer(source, target_gpu)
     best, max_pt, over_pt, slope = _largest_batch(tracer, base.with_(grad_accum=1))
     techniques: list[TechniqueStep] = []
@@ -311,8 +305,7 @@ def fit(
     notes = list(tracer.assumptions)
     notes.insert(
         0,
-        "memory affine in batch size (two traces), answer confirmed by tracing the reported batch "
-        "and batch + 1",
+        "memory affine in batch size (two traces), answer confirmed by tracing the reported batch and batch + 1",
     )
     if any(t.name == "cpu-offload" for t in techniques):
         notes.append(
@@ -387,11 +380,38 @@ def _grad_accum_step(tracer: _Tracer, current: Workload, target: int) -> Techniq
     else:
         k = next((d for d in divisors if target // d <= best), target)
     micro = current.with_(batch_size=target // k, grad_accum=k)
-    pt = tracer.point(micro)
+    # Memory in steady state is the same for any k >= 2 (the accumulated gradients persist between
+    # micro-batches, nothing else grows), and a trace runs every micro-batch: trace k = 2 and scale
+    # the forward/backward time to k micro-batches.
+    from gpuplan.estimate import estimate
+
+    tracer.traces += 1
+    est = estimate(tracer.source, workload=micro.with_(grad_accum=2), gpu=tracer.gpu)
+    time_s = throughput = None
+    timing = est.extra.get("json", {}).get("time", {})
+    if est.step_time_s is not None and timing:
+        phases = timing["by_phase_s"]
+        micro_s = sum(v for ph, v in phases.items() if ph in ("forward", "loss", "backward")) / 2
+        time_s = est.step_time_s + (k - 2) * micro_s
+        if est.throughput:
+            throughput = {
+                "value": est.throughput["value"] / 2 * k * est.step_time_s / time_s,
+                "unit": est.throughput["unit"],
+            }
+    pt = Point(
+        micro,
+        est.total_required_bytes,
+        est.peak_allocated_bytes,
+        bool(est.fits),
+        time_s,
+        throughput,
+        est.tensor_peak_bytes,
+    )
     return TechniqueStep(
         "grad-accumulation",
         f"--batch-size {target // k} --grad-accum {k}: effective batch {target} in {k} micro-batches",
         pt,
+        notes=("traced with 2 micro-batches (same steady-state memory), time scaled to k",) if k > 2 else (),
     )
 
 
