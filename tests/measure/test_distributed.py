@@ -40,3 +40,16 @@ def test_two_process_gloo_per_rank_within_2_percent(tiny_gpt2: str, layout: str)
         # FSDP2 shards parameters and optimizer state: each rank holds less than one process alone
         assert all(r.tracked_peak_bytes < single for r in m.ranks)  # type: ignore[operator]
         assert m.ranks[0].tracked_components["parameters"] * 2 == per_rank["terms"]["param_bytes"]
+
+
+def test_two_process_zero1_shards_only_the_optimizer_state(tiny_gpt2: str) -> None:
+    m = measure_distributed(tiny_gpt2, workload=Workload(mode="train", batch_size=2, seq_len=32),
+                            options=Options(steps=1, warmup=1), nproc=2, layout="zero1", timeout_s=240)
+    for c in (c for c in m.comparisons if c.quantity.endswith("tracked peak")):
+        assert abs(c.error) <= TOLERANCE, (c.quantity, c.estimated, c.measured)  # type: ignore[arg-type]
+    terms = m.estimated["per_rank"]["terms"]
+    # ZeroRedundancyOptimizer: each rank keeps about half the AdamW state, all of the weights
+    for r in m.ranks:
+        assert r.tracked_components["parameters"] == terms["param_bytes"]
+        assert abs(r.tracked_components["optimizer_state"] - terms["optimizer_state_at_peak_bytes"] / 2) < 1024
+    assert m.estimated["planner"] is None  # the planner's ZeRO-1 is DeepSpeed's, not compared
