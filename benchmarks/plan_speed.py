@@ -21,7 +21,9 @@ CASES = [
 CHILD = """
 import contextlib, io, json, resource, sys, time
 t0 = time.perf_counter()
-import torch, transformers  # what any trace needs; timed separately
+import torch, transformers  # what any trace needs; timed separately (transformers imports lazily:
+from transformers import AutoConfig, AutoModelForCausalLM  # touch what building a model loads)
+AutoConfig.for_model("llama")
 t_import = time.perf_counter() - t0
 from gpuplan.cli.main import main
 buf = io.StringIO()

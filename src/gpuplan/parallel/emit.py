@@ -94,9 +94,7 @@ def torchrun_command(p: Plan, script: str = "train.py") -> str:
 def torch_snippet(p: Plan) -> str:
     """Python applying the layout with torch.distributed (device mesh, TP plan, FSDP2, pipelining)."""
     lay = p.best.layout
-    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(
-        _mixed(p.workload.precision), "torch.float32"
-    )
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(_mixed(p.workload.precision), "torch.float32")
     dims, names = [], []
     if lay.pp > 1:
         dims.append(lay.pp)
@@ -119,8 +117,7 @@ def torch_snippet(p: Plan) -> str:
         "parallelize_module",
         "",
         "def apply_layout(model: torch.nn.Module, blocks: list[torch.nn.Module]) -> torch.nn.Module:",
-        f'    mesh = init_device_mesh("cuda", {_tuple([str(d) for d in dims])}, '
-        f"mesh_dim_names={_tuple(names)})",
+        f'    mesh = init_device_mesh("cuda", {_tuple([str(d) for d in dims])}, mesh_dim_names={_tuple(names)})',
     ]
     if lay.tp > 1:
         attn = "self_attn"
@@ -287,8 +284,7 @@ def layout_engine_note(lay: Layout, kind: str) -> str | None:
     """Warn when the chosen emitter cannot express the layout."""
     if kind == "deepspeed" and (lay.fsdp or lay.tp > 1):
         return (
-            "DeepSpeed config covers ZeRO/offload/batching; TP needs Megatron-DeepSpeed or AutoTP, "
-            "FSDP2 needs torchrun"
+            "DeepSpeed config covers ZeRO/offload/batching; TP needs Megatron-DeepSpeed or AutoTP, FSDP2 needs torchrun"
         )
     if kind == "torchrun" and lay.engine == "deepspeed":
         return "this layout uses DeepSpeed ZeRO: launch with `deepspeed` or accelerate (see --emit deepspeed)"

@@ -14,7 +14,6 @@ slowest stage; data-parallel gradient traffic overlaps the last backward as the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
@@ -137,9 +136,7 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
     if layout.fsdp:
         shard = layout.shard_group
         unsharded = (
-            cb * block_rank * p.layers / layout.pp
-            if not layout.reshard_after_forward
-            else 2 * cb * block_rank
+            cb * block_rank * p.layers / layout.pp if not layout.reshard_after_forward else 2 * cb * block_rank
         )  # current block + the one prefetched
         buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
@@ -155,9 +152,7 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         largest = min(p.largest_layer_params / layout.tp, rank_params)
         if stage == 3:
             # ZeRO-3 reduce-scatters 16-bit grads at once into the fp32 partition counted in K.
-            ms = model_states_bytes(
-                rank_params, 3, layout.dp, k=k, param_bytes=half, grad_bytes=0 if mixed else 4
-            )
+            ms = model_states_bytes(rank_params, 3, layout.dp, k=k, param_bytes=half, grad_bytes=0 if mixed else 4)
             red, prefetch, _ = zero3_buckets(p.hidden)
             buffers = 2 * largest * half + half * (prefetch + red)
         else:
@@ -211,9 +206,7 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
         kinds.append(("every rank", first_p / tp, act, block_cast + outer_cast))
     else:
         n = _inflight(layout)
-        kinds.append(
-            ("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n, block_cast)
-        )
+        kinds.append(("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n, block_cast))
         kinds.append(
             (
                 "last stage",
@@ -296,9 +289,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     if dp > 1 and not layout.fsdp and layout.zero != 3:
         grad_b = p.grad_bytes_per_param if layout.engine != "deepspeed" else cb
         if layout.zero in (1, 2):
-            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(
-                dp_group, cb * stage_params
-            )
+            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(dp_group, cb * stage_params)
             tail = all_gather_s(dp_group, cb * stage_params)  # updated params gathered after the step
         else:
             comm = all_reduce_s(dp_group, grad_b * stage_params)
@@ -355,19 +346,13 @@ def flops_per_step(p: ModelProfile, layout: Layout) -> tuple[float, float]:
     return p.model_flops_per_sample * samples, p.hw_flops_per_sample * samples
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b) if b else 0
-
-
 __all__ = [
     "Context",
     "Evaluation",
     "RankMemory",
     "bucket_elements",
-    "ceil_div",
     "evaluate",
     "flops_per_step",
-    "math",
     "memory",
     "step_time",
     "zero3_buckets",

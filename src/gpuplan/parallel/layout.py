@@ -142,9 +142,7 @@ def check_batch(global_batch: int, dp: int, micro_batch: int) -> int:
 
 def check_sharding(zero: int, fsdp: bool, tp: int, pp: int, megatron: bool = False) -> None:
     if megatron and (zero or fsdp):
-        raise LayoutError(
-            "--megatron models Megatron-LM's own DDP; it does not combine with --zero or --fsdp"
-        )
+        raise LayoutError("--megatron models Megatron-LM's own DDP; it does not combine with --zero or --fsdp")
     if zero not in (0, 1, 2, 3):
         raise LayoutError(f"ZeRO stage {zero} does not exist (allowed: 0, 1, 2, 3)")
     if fsdp and zero:

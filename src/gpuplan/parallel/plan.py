@@ -125,9 +125,7 @@ def plan(
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
-    topo = make_topology(
-        target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps
-    )
+    topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
@@ -192,21 +190,16 @@ def plan(
         search_s += time.perf_counter() - t1
         n += n2
         if evals2 and (
-            evals2[0].per_gpu_peak_bytes <= usable
-            or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
+            evals2[0].per_gpu_peak_bytes <= usable or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
         ):
-            notes.append(
-                "nothing fits without activation checkpointing: traced again with full checkpointing"
-            )
+            notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
             evals, prof, ctx = evals2, prof2, ctx2
     if evals[0].per_gpu_peak_bytes > usable:
         t1 = time.perf_counter()
         evals3, n3 = rank(
             ctx,
             candidates(
-                Constraints(
-                    **{**_fields(base), "offload": True, "checkpointing": prof.workload.checkpointing}
-                ),
+                Constraints(**{**_fields(base), "offload": True, "checkpointing": prof.workload.checkpointing}),
                 heads=heads,
                 kv_heads=kv,
                 layers=prof.layers,

@@ -164,9 +164,7 @@ def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] |
     return _PARAM_MAPS[key][0]
 
 
-def _param_sizes(
-    source: ModelSource, workload: Workload, layers: dict[str, int] | None
-) -> dict[str, frozenset[int]]:
+def _param_sizes(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, frozenset[int]]:
     """Element counts of each module's own parameters (tied ones under every module using them)."""
     _param_map(source, workload, layers)
     import json
@@ -197,11 +195,7 @@ def _build_param_info(source: ModelSource, workload: Workload, layers: dict[str,
                 sizes[mod_name] = frozenset(p.numel() for p in own)
         # a head tied to the embedding reuses its weight: give the head module that size too
         for mod_name, mod in model.named_modules():
-            if (
-                mod_name not in sizes
-                and hasattr(mod, "weight")
-                and isinstance(mod.weight, torch.nn.Parameter)
-            ):
+            if mod_name not in sizes and hasattr(mod, "weight") and isinstance(mod.weight, torch.nn.Parameter):
                 sizes[mod_name] = frozenset({mod.weight.numel()})
     return out, sizes
 
@@ -337,11 +331,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     first_time, first_mf, first_hf = subset_time(first_ops)
     last_time, last_mf, last_hf = subset_time(last_ops)
     opt_ops = [op for op in ops if op.phase in ("optimizer", "zero_grad")]
-    opt_s = (
-        step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s
-        if opt_ops
-        else 0.0
-    )
+    opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
 
     cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})

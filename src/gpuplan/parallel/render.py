@@ -119,9 +119,7 @@ def render_plan(p: Plan) -> str:
     ]
     lines.append(table(rows, ["rank", "params", "grads", "optimizer", "activations", "buffers", "total"]))
     lines.append("")
-    lines.append(
-        "time: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in p.best.time_parts_s.items() if v > 0)
-    )
+    lines.append("time: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in p.best.time_parts_s.items() if v > 0))
     if p.alternatives:
         lines.append("")
         alt_rows = [

@@ -51,13 +51,9 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
         prod *= v
     if c.gpus % prod:
         expr = "·".join(f"{n}({v})" for n, v in fixed)
-        raise LayoutError(
-            f"{expr} = {prod} does not divide {c.gpus} GPUs ({c.gpus} mod {prod} = {c.gpus % prod})"
-        )
+        raise LayoutError(f"{expr} = {prod} does not divide {c.gpus} GPUs ({c.gpus} mod {prod} = {c.gpus % prod})")
     if c.tp is not None and c.tp > 1 and not heads:
-        raise LayoutError(
-            f"tp({c.tp}) needs a transformer to split (attention heads); this model has none: use --tp 1"
-        )
+        raise LayoutError(f"tp({c.tp}) needs a transformer to split (attention heads); this model has none: use --tp 1")
     if c.tp is not None or c.pp is not None:
         check_model(c.tp or 1, c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
     check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1, bool(c.megatron))
@@ -70,9 +66,7 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
         )
 
 
-def candidates(
-    c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int
-) -> Iterator[Layout]:
+def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int) -> Iterator[Layout]:
     # Megatron TP splits attention heads and MLPs: only transformers (heads > 0) get tp > 1.
     tps = [c.tp] if c.tp else [t for t in divisors(c.gpus) if t <= gpus_per_node and (heads or t == 1)]
     for tp in tps:
@@ -89,9 +83,7 @@ def candidates(
             if c.global_batch % dp:
                 continue
             per_rank = c.global_batch // dp
-            mbs = (
-                [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
-            )
+            mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
             for m in mbs:
                 if per_rank % m:
                     continue
@@ -173,10 +165,7 @@ def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
     from gpuplan.units import format_bytes
 
     if other.per_gpu_peak_bytes > usable_bytes:
-        return (
-            f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > "
-            f"{format_bytes(usable_bytes)} usable"
-        )
+        return f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > {format_bytes(usable_bytes)} usable"
     if other.step_time_s <= best.step_time_s * 1.0005:
         return (
             f"same step time, more memory: {format_bytes(other.per_gpu_peak_bytes)} vs "

@@ -81,15 +81,11 @@ def make_topology(
             )
         gpus_per_node = gpus // nodes
     if nodes * gpus_per_node != gpus:
-        raise LayoutError(
-            f"nodes({nodes})·gpus-per-node({gpus_per_node}) = {nodes * gpus_per_node} ≠ {gpus} GPUs"
-        )
+        raise LayoutError(f"nodes({nodes})·gpus-per-node({gpus_per_node}) = {nodes * gpus_per_node} ≠ {gpus} GPUs")
     intra = gpu.intra_node_gb_per_s_per_direction
     if intra is None and gpus_per_node > 1:
         raise ConfigError(f"{gpu.id} cannot talk to a peer GPU (no NVLink or PCIe peer link in the catalog)")
-    nic = (
-        inter_node_gbps if inter_node_gbps is not None else _NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
-    )
+    nic = inter_node_gbps if inter_node_gbps is not None else _NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
     if nic <= 0:
         raise ConfigError(f"--inter-node-gbps must be positive, got {nic:g}")
     return Topology(
