@@ -104,6 +104,26 @@ def _transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
         setattr(masking, "find_packed_sequence_indices", original)  # noqa: B010
 
 
+@contextlib.contextmanager
+def _no_weight_init() -> Iterator[None]:
+    """Weight values mean nothing on fake tensors, and some initialisers read them
+    (``trunc_normal_`` rejection-samples with ``.item()`` since torch 2.14): skip them all."""
+    init = torch.nn.init
+    names = [n for n in dir(init) if n.endswith("_") and not n.startswith("__") and callable(getattr(init, n))]
+    saved = {n: getattr(init, n) for n in names}
+
+    def keep(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        return tensor
+
+    for n in names:
+        setattr(init, n, keep)
+    try:
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(init, n, fn)
+
+
 def find_containers(module: nn.Module, counts: Mapping[str, int]) -> dict[str, str]:
     """Map each layer-count config key to the path of the ModuleList holding that many blocks."""
     lists = [(name, m) for name, m in module.named_modules()
@@ -210,7 +230,8 @@ class StepRunner:
         # parameters, which fails while the fake mode holds weak references to them.
         torch.set_default_dtype(dtype)
         try:
-            model = self.source.build(self.workload, self.layers or None)
+            with _no_weight_init() if self.fake else contextlib.nullcontext():
+                model = self.source.build(self.workload, self.layers or None)
         except TraceError:
             raise
         except Exception as exc:
