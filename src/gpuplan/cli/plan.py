@@ -61,7 +61,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.parallel import emit as emitters
+    from gpuplan.parallel.emit import emit, layout_engine_note
     from gpuplan.parallel.plan import plan
 
     workload = workload_from_args(args)
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
         megatron=args.megatron,
         workload=workload,
     )
-    emitted = emitters.emit(p, args.emit) if args.emit else None
-    note = emitters.layout_engine_note(p.best.layout, args.emit) if args.emit else None
+    emitted = emit(p, args.emit) if args.emit else None
+    note = layout_engine_note(p.best.layout, args.emit) if args.emit else None
     if args.json:
         out = p.to_dict()
         if emitted is not None:
