@@ -19,6 +19,7 @@ Counts tried: 1, 2, 4, 8, 16, ... up to ``max_gpus`` (and ``max_gpus`` itself).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -171,6 +172,44 @@ def _gathered_block_bytes(step: TracedStep) -> int:
     return 2 * step.param_bytes // max(layers, 1)  # current block + the prefetched next one
 
 
+class _Sharding:
+    """Per-GPU tensor bytes under ZeRO-3 / FSDP sharding over n GPUs, from the single-GPU trace.
+
+    When the single-GPU peak is the optimizer step (foreach temporaries the size of the parameters
+    on top of all model state), every tensor live there is model-state sized and sharded: that
+    peak divides by n. The forward/backward peak is then unknown from that trace, so the same
+    workload without the optimizer is traced once (lazily, only when n > 1 is needed) and its
+    parameters and gradients, plus the optimizer state of the first trace, are divided by n."""
+
+    def __init__(self, step: TracedStep, trace_without_optimizer: Any) -> None:
+        self.step = step
+        self._trace_fb = trace_without_optimizer
+        self._fb: TracedStep | None = None
+        self.traces = 0
+
+    @property
+    def optimizer_peak(self) -> bool:
+        return self.step.peak_phase in ("optimizer", "zero_grad")
+
+    def per_gpu_tensor_bytes(self, n: int) -> int:
+        step = self.step
+        if n == 1:
+            return step.reserved_peak_bytes
+        if not self.optimizer_peak:
+            sharded = _sharded_bytes(step)
+            return step.reserved_peak_bytes - sharded + -(-sharded // n)
+        if self._fb is None:
+            self._fb = self._trace_fb()
+            self.traces += 1
+        fb = self._fb
+        c = fb.tensor_components
+        states = c.get("parameters", 0) + c.get("gradients", 0)
+        opt_state = step.tensor_components.get("optimizer_state", 0)
+        at_fb = fb.reserved_peak_bytes - states + -(-(states + opt_state) // n)
+        at_opt = -(-step.reserved_peak_bytes // n)
+        return max(at_fb, at_opt)
+
+
 def _link_bytes_per_s(gpu: GPU, count: int) -> float:
     intra = gpu.intra_node_gb_per_s_per_direction
     if count > GPUS_PER_NODE:
@@ -211,6 +250,7 @@ def recommend(
     for cls in sorted({kernel_class(g, w) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
         steps[cls] = trace_step(source, traced_w, compute_capability=cls)
     trace_s = time.perf_counter() - t0
+    shardings: dict[tuple[int, int], _Sharding] = {}
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
@@ -219,9 +259,14 @@ def recommend(
         if bad is not None:
             outs.append(Candidate(gpu, 0, False, bad))
             continue
-        step = steps[kernel_class(gpu, w)]
+        cls = kernel_class(gpu, w)
+        step = steps[cls]
+        if cls not in shardings:
+            shardings[cls] = _Sharding(
+                step, functools.partial(trace_step, source, traced_w.with_(optimizer="none"), compute_capability=cls)
+            )
         timer = _Timer(w, traced_w, gen, task, seq)
-        cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer)
+        cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer, shardings[cls])
         if cand.fits and budget_usd is not None:
             cost = cand.cost_per_hour_usd if prices else cand.purchase_usd
             if cost is not None and cost > budget_usd:
@@ -252,11 +297,13 @@ def recommend(
     fixed = _sharded_bytes(any_step) if any_step else 0
     batch_bytes = (any_step.reserved_peak_bytes - fixed) if any_step else 0
     largest = needed = None
-    if not ins and catalog:
-        big = max(catalog, key=lambda g: g.usable_memory_bytes)
-        largest = big.id
-        big_out = next((c for c in outs if c.gpu.id == big.id), None)
-        needed = big_out.per_gpu_bytes if big_out else None
+    # the largest GPU that could have run it: right dtype, and a peer link when sharding was allowed
+    usable_out = [c for c in outs if c.per_gpu_bytes > 0]
+    shardable = [c for c in usable_out if max_gpus == 1 or c.gpu.intra_node_gb_per_s_per_direction]
+    if not ins and (shardable or usable_out):
+        big_out = max(shardable or usable_out, key=lambda c: c.gpu.usable_memory_bytes)
+        largest = big_out.gpu.id
+        needed = big_out.per_gpu_bytes
     notes = [
         "one trace per attention-kernel class (sm_80+ / older); memory per GPU = traced peak + that GPU's "
         "CUDA context and cuBLAS workspaces",
@@ -287,7 +334,7 @@ def recommend(
         per_gpu_fixed_bytes=fixed,
         per_gpu_batch_bytes=batch_bytes,
         trace_s=trace_s,
-        traces=len(steps) * 1,
+        traces=len(steps) + sum(sh.traces for sh in shardings.values()),
         assumptions=tuple(notes),
         by_cost=by_cost,
         largest_gpu=largest,
@@ -352,11 +399,12 @@ def _best_count(
     max_gpus: int,
     price_per_hour: float | None,
     timer: _Timer,
+    sharding: _Sharding,
 ) -> Candidate:
-    single, _ = _required_bytes(step, gpu, w)
-    single += timer.extra_bytes(step)
+    single, fixed = _required_bytes(step, gpu, w)
+    extra = timer.extra_bytes(step)
+    single += extra
     usable = gpu.usable_memory_bytes
-    sharded = _sharded_bytes(step)
     need = single
     for n in counts_up_to(max_gpus):
         if n == 1:
@@ -364,7 +412,7 @@ def _best_count(
         else:
             if gpu.intra_node_gb_per_s_per_direction is None:
                 break  # no peer-to-peer link (Apple SoCs): single device only
-            need = single - sharded + -(-sharded // n) + _gathered_block_bytes(step)
+            need = sharding.per_gpu_tensor_bytes(n) + fixed + extra + _gathered_block_bytes(step)
         if need <= usable:
             try:
                 one_s, one = timer(step, gpu)
