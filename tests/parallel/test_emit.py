@@ -99,6 +99,18 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
         assert accelerate_config(_plan(gpt2_ctx, lay))["num_processes"] == 32
 
 
+def test_accelerate_megatron_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, megatron=True, checkpointing="full")
+    path = tmp_path / "megatron.yaml"
+    path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
+    cfg = config_args.load_config_from_file(str(path))
+    assert str(cfg.distributed_type).endswith("MEGATRON_LM")
+    m = cfg.megatron_lm_config
+    assert (m["megatron_lm_tp_degree"], m["megatron_lm_pp_degree"], m["megatron_lm_num_micro_batches"]) == (4, 4, 8)
+    assert m["megatron_lm_sequence_parallelism"] and m["megatron_lm_recompute_activations"]
+
+
 def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
     import importlib
 

@@ -83,3 +83,18 @@ def test_library_errors_are_layout_errors() -> None:
     with pytest.raises(LayoutError, match="key/value heads"):
         check_model(16, 1, heads=64, kv_heads=6, layers=80)
     assert check_batch(512, 32, 4) == 4
+
+
+def test_inference_mode_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, "plan", "gpt2", "--gpus", "8", "--gpu", "H100-SXM", "--mode", "infer")
+    assert code == 2 and "gpuplan plan covers training (--mode train), got --mode infer" in err
+
+
+def test_megatron_with_zero_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, "plan", "gpt2", "--gpus", "8", "--gpu", "H100-SXM", "--megatron", "--zero", "1")
+    assert code == 2 and "not allowed with argument" in err
+
+
+def test_tp_on_a_cnn_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, "plan", "resnet50", "--gpus", "8", "--gpu", "H100-SXM", "--tp", "2")
+    assert code == 2 and "tp(2) needs a transformer to split" in err

@@ -212,6 +212,17 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
             "zero_stage": lay.zero,
         }
         _ = z
+    elif lay.engine == "megatron":
+        base["distributed_type"] = "MEGATRON_LM"
+        base["megatron_lm_config"] = {
+            "megatron_lm_tp_degree": lay.tp,
+            "megatron_lm_sequence_parallelism": lay.tp > 1 and lay.sequence_parallel,
+            "megatron_lm_pp_degree": lay.pp,
+            "megatron_lm_num_micro_batches": lay.grad_accum,
+            "megatron_lm_recompute_activations": lay.checkpointing != "none",
+            "megatron_lm_use_distributed_optimizer": False,
+            "megatron_lm_gradient_clipping": 1.0,
+        }
     elif lay.fsdp:
         base["distributed_type"] = "FSDP"
         base["fsdp_config"] = {
@@ -225,7 +236,9 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
         }
     else:
         base["distributed_type"] = "MULTI_GPU" if lay.gpus > 1 else "NO"
-    if lay.tp > 1 or lay.pp > 1:
+    if lay.engine == "torch" and lay.tp > 1:
+        # accelerate's ParallelismConfig (launch --parallelism_config_*): TP and the FSDP dims; it has
+        # no pipeline dimension, so a torch pipeline layout needs the torchrun emitter.
         base["parallelism_config"] = {
             "parallelism_config_tp_size": lay.tp,
             "parallelism_config_dp_shard_size": lay.shard_group if lay.fsdp else 1,
