@@ -18,6 +18,20 @@ CASES = [
     ["gpt2", "--mode", "train"],
     ["llama-3.1-8b", "--mode", "generate"],
     ["llama-3.1-70b", "--mode", "train", "--max-gpus", "64"],
+    # the same model as people train it: the default (fp32, 8192 tokens, no checkpointing) fits nowhere
+    [
+        "llama-3.1-70b",
+        "--mode",
+        "train",
+        "--max-gpus",
+        "64",
+        "--precision",
+        "amp-bf16",
+        "--checkpointing",
+        "full",
+        "--seq-len",
+        "4096",
+    ],
 ]
 
 
