@@ -19,6 +19,7 @@ from gpuplan.errors import (
 )
 from gpuplan import estimate
 from gpuplan.estimate import Estimate, TracedStep, trace_step
+from gpuplan.simulate import Simulation, simulate
 from gpuplan.workload import Workload
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __all__ = [
     "LayoutError",
     "MissingDependencyError",
     "ModelSourceError",
+    "Simulation",
     "TraceError",
     "TracedStep",
     "UnknownGPUError",
@@ -37,5 +39,6 @@ __all__ = [
     "Workload",
     "__version__",
     "estimate",
+    "simulate",
     "trace_step",
 ]
