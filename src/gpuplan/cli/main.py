@@ -62,9 +62,13 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug (tracebacks instead of one-line errors) is accepted anywhere on the line
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     verb = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(verb)
     args = parser.parse_args(argv)
+    args.debug = debug
     if args.verb is None:
         parser.print_help()
         return 2
@@ -79,6 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: still one line unless --debug
+        if args.debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"gpuplan {args.verb}: internal error: {type(exc).__name__}: {first} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        return 2
     return code
 
 
