@@ -14,7 +14,7 @@ slowest stage; data-parallel gradient traffic overlaps the last backward as the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
 from gpuplan.parallel.layout import Layout
@@ -43,9 +43,12 @@ class RankMemory:
     activations of a micro-batch, so the peak takes the larger of the two."""
     weight_cast_bytes: int = 0
     """16-bit copies of fp32 weights that torch.autocast keeps through forward and backward."""
+    allocator_slack_bytes: int = 0
+    """Caching-allocator slack (reserved beyond allocated), at the traced step's fraction."""
 
     @property
-    def total_bytes(self) -> int:
+    def allocated_bytes(self) -> int:
+        """Peak of live tensors (what torch.cuda.max_memory_allocated would report) + context."""
         return (
             self.params_bytes
             + self.grads_bytes
@@ -55,10 +58,17 @@ class RankMemory:
             + self.overhead_bytes
         )
 
+    @property
+    def total_bytes(self) -> int:
+        """What the rank needs from the GPU: allocated + allocator slack + CUDA context."""
+        return self.allocated_bytes + self.allocator_slack_bytes
+
     def to_dict(self) -> dict[str, int | str]:
         return {
             "kind": self.kind,
             "total_bytes": self.total_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "allocator_slack": self.allocator_slack_bytes,
             "parameters": self.params_bytes,
             "gradients": self.grads_bytes,
             "optimizer_state": self.optimizer_bytes,
@@ -218,19 +228,19 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     out = []
     for kind, rank_params, act, cast in kinds:
         params, grads, opt, buffers = _states(ctx, layout, rank_params)
-        out.append(
-            RankMemory(
-                kind,
-                int(params),
-                int(grads),
-                int(opt),
-                int((act + transient) * scale),
-                int(buffers + p2p),
-                ctx.overhead_bytes,
-                int(_optimizer_temp(ctx, layout, rank_params)),
-                int(cast),
-            )
+        rank = RankMemory(
+            kind,
+            int(params),
+            int(grads),
+            int(opt),
+            int((act + transient) * scale),
+            int(buffers + p2p),
+            ctx.overhead_bytes,
+            int(_optimizer_temp(ctx, layout, rank_params)),
+            int(cast),
         )
+        slack = p.allocator_slack_fraction * (rank.allocated_bytes - ctx.overhead_bytes)
+        out.append(replace(rank, allocator_slack_bytes=int(slack)))
     return tuple(out)
 
 

@@ -219,8 +219,8 @@ def plan(
         "rank order tp (inside a node) → dp → pp (Megatron); TP collectives not overlapped with compute",
         "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets) "
         "when pp = 1, and follows the pipeline flush when pp > 1",
-        "memory: CUDA context and cuBLAS workspaces added per rank; allocator fragmentation and NCCL "
-        "internal buffers not counted",
+        f"memory: CUDA context and cuBLAS workspaces added per rank; caching-allocator slack at the "
+        f"traced step's {prof.allocator_slack_fraction:.1%} of allocated bytes; NCCL internal buffers not counted",
         *notes,
     )
     return Plan(

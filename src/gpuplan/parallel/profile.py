@@ -109,6 +109,8 @@ class ModelProfile:
     optimizer_s_per_param: float
     optimizer_temp_bytes_per_param: float
     """Temporaries the optimizer step allocates per parameter it updates (foreach Adam: 4 bytes)."""
+    allocator_slack_fraction: float
+    """(reserved − allocated) / allocated at the traced peak, from the caching-allocator model."""
     block_model_flops: int
     outer_model_flops: int
     block_hw_flops: int
@@ -289,6 +291,12 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     opt_points = [i for i, p in enumerate(trace.points) if p.phase == "optimizer"]
     opt_vecs = category_vectors(trace, opt_points) if opt_points else {}
     opt_temp = max((v["temporaries"] + v["activations"] for v in opt_vecs.values()), default=0)
+    # The caching allocator's slack over the allocated peak, from gpuplan's allocator model replayed
+    # on the traced events (3 blocks): applied to every rank as a fraction of its allocated bytes.
+    from gpuplan.memory.allocator import replay
+
+    stats = replay(trace.events)
+    slack = stats.peak_reserved_bytes / stats.peak_allocated_bytes - 1 if stats.peak_allocated_bytes else 0.0
 
     # ---- time, from the cost model on subsets of the traced ops -------------------------------
     ops = trace.ops
@@ -377,6 +385,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
         last_act_bytes=outer_act - first_act,
         transient_bytes=max(0, transient),
         optimizer_temp_bytes_per_param=opt_temp / max(run.params_count, 1),
+        allocator_slack_fraction=max(0.0, slack),
         block_time=block_time,
         first_time=first_time,
         last_time=last_time,
