@@ -359,6 +359,9 @@ def _make_target_fit(
         if ga is not None:
             steps.append(ga)
             if ga.point.fits:
+                relaxed = _relax_checkpointing(tracer, ga)
+                if relaxed is not None:
+                    steps.append(relaxed)
                 return steps, True
             current = ga.point.workload
         off = _offload_step(tracer, current)
@@ -380,25 +383,34 @@ def _grad_accum_step(tracer: _Tracer, current: Workload, target: int) -> Techniq
     else:
         k = next((d for d in divisors if target // d <= best), target)
     micro = current.with_(batch_size=target // k, grad_accum=k)
-    # Memory in steady state is the same for any k >= 2 (the accumulated gradients persist between
-    # micro-batches, nothing else grows), and a trace runs every micro-batch: trace k = 2 and scale
-    # the forward/backward time to k micro-batches.
+    return TechniqueStep(
+        "grad-accumulation",
+        f"--batch-size {target // k} --grad-accum {k}: effective batch {target} in {k} micro-batches",
+        _ga_point(tracer, micro),
+        notes=("traced with 2 micro-batches (same steady-state memory), time scaled to k",) if k > 2 else (),
+    )
+
+
+def _ga_point(tracer: _Tracer, micro: Workload) -> Point:
+    """A grad-accumulation workload's memory and time. Memory in steady state is the same for any
+    k >= 2 (the accumulated gradients persist between micro-batches, nothing else grows), and a
+    trace runs every micro-batch: trace k = 2 and scale the forward/backward time to k."""
     from gpuplan.estimate import estimate
 
+    k = micro.grad_accum
     tracer.traces += 1
-    est = estimate(tracer.source, workload=micro.with_(grad_accum=2), gpu=tracer.gpu)
+    est = estimate(tracer.source, workload=micro.with_(grad_accum=min(k, 2)), gpu=tracer.gpu)
     time_s = throughput = None
     timing = est.extra.get("json", {}).get("time", {})
     if est.step_time_s is not None and timing:
         phases = timing["by_phase_s"]
-        micro_s = sum(v for ph, v in phases.items() if ph in ("forward", "loss", "backward")) / 2
-        time_s = est.step_time_s + (k - 2) * micro_s
+        traced_k = min(k, 2)
+        micro_s = sum(v for ph, v in phases.items() if ph in ("forward", "loss", "backward")) / traced_k
+        time_s = est.step_time_s + (k - traced_k) * micro_s
         if est.throughput:
-            throughput = {
-                "value": est.throughput["value"] / 2 * k * est.step_time_s / time_s,
-                "unit": est.throughput["unit"],
-            }
-    pt = Point(
+            per_sample = est.throughput["value"] * est.step_time_s / traced_k  # samples or tokens per micro
+            throughput = {"value": per_sample * k / time_s, "unit": est.throughput["unit"]}
+    return Point(
         micro,
         est.total_required_bytes,
         est.peak_allocated_bytes,
@@ -407,12 +419,23 @@ def _grad_accum_step(tracer: _Tracer, current: Workload, target: int) -> Techniq
         throughput,
         est.tensor_peak_bytes,
     )
-    return TechniqueStep(
-        "grad-accumulation",
-        f"--batch-size {target // k} --grad-accum {k}: effective batch {target} in {k} micro-batches",
-        pt,
-        notes=("traced with 2 micro-batches (same steady-state memory), time scaled to k",) if k > 2 else (),
-    )
+
+
+def _relax_checkpointing(tracer: _Tracer, ga: TechniqueStep) -> TechniqueStep | None:
+    """With gradient accumulation in place, checkpointing added earlier on the ladder may no longer
+    be needed: try the cheaper settings at the same micro-batch (one trace each, fastest that fits)."""
+    micro = ga.point.workload
+    order = {"full": ("selective", "none"), "selective": ("none",)}.get(micro.checkpointing, ())
+    best: TechniqueStep | None = None
+    for mode in order:
+        pt = _ga_point(tracer, micro.with_(checkpointing=mode))
+        if not pt.fits:
+            break
+        if pt.step_time_s is not None and ga.point.step_time_s is not None and pt.step_time_s < ga.point.step_time_s:
+            best = TechniqueStep(
+                "relax-checkpointing", f"with --grad-accum {micro.grad_accum}, --checkpointing {mode} is enough", pt
+            )
+    return best
 
 
 def _offload_step(tracer: _Tracer, current: Workload) -> TechniqueStep | None:

@@ -42,8 +42,7 @@ def render_fit(r: FitResult) -> str:
     lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}"]
     if r.max_batch_size >= 1:
         lines.append(
-            f"largest batch that fits: {r.max_batch_size} "
-            f"(~{format_bytes(r.bytes_per_sample)} per extra sample)"
+            f"largest batch that fits: {r.max_batch_size} (~{format_bytes(r.bytes_per_sample)} per extra sample)"
         )
     else:
         lines.append("batch 1 does not fit as given")
@@ -68,9 +67,7 @@ def render_fit(r: FitResult) -> str:
             )
         )
         lines.append(
-            "answer: " + (", ".join(t.description for t in r.techniques[1:]) or "fits as given")
-            if r.target_fits
-            else "answer: does not fit even with every technique"
+            "answer: " + answer_flags(r) if r.target_fits else "answer: does not fit even with every technique"
         )
     if not r.ok and r.largest_gpu:
         lines.append(
@@ -80,6 +77,26 @@ def render_fit(r: FitResult) -> str:
     if r.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
     return "\n".join(lines)
+
+
+def answer_flags(r: FitResult) -> str:
+    """The flags that turn the given workload into the one that fits (the ladder's last rung)."""
+    if not r.techniques:
+        return "fits as given"
+    final, base = r.techniques[-1].point.workload, r.workload
+    flags = [
+        f"--{name.replace('_', '-')} {getattr(final, name)}"
+        for name in ("precision", "optimizer", "checkpointing")
+        if getattr(final, name) != getattr(base, name)
+    ]
+    if final.grad_accum != base.grad_accum or final.batch_size != (r.target_batch_size or base.batch_size):
+        flags.append(
+            f"--batch-size {final.batch_size} --grad-accum {final.grad_accum} "
+            f"(effective batch {final.batch_size * final.grad_accum})"
+        )
+    if r.techniques[-1].name == "cpu-offload":
+        flags.append("+ optimizer offloaded to the CPU (DeepSpeed ZeRO-Offload)")
+    return " ".join(flags) or "fits as given"
 
 
 def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
