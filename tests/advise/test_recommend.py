@@ -109,6 +109,8 @@ def test_prices_rank_by_cost_and_budget_filters(cnn_rec: Recommendation) -> None
     assert l4.cost_per_hour_usd == 0.7
     assert l4.throughput is not None
     assert l4.cost_per_million_usd == pytest.approx(0.7 / (l4.throughput["value"] * 3600) * 1e6)
+    text = str(rec)
+    assert "cheapest per million samples" in text and "over budget" in text
 
 
 def test_counts() -> None:

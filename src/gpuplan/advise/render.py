@@ -148,6 +148,20 @@ def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
     )
     if not r.candidates_in:
         lines.append("(nothing fits)")
+    if r.by_cost:
+        lines += ["", f"cheapest per million {per} (your --prices):"]
+        cost_rows = [
+            [
+                str(i),
+                c.gpu.id,
+                str(c.count),
+                f"{c.cost_per_hour_usd or 0:,.2f}",
+                f"{c.cost_per_million_usd or 0:,.3f}",
+                _time(c.step_time_s),
+            ]
+            for i, c in enumerate(r.by_cost[:10], 1)
+        ]
+        lines.append(table(cost_rows, ["#", "GPU", "n", "$/h", f"$/1M {per}", "step"]))
     out = r.candidates_out[:show_out]
     if out:
         lines += ["", f"out ({len(r.candidates_out)} GPUs; {show_out} shown):"]
