@@ -43,6 +43,7 @@ def render_fit(r: FitResult) -> str:
     if r.max_batch_size >= 1:
         lines.append(
             f"largest batch that fits: {r.max_batch_size} (~{format_bytes(r.bytes_per_sample)} per extra sample)"
+            + (" — the largest batch size gpuplan accepts; memory is not the limit" if r.over_point is None else "")
         )
     else:
         lines.append("batch 1 does not fit as given")
