@@ -121,11 +121,10 @@ def _category_total(run: RunResult, category: str) -> int:
 def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
                 scale: bool = True) -> tuple[TracedStep, RunResult]:
     from gpuplan.memory.allocator import replay
+    from gpuplan.models.sources import SafetensorsSource
     from gpuplan.trace.decode import extend_decode, scale_decode_ops
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
-
-    from gpuplan.models.sources import SafetensorsSource
 
     if isinstance(source, SafetensorsSource):
         return _weights_only_step(source, workload), None  # type: ignore[return-value]
@@ -244,9 +243,19 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         notes=tuple(notes))
 
 
-def _top_modules(run: RunResult, point: int, full_blocks: Mapping[str, int], n: int = 10
+def _activation_point(run: RunResult, peak_point: int) -> int:
+    """Where activations are largest: the end of the (last) forward when training, else the peak."""
+    forward = [i for i, p in enumerate(run.trace.points) if p.phase in ("forward", "loss")]
+    if run.trace.points and any(p.phase == "backward" for p in run.trace.points) and forward:
+        return forward[-1]
+    return peak_point
+
+
+def _top_modules(run: RunResult, peak_point: int, full_blocks: Mapping[str, int], n: int = 10
                  ) -> tuple[tuple[str, int], ...]:
-    """Activation bytes live at the peak by module; block indices folded to '*' and scaled."""
+    """Activation bytes by module where activations are largest (the end of forward when training);
+    block indices folded to '*' and scaled to the full depth."""
+    point = _activation_point(run, peak_point)
     if point < 0:
         return ()
     trace = run.trace

@@ -79,7 +79,8 @@ def render_estimate(est: Estimate) -> str:
             lines.append(f"step time {format_seconds(est.step_time_s)}   throughput {tp.get('value', 0):,.1f} "
                          f"{tp.get('unit', '')}" + (f"   MFU {100 * est.mfu:.1f}%" if est.mfu is not None else ""))
     if est.step.top_activation_modules:
-        lines += ["", "activation memory at the peak, by module (top 10):"]
+        where = "end of forward" if est.workload.trains else "the peak"
+        lines += ["", f"activation memory at {where}, by module (top 10):"]
         lines.append(table([[m, _gib(b)] for m, b in est.step.top_activation_modules], ["module", "GiB"]))
     if est.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in est.assumptions]
