@@ -57,10 +57,7 @@ def _rate(gpu: GPU, dtype: str, precision: str) -> float:
 
 
 def _dominates(a: GPU, b: GPU, precision: str = "fp32") -> bool:
-    if (
-        a.usable_memory_bytes < b.usable_memory_bytes
-        or a.memory_bandwidth_gb_per_s < b.memory_bandwidth_gb_per_s
-    ):
+    if a.usable_memory_bytes < b.usable_memory_bytes or a.memory_bandwidth_gb_per_s < b.memory_bandwidth_gb_per_s:
         return False
     return all(_rate(a, d, precision) >= _rate(b, d, precision) for d in _DTYPES)
 
@@ -78,9 +75,7 @@ def test_dominating_gpu_never_ranks_below_on_time(cnn_rec: Recommendation, data:
 
 
 def test_zero3_shards_model_state_when_one_gpu_is_too_small() -> None:
-    small = shrunk(
-        "H100-SXM", 1400, "H100-small"
-    )  # the ~1 GiB of fp32 AdamW state of wide_mlp does not fit on one
+    small = shrunk("H100-SXM", 1400, "H100-small")  # the ~1 GiB of fp32 AdamW state of wide_mlp does not fit on one
     rec = recommend(WIDE, Workload(mode="train", batch_size=4), max_gpus=8, gpus=[small, get_gpu("H100-SXM")])
     by_id = {c.gpu.id: c for c in rec.candidates_in}
     assert by_id["H100-SXM"].count == 1
@@ -131,3 +126,58 @@ def test_generate_shortcut_agrees_with_estimate(tiny_gpt2: object) -> None:
     assert cand.step_time_s == pytest.approx(est.step_time_s, rel=0.05)
     # memory: the untraced tokens' KV cache is added, an upper bound within a few MiB
     assert est.total_required_bytes <= cand.per_gpu_bytes <= est.total_required_bytes + 8 * 2**20
+
+
+_BIG_GPUS = [g for g in all_gpus() if not g.is_mig and g.peak_tflops("fp32") and g.intra_node_gb_per_s_per_direction]
+
+
+@pytest.fixture(scope="module")
+def wide_steps() -> tuple[object, object]:
+    """wide_mlp's step (peak in the optimizer step) and the same step without optimizer."""
+    from gpuplan.estimate import trace_step
+
+    w = Workload(mode="train", batch_size=4)
+    return trace_step(WIDE, w), trace_step(WIDE, w.with_(optimizer="none"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gpu=st.sampled_from(_BIG_GPUS),
+    mem=st.floats(1.0, 3.0),
+    bw=st.floats(1.0, 3.0),
+    flops=st.floats(1.0, 3.0),
+    link=st.floats(1.0, 3.0),
+    usable_gib=st.floats(1.0, 2.5),
+)
+def test_bigger_gpu_never_slower_or_needs_more_gpus(
+    wide_steps: tuple[object, object], gpu: GPU, mem: float, bw: float, flops: float, link: float, usable_gib: float
+) -> None:
+    """Ranking invariant with multi-GPU layouts: more memory, bandwidth, FLOPs and link bandwidth never
+    give a slower step or a larger GPU count (wide_mlp: ~1 GiB of model state, so counts > 1 occur)."""
+    import dataclasses
+
+    from gpuplan.advise.recommend import _best_count, _Sharding, _Timer
+
+    size = int(usable_gib * 2**30)
+    base = dataclasses.replace(gpu, memory_total_bytes=size, cuda_total_memory_bytes=size)
+    rates = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops")
+    bigger = dataclasses.replace(
+        base,
+        memory_total_bytes=int(size * mem),
+        cuda_total_memory_bytes=int(size * mem),
+        memory_bandwidth_gb_per_s=base.memory_bandwidth_gb_per_s * bw,
+        interconnect_gb_per_s_bidirectional=(base.interconnect_gb_per_s_bidirectional or 0) * link or None,
+        **{f: (getattr(base, f) * flops if getattr(base, f) else None) for f in rates},
+    )
+    w = Workload(mode="train", batch_size=4)
+    step, without_optimizer = wide_steps
+
+    def best(g: GPU) -> Candidate:
+        timer = _Timer(w, w, None, "custom", None)
+        sharding = _Sharding(step, lambda: without_optimizer)  # type: ignore[arg-type]
+        return _best_count(step, g, w, 64, None, timer, sharding)  # type: ignore[arg-type]
+
+    a, b = best(bigger), best(base)
+    if b.fits:
+        assert a.fits and a.count <= b.count
+        assert (a.step_time_s or 0) <= (b.step_time_s or 0) * (1 + 1e-9)
