@@ -7,6 +7,7 @@ that need them.
 
 from __future__ import annotations
 
+from gpuplan import estimate
 from gpuplan.errors import (
     ConfigError,
     GpuplanError,
@@ -17,7 +18,6 @@ from gpuplan.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from gpuplan import estimate
 from gpuplan.estimate import Estimate, TracedStep, trace_step
 from gpuplan.simulate import Simulation, simulate
 from gpuplan.workload import Workload

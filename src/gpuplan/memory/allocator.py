@@ -179,3 +179,19 @@ def replay(events: Iterable[MemEvent], capacity_bytes: int | None = None) -> All
         else:
             model.free(ev.storage_id)
     return AllocatorStats(model.peak_reserved_bytes, model.peak_allocated_bytes, len(model._segments))
+
+
+def min_capacity(events: list[MemEvent], low_bytes: int, high_bytes: int, resolution_bytes: int = 2 << 20) -> int:
+    """The smallest device capacity (in ``resolution_bytes`` steps) with which the replay runs
+    without out-of-memory: under pressure the allocator releases cached segments and retries, so
+    a run can need less than the reserved peak it reaches on a larger device."""
+    if replay(events, capacity_bytes=low_bytes).oom_event_index is None:
+        return low_bytes
+    lo, hi = low_bytes, max(high_bytes, low_bytes)
+    while hi - lo > resolution_bytes:
+        mid = (lo + hi) // 2
+        if replay(events, capacity_bytes=mid).oom_event_index is None:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -16,6 +16,7 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
         "peak_allocated_bytes": est.peak_allocated_bytes,
         "peak_reserved_bytes": est.peak_reserved_bytes,
         "total_required_bytes": est.total_required_bytes,
+        "min_required_bytes": est.min_required_bytes,
         "tensor_peak_bytes": est.tensor_peak_bytes,
         "components": dict(est.components),
         "peak_phase": est.peak_phase,

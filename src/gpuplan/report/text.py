@@ -70,6 +70,9 @@ def render_estimate(est: Estimate) -> str:
         f"peak reserved   {format_bytes(est.peak_reserved_bytes)}   (torch.cuda.max_memory_reserved)",
         f"total required  {format_bytes(est.total_required_bytes)}   (what nvidia-smi would show)",
     ]
+    if est.min_required_bytes and est.min_required_bytes < est.total_required_bytes:
+        lines.append(f"least needed    {format_bytes(est.min_required_bytes)}   "
+                     "(cached blocks released under pressure)")
     if est.gpu is not None:
         verdict = "fits" if est.fits else "does NOT fit"
         lines.append(f"{est.gpu.id}: {format_bytes(est.gpu.usable_memory_bytes)} usable — {verdict} "
