@@ -61,3 +61,18 @@ def test_reserved_covers_allocated_and_frees_return_everything(sizes: list[int],
         alloc.free(sid)
     assert alloc.allocated_bytes == 0
     assert alloc.peak_reserved_bytes >= alloc.peak_allocated_bytes >= sum(round_size(s) for s in sizes) // len(sizes)
+
+
+def test_min_capacity_is_below_the_uncapped_reserve() -> None:
+    """Two 30 MiB tensors freed, then a 40 MiB one: uncapped, the cache keeps both 30 MiB segments
+    (100 MiB reserved); with 64 MiB the allocator releases them and the 40 MiB request succeeds."""
+    from gpuplan.memory.allocator import min_capacity
+
+    events = [MemEvent(1, 30 * MIB), MemEvent(2, 30 * MIB), MemEvent(1, -30 * MIB), MemEvent(2, -30 * MIB),
+              MemEvent(3, 40 * MIB)]
+    uncapped = replay(events)
+    assert uncapped.peak_reserved_bytes == 100 * MIB
+    needed = min_capacity(events, uncapped.peak_allocated_bytes, uncapped.peak_reserved_bytes)
+    assert 60 * MIB <= needed <= 62 * MIB
+    assert replay(events, capacity_bytes=needed).oom_event_index is None
+    assert replay(events, capacity_bytes=needed - 2 * MIB).oom_event_index is not None
