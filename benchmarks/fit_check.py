@@ -44,8 +44,8 @@ def main() -> int:
             )
             ok = fits and over and r.max_batch_size >= 1
             ok_all &= ok
-            gib = (r.max_point.total_required_bytes / 2**30) if r.max_point else float("nan")
-            over_gib = (r.over_point.total_required_bytes / 2**30) if r.over_point else float("nan")
+            gib = (r.max_point.need_bytes / 2**30) if r.max_point else float("nan")
+            over_gib = (r.over_point.need_bytes / 2**30) if r.over_point else float("nan")
             rows.append(
                 f"| {model} | {gpu} | {fields['mode']} | {r.max_batch_size} | {gib:.2f} | {over_gib:.2f} "
                 f"| {r.gpu.usable_memory_bytes / 2**30:.2f} | {'yes' if ok else 'NO'} | {r.traces} "

@@ -26,6 +26,4 @@ def shrunk(gpu_id: str, usable_mib: float, new_id: str | None = None) -> GPU:
     """``gpu_id`` with only ``usable_mib`` of memory (everything else as in the catalog)."""
     base = get_gpu(gpu_id)
     size = int(usable_mib * MIB)
-    return dataclasses.replace(
-        base, id=new_id or base.id, memory_total_bytes=size, cuda_total_memory_bytes=size
-    )
+    return dataclasses.replace(base, id=new_id or base.id, memory_total_bytes=size, cuda_total_memory_bytes=size)

@@ -57,9 +57,7 @@ def test_bad_numbers_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_recommend_nothing_fits_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(
-        ["recommend", CNN, "--batch-size", "1000000", "--image-size", "64", "--max-gpus", "1", "--json"]
-    )
+    code = main(["recommend", CNN, "--batch-size", "1000000", "--image-size", "64", "--max-gpus", "1", "--json"])
     assert code == 1
     captured = capsys.readouterr()
     data = json.loads(captured.out)

@@ -21,7 +21,7 @@ def test_largest_batch_fits_and_next_does_not() -> None:
     # the tool's own traces at the reported batch and one more
     assert r.max_point.workload.batch_size == r.max_batch_size and r.max_point.fits
     assert r.over_point.workload.batch_size == r.max_batch_size + 1 and not r.over_point.fits
-    assert r.max_point.total_required_bytes <= gpu.usable_memory_bytes < r.over_point.total_required_bytes
+    assert r.max_point.need_bytes <= gpu.usable_memory_bytes < r.over_point.need_bytes
     assert r.traces <= 8  # two scaling traces, a few guesses, the confirmations: not one per candidate
     d = r.to_dict()
     assert d["max_batch_size"] == r.max_batch_size
@@ -34,9 +34,9 @@ def test_technique_ladder_reaches_target_in_speed_order() -> None:
     target = 64
     fp32 = estimate(CNN, mode="train", batch_size=target, image_size=128, gpu="L4")
     amp = estimate(CNN, mode="train", batch_size=target, image_size=128, precision="amp-bf16", gpu="L4")
-    assert amp.total_required_bytes < fp32.total_required_bytes
+    assert amp.min_required_bytes < fp32.min_required_bytes
     # room for the AMP step but not the fp32 one
-    gpu = shrunk("L4", (amp.total_required_bytes + fp32.total_required_bytes) / 2 / 2**20)
+    gpu = shrunk("L4", (amp.min_required_bytes + fp32.min_required_bytes) / 2 / 2**20)
     r = fit(CNN, gpu, Workload(mode="train", image_size=128), target_batch_size=target)
     names = [t.name for t in r.techniques]
     assert names[0] == "as-given" and not r.techniques[0].point.fits
@@ -69,8 +69,8 @@ def test_ladder_reaches_grad_accumulation_keeping_effective_batch() -> None:
     w = Workload(mode="train", image_size=128, precision="amp-bf16", optimizer="sgd", checkpointing="full")
     small = estimate(CNN, workload=w.with_(batch_size=16, grad_accum=2), gpu="L4")
     full = estimate(CNN, workload=w.with_(batch_size=target), gpu="L4")
-    assert small.total_required_bytes < full.total_required_bytes
-    gpu = shrunk("L4", (small.total_required_bytes + full.total_required_bytes) / 2 / 2**20)
+    assert small.min_required_bytes < full.min_required_bytes
+    gpu = shrunk("L4", (small.min_required_bytes + full.min_required_bytes) / 2 / 2**20)
     r = fit(CNN, gpu, w, target_batch_size=target)
     last = r.techniques[-1]
     assert r.target_fits and last.name == "grad-accumulation"

@@ -52,7 +52,14 @@ class Point:
     step_time_s: float | None
     throughput: dict[str, Any] | None
     tensor_peak_bytes: int = 0
-    """Exact live-tensor peak (before allocator rounding): the smooth quantity the search extrapolates."""
+    """Exact live-tensor peak (before allocator rounding)."""
+    min_required_bytes: int = 0
+    """What estimate() decides the fit on: the least the step needs (the caching allocator releases
+    cached blocks under pressure); 0 when unknown, then ``total_required_bytes`` is used."""
+
+    @property
+    def need_bytes(self) -> int:
+        return self.min_required_bytes or self.total_required_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +69,7 @@ class Point:
             "optimizer": self.workload.optimizer,
             "checkpointing": self.workload.checkpointing,
             "total_required_bytes": self.total_required_bytes,
+            "min_required_bytes": self.need_bytes,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "fits": self.fits,
             "step_time_s": self.step_time_s,
@@ -148,6 +156,10 @@ class FitResult:
         return render_fit(self)
 
 
+def _min_required(est: Estimate) -> int:
+    return int(getattr(est, "min_required_bytes", 0) or 0)
+
+
 class _Tracer:
     """Runs estimate() for workloads of one model on one GPU, counting traces."""
 
@@ -172,6 +184,7 @@ class _Tracer:
             est.step_time_s,
             est.throughput,
             est.tensor_peak_bytes,
+            _min_required(est),
         )
 
 
@@ -189,7 +202,7 @@ def _largest_batch(
     if not p1.fits:
         return 0, None, p1, 0
     p2 = tracer.point(base.with_(batch_size=2))
-    slope = max(p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.total_required_bytes - p1.total_required_bytes, 1)
+    slope = max(p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.need_bytes - p1.need_bytes, 1)
     known: dict[int, Point] = {1: p1, 2: p2}
 
     def bracket() -> tuple[int, int | None]:
@@ -203,12 +216,12 @@ def _largest_batch(
         if b is a:
             b = p1
         db = b.workload.batch_size - a.workload.batch_size
-        s = (b.total_required_bytes - a.total_required_bytes) / db if db else 0.0
+        s = (b.need_bytes - a.need_bytes) / db if db else 0.0
         if s <= 0:
             s = float(slope)
-        return lo + int((usable - a.total_required_bytes) // s)
+        return lo + int((usable - a.need_bytes) // s)
 
-    guess = 2 + int((usable - p2.total_required_bytes) // slope)
+    guess = 2 + int((usable - p2.need_bytes) // slope)
     last_fit: bool | None = None
     same_side = 0
     for _ in range(MAX_SEARCH_TRACES):
@@ -418,6 +431,7 @@ def _ga_point(tracer: _Tracer, micro: Workload) -> Point:
         time_s,
         throughput,
         est.tensor_peak_bytes,
+        _min_required(est),
     )
 
 
@@ -455,7 +469,16 @@ def _offload_step(tracer: _Tracer, current: Workload) -> TechniqueStep | None:
     tp = None
     if est.throughput and est.step_time_s:
         tp = {"value": est.throughput["value"] * est.step_time_s / time_s, "unit": est.throughput["unit"]}
-    pt = Point(current, est.total_required_bytes, est.peak_allocated_bytes, bool(est.fits), time_s, tp)
+    pt = Point(
+        current,
+        est.total_required_bytes,
+        est.peak_allocated_bytes,
+        bool(est.fits),
+        time_s,
+        tp,
+        est.tensor_peak_bytes,
+        _min_required(est),
+    )
     return TechniqueStep(
         "cpu-offload",
         "optimizer state and step offloaded to the CPU (DeepSpeed ZeRO-Offload style)",
@@ -469,5 +492,5 @@ def _largest_gpu_and_need(techniques: list[TechniqueStep], over_pt: Point | None
 
     largest = max(all_gpus(), key=lambda g: g.usable_memory_bytes)
     pts = [t.point for t in techniques] or ([over_pt] if over_pt else [])
-    need = min((p.total_required_bytes for p in pts), default=0)
+    need = min((p.need_bytes for p in pts), default=0)
     return largest.id, need

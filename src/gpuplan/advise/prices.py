@@ -31,15 +31,12 @@ def load_prices(path: str | Path) -> dict[str, float]:
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"prices file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})"
-            ) from None
+            raise ConfigError(f"prices file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     elif suffix in (".yaml", ".yml"):
         raw = _from_yaml(text, p)
     else:
         raise ConfigError(
-            f"prices file {str(p)!r}: unknown format {suffix or '(no extension)'!r} "
-            "(allowed: .yaml, .yml, .json, .csv)"
+            f"prices file {str(p)!r}: unknown format {suffix or '(no extension)'!r} (allowed: .yaml, .yml, .json, .csv)"
         )
     if not isinstance(raw, dict) or not raw:
         raise ConfigError(f"prices file {str(p)!r} must map GPU names to $/hour, e.g. 'H100-SXM: 2.49'")
@@ -64,9 +61,7 @@ def _from_csv(text: str, p: Path) -> dict[str, Any]:
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
         if len(cells) != 2:
-            raise ConfigError(
-                f"prices file {str(p)!r} line {i}: expected 'GPU,price', got {len(cells)} columns"
-            )
+            raise ConfigError(f"prices file {str(p)!r} line {i}: expected 'GPU,price', got {len(cells)} columns")
         if i == 1 and not _is_number(cells[1]):
             continue  # header
         out[cells[0]] = cells[1]

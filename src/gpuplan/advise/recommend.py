@@ -159,7 +159,13 @@ def _required_bytes(step: TracedStep, gpu: GPU, workload: Workload) -> tuple[int
         module_loading="lazy",
     )
     fixed = over.workspace_bytes + over.cuda_context_bytes
-    return step.reserved_peak_bytes + fixed, fixed
+    return _tensor_need(step) + fixed, fixed
+
+
+def _tensor_need(step: TracedStep) -> int:
+    """What estimate() decides the fit on: the least the caching allocator needs for the step (it
+    releases cached blocks under pressure), else the reserved peak (older traces)."""
+    return int(getattr(step, "min_reserved_bytes", 0) or step.reserved_peak_bytes)
 
 
 def _sharded_bytes(step: TracedStep) -> int:
@@ -194,10 +200,10 @@ class _Sharding:
     def per_gpu_tensor_bytes(self, n: int) -> int:
         step = self.step
         if n == 1:
-            return step.reserved_peak_bytes
+            return _tensor_need(step)
         if not self.optimizer_peak:
             sharded = _sharded_bytes(step)
-            return step.reserved_peak_bytes - sharded + -(-sharded // n)
+            return _tensor_need(step) - sharded + -(-sharded // n)
         if self._fb is None:
             self._fb = self._trace_fb()
             self.traces += 1
@@ -205,16 +211,18 @@ class _Sharding:
         c = fb.tensor_components
         states = c.get("parameters", 0) + c.get("gradients", 0)
         opt_state = step.tensor_components.get("optimizer_state", 0)
-        at_fb = fb.reserved_peak_bytes - states + -(-(states + opt_state) // n)
-        at_opt = -(-step.reserved_peak_bytes // n)
+        at_fb = _tensor_need(fb) - states + -(-(states + opt_state) // n)
+        at_opt = -(-_tensor_need(step) // n)
         return max(at_fb, at_opt)
 
 
 def _link_bytes_per_s(gpu: GPU, count: int) -> float:
-    intra = gpu.intra_node_gb_per_s_per_direction
+    """Collective bandwidth per GPU: the node's own link, and beyond one node the slower of that
+    and the network (a ring crosses both; a PCIe-only node is not sped up by its NIC)."""
+    intra = (gpu.intra_node_gb_per_s_per_direction or 0.0) * 1e9
     if count > GPUS_PER_NODE:
-        return INTER_NODE_BYTES_PER_S * COLLECTIVE_EFFICIENCY
-    return (intra or 0.0) * 1e9 * COLLECTIVE_EFFICIENCY
+        intra = min(intra, INTER_NODE_BYTES_PER_S)
+    return intra * COLLECTIVE_EFFICIENCY
 
 
 def recommend(
@@ -295,7 +303,7 @@ def recommend(
     )
     any_step = next(iter(steps.values()), None)
     fixed = _sharded_bytes(any_step) if any_step else 0
-    batch_bytes = (any_step.reserved_peak_bytes - fixed) if any_step else 0
+    batch_bytes = (_tensor_need(any_step) - fixed) if any_step else 0
     largest = needed = None
     # the largest GPU that could have run it: right dtype, and a peer link when sharding was allowed
     usable_out = [c for c in outs if c.per_gpu_bytes > 0]

@@ -30,7 +30,7 @@ def _point_row(label: str, p: Point) -> list[str]:
     return [
         label,
         shape,
-        _gib(p.total_required_bytes),
+        _gib(p.need_bytes),
         "yes" if p.fits else "no",
         _time(p.step_time_s),
         _tp(p.throughput),
