@@ -223,7 +223,7 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
     peak = scaler.peak()
     peak_bytes, peak_phase, components = peak.peak_bytes, peak.peak_phase, peak.components
     decode = extend_decode(run_a.trace.points, run_a.decode_steps_traced, run_a.decode_steps_full,
-                           lambda i: scaler._value(i, "peak_bytes")[0], scaler.components_at)
+                           scaler.value, scaler.components_at)
     if decode is not None and decode.peak_bytes > peak_bytes:
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
     stats_a = replay(run_a.trace.events)

@@ -65,7 +65,6 @@ class RunResult:
     attention_backends: dict[str, int] = field(default_factory=dict)
     decode_steps_traced: int = 0
     decode_steps_full: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ The same arithmetic applies to each memory category, the allocator's slack and t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuplan.trace.records import CATEGORIES, MemEvent, OpRecord, RawTrace, StepPoint
 
@@ -35,7 +35,6 @@ class PeakResult:
     components: dict[str, int]
     point_index: int
     """Index of the peak op in run A's timeline."""
-    replica_growth: dict[str, int] = field(default_factory=dict)
 
 
 def category_vectors(trace: RawTrace, point_indices: Sequence[int], *, before: bool = False
@@ -56,15 +55,6 @@ def category_vectors(trace: RawTrace, point_indices: Sequence[int], *, before: b
             pos += 1
         out[idx] = dict(live)
     return out
-
-
-def initial_vector(trace: RawTrace) -> dict[str, int]:
-    """Category bytes live before the first op (what existed when recording began)."""
-    first = trace.points[0].event_count if trace.points else len(trace.events)
-    live = dict.fromkeys(CATEGORIES, 0)
-    for ev in trace.events[:first]:
-        live[trace.storages[ev.storage_id].category] += ev.size_bytes
-    return live
 
 
 def _middle(container: str) -> str:
@@ -142,31 +132,27 @@ class Scaler:
                     info[i] = (start, end)
             self._section_of.append(info)
 
-    def _value(self, i: int, field_name: str) -> tuple[float, list[tuple[int, int]]]:
-        """Full-depth value of A's point i, and for each stack the (replica count k, prev) used."""
+    def value(self, i: int, field_name: str = "peak_bytes") -> float:
+        """Full-depth value of A's point i (``peak_bytes`` or ``live_after_bytes``)."""
         pts = self.a.points
         v = getattr(pts[i], field_name)
         total = float(v)
-        used: list[tuple[int, int]] = []
         for st, sections in zip(self.stacks, self._section_of, strict=True):
             j = st.mapping[i]
             if j >= 0:
                 total += st.extra * (v - getattr(st.run_b.points[j], field_name))
-                used.append((0, -1))
                 continue
             start, end = sections[i]
             jn = st.mapping[end]
             total += st.extra * (pts[start].live_before_bytes - st.run_b.points[jn].live_before_bytes)
             growth = pts[end].live_before_bytes - pts[start].live_before_bytes
-            k = st.extra if growth > 0 else 0
-            total += k * growth
-            used.append((k, start))
-        return total, used
+            total += (st.extra if growth > 0 else 0) * growth
+        return total
 
     def peak(self) -> PeakResult:
         best_i, best_v = 0, float("-inf")
         for i in range(len(self.a.points)):
-            v, _ = self._value(i, "peak_bytes")
+            v = self.value(i)
             if v > best_v:
                 best_i, best_v = i, v
         return PeakResult(int(best_v), self.a.points[best_i].phase, self.components_at(best_i), best_i)

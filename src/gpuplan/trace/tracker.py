@@ -167,9 +167,6 @@ class Recorder:
         self._block_cache[module] = block
         return block
 
-    def block_of_param_name(self, name: str) -> str | None:
-        return self.block_of(name)
-
     def set_storage_block(self, sid: int, block: str | None) -> None:
         self._storage_block[sid] = block
 
