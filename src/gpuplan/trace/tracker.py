@@ -95,6 +95,7 @@ class Recorder:
         self._block_cache: dict[str, str | None] = {}
         self._storage_block: dict[int, str | None] = {}
         self._untracked_blocks: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._last_optimizer_block: str | None = None
         self.module_scope = ModuleScope()
         self.repeat = -1
         """Decode step being run (set by the runner in generate mode), else -1."""
@@ -207,19 +208,32 @@ class Recorder:
         return out
 
     def _block_from_args(self, args: tuple[Any, ...]) -> str | None:
-        """Optimizer ops on one parameter's tensors belong to that parameter's block."""
-        blocks = set()
+        """Optimizer ops on one parameter's tensors belong to that parameter's block; an op on
+        nothing known (a scalar or a temporary of the per-parameter loop) stays in the block of
+        the op before it; an op across blocks (foreach over all parameters) belongs to none."""
+        blocks = self._arg_blocks(args)
+        if blocks is None:
+            return self._last_optimizer_block
+        self._last_optimizer_block = blocks.pop() if len(blocks) == 1 else None
+        return self._last_optimizer_block
+
+    def _arg_blocks(self, args: tuple[Any, ...]) -> set[str | None] | None:
+        """The blocks of the tagged storages among ``args`` (None: none of them is tagged)."""
+        blocks: set[str | None] = set()
+        seen = False
         for t in tree_leaves(args):
             if isinstance(t, torch.Tensor):
                 st = t.untyped_storage()
                 sid = self._ids.get(st)
                 if sid is not None and sid in self._storage_block:
                     blocks.add(self._storage_block[sid])
+                    seen = True
                 elif st in self._untracked_blocks:
                     blocks.add(self._untracked_blocks[st])
+                    seen = True
                 if len(blocks) > 1:
-                    return None
-        return blocks.pop() if len(blocks) == 1 else None
+                    return blocks
+        return blocks if seen else None
 
     def _record_op(
         self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, block: str | None
