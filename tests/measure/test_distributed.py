@@ -1,7 +1,7 @@
 """2-process gloo runs through torchrun (DDP, FSDP2): each rank's tracked bytes against the
 per-rank accounting of gpuplan.measure.per_rank, within 2%. The planner's per-rank memory
 (gpuplan.parallel) is reported next to it but not held to the bound: it profiles with CUDA
-semantics on a catalog GPU and leaves DDP's gradient buckets out (docs/measure.md)."""
+semantics on a catalog GPU (docs/measure.md)."""
 
 from __future__ import annotations
 
