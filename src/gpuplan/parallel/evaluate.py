@@ -179,11 +179,9 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         # 16-bit weights; fp32 main grads (traced gradient bytes); fp32 master copy + optimizer
         # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam.
         return cb * rank_params, gb * rank_params, (pb + ob) * rank_params, 0.0
-    # torch DDP (gradient_as_bucket_view=False, the default) copies every gradient into its flat
-    # all-reduce buckets: one more gradient-sized allocation per rank (measured in
-    # tests/measure: 2-process gloo DDP).
-    buckets = gb * rank_params if layout.dp > 1 else 0.0
-    return pb * rank_params, gb * rank_params, ob * rank_params, buckets
+    # torch DDP as emitted (gradient_as_bucket_view=True): gradients are views into the buckets,
+    # no extra copy (the default False would add one gradient-sized copy per rank).
+    return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
 
 
 def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
