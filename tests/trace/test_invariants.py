@@ -6,7 +6,7 @@ Each example traces a small model (a second or two), so the example counts are k
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.estimate import estimate, trace_step
@@ -16,17 +16,22 @@ from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
 
 GPT2 = HFConfigSource("tiny-gpt2", TINY_GPT2)
 LLAMA = HFConfigSource("tiny-llama", TINY_LLAMA)
+ALLOCATOR_SEGMENT_BYTES = 2 << 20
 SETTINGS = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
 @given(batch=st.integers(1, 6), extra=st.integers(1, 4), mode=st.sampled_from(["train", "infer"]),
        precision=st.sampled_from(["fp32", "amp-bf16"]))
+@example(batch=1, extra=1, mode="train", precision="fp32")  # reserved dips by 21 KB here (found in CI)
 def test_more_batch_never_less_memory(batch: int, extra: int, mode: str, precision: str) -> None:
     small = estimate(GPT2, mode=mode, batch_size=batch, seq_len=32, precision=precision)
     large = estimate(GPT2, mode=mode, batch_size=batch + extra, seq_len=32, precision=precision)
+    assert large.step.tensor_peak_bytes >= small.step.tensor_peak_bytes
     assert large.peak_allocated_bytes >= small.peak_allocated_bytes
-    assert large.total_required_bytes >= small.total_required_bytes
+    # Reserved memory is not monotone in a real caching allocator either (which cached blocks fit
+    # the next request depends on the sizes); it may dip by less than one 2 MiB segment.
+    assert large.total_required_bytes >= small.total_required_bytes - ALLOCATOR_SEGMENT_BYTES
 
 
 @SETTINGS
