@@ -283,22 +283,70 @@ def _top_modules(run: RunResult, peak_point: int, full_blocks: Mapping[str, int]
             live[ev.storage_id] = ev.size_bytes
         else:
             live.pop(ev.storage_id, None)
+    # per container: the pattern of its block paths, and full-depth blocks per traced block
+    folds = [(re.compile(rf"^{re.escape(container)}\.\d+"), f"{container}.*",
+              blocks / run.block_counts.get(next((k for k, c in run.containers.items() if c == container), ""), 1))
+             for container, blocks in full_blocks.items()]
     by_module: dict[str, float] = {}
     for sid, size in live.items():
         info = trace.storages[sid]
         if info.category != "activations":
             continue
         name = info.module or "(inputs and top level)"
-        for container, blocks in full_blocks.items():
-            folded = re.sub(rf"^{re.escape(container)}\.\d+", f"{container}.*", name)
+        for pattern, folded_name, factor in folds:
+            folded = pattern.sub(folded_name, name)
             if folded != name:
-                traced = run.block_counts.get(next(k for k, c in run.containers.items() if c == container), 1)
-                by_module[folded] = by_module.get(folded, 0.0) + size * blocks / traced
+                by_module[folded] = by_module.get(folded, 0.0) + size * factor
                 break
         else:
             by_module[name] = by_module.get(name, 0.0) + size
     ranked = sorted(by_module.items(), key=lambda kv: -kv[1])[:n]
     return tuple((k, int(v)) for k, v in ranked)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """A traced step's memory on a GPU: the tensors plus context, workspaces and allocator slack."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    total_required_bytes: int
+    min_required_bytes: int
+    components: dict[str, int]
+    fits: bool | None
+    headroom_bytes: int | None
+    notes: tuple[str, ...]
+
+
+def memory_on_gpu(step: TracedStep, gpu: GPU | None, *, trains: bool, module_loading: str = "lazy") -> GpuMemory:
+    """Add the GPU-specific terms to a traced step and decide whether it fits ``gpu``.
+
+    The step fits when the least it needs fits: on a smaller device the caching allocator releases
+    cached segments under pressure instead of failing (memory/allocator.py)."""
+    from gpuplan.memory.overheads import overheads_for
+
+    cc = gpu.compute_capability if gpu is not None and gpu.compute_capability else DEFAULT_COMPUTE_CAPABILITY
+    over = overheads_for(arch=gpu.arch if gpu else "Hopper", vendor=gpu.vendor if gpu else "NVIDIA",
+                         compute_capability=cc, trains=trains, module_loading=module_loading)
+    peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
+    total = peak_reserved + over.cuda_context_bytes
+    components = {c: step.tensor_components.get(c, 0) for c in COMPONENT_NAMES[:6]}
+    components["cuda_context"] = over.cuda_context_bytes
+    components["workspaces"] = over.workspace_bytes
+    components["allocator_overhead"] = step.reserved_peak_bytes - sum(components[c] for c in COMPONENT_NAMES[:6])
+    min_required = min(step.min_reserved_bytes + over.workspace_bytes + over.cuda_context_bytes, total)
+    notes = [*over.notes, *step.notes]
+    if step.attention_backends:
+        notes.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
+    fits = headroom = None
+    if gpu is not None:
+        headroom = gpu.usable_memory_bytes - min_required
+        fits = headroom >= 0
+        if fits and total > gpu.usable_memory_bytes:
+            notes.append(f"on a larger GPU the allocator would reserve up to {total / 2**30:.2f} GiB in all; under "
+                         f"memory pressure it releases cached blocks and the step needs {min_required / 2**30:.2f} GiB")
+    return GpuMemory(step.rounded_peak_bytes + over.workspace_bytes, peak_reserved, total, min_required, components,
+                     fits, headroom, tuple(notes))
 
 
 def estimate(
@@ -322,7 +370,6 @@ def estimate(
                                gpu="H100-SXM")
         est.peak_allocated_bytes, est.components, est.fits
     """
-    from gpuplan.memory.overheads import overheads_for
     from gpuplan.models.sources import ModelSource, resolve_model
 
     given = workload_fields.pop("workload", None)
@@ -340,46 +387,23 @@ def estimate(
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(workload, target_gpu)
     step, _ = _trace_runs(source, workload, cc, fake=True, cuda=True)
-    over = overheads_for(arch=target_gpu.arch if target_gpu else "Hopper",
-                         vendor=target_gpu.vendor if target_gpu else "NVIDIA", compute_capability=cc,
-                         trains=workload.trains, module_loading=cuda_module_loading)
-    peak_allocated = step.rounded_peak_bytes + over.workspace_bytes
-    peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
-    total = peak_reserved + over.cuda_context_bytes
-    components = {c: step.tensor_components.get(c, 0) for c in COMPONENT_NAMES[:6]}
-    components["cuda_context"] = over.cuda_context_bytes
-    components["workspaces"] = over.workspace_bytes
-    components["allocator_overhead"] = peak_reserved - over.workspace_bytes - sum(components[c] for c in
-                                                                                   COMPONENT_NAMES[:6])
-    assumptions.extend(over.notes)
-    assumptions.extend(step.notes)
-    if step.attention_backends:
-        assumptions.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
-    min_required = step.min_reserved_bytes + over.workspace_bytes + over.cuda_context_bytes
-    fits = headroom = None
+    mem = memory_on_gpu(step, target_gpu, trains=workload.trains, module_loading=cuda_module_loading)
+    assumptions.extend(mem.notes)
     timing = None
     if target_gpu is not None:
-        # The step runs when the least it needs fits: on a smaller device the caching allocator
-        # releases cached segments under pressure instead of failing (memory/allocator.py).
-        headroom = target_gpu.usable_memory_bytes - min_required
-        fits = headroom >= 0
-        if fits and total > target_gpu.usable_memory_bytes:
-            assumptions.append(
-                f"on a larger GPU the allocator would reserve up to {total / 2**30:.2f} GiB in all; under memory "
-                f"pressure it releases cached blocks and the step needs {min_required / 2**30:.2f} GiB")
         from gpuplan.perf.summary import summarize_source
 
         # cost model (gpuplan.perf): step time, throughput, MFU and their assumptions
         timing = summarize_source(source, step, target_gpu, workload, weight_quant=weight_quant)
         assumptions.extend(timing.assumptions)
     result = Estimate(
-        model=source.name, workload=workload, params_count=step.params_count, peak_allocated_bytes=peak_allocated,
-        peak_reserved_bytes=peak_reserved, total_required_bytes=total, components=components,
-        peak_phase=step.peak_phase, flops_per_step=step.flops, step=step, gpu=target_gpu, fits=fits,
-        headroom_bytes=headroom, assumptions=tuple(assumptions),
+        model=source.name, workload=workload, params_count=step.params_count,
+        peak_allocated_bytes=mem.peak_allocated_bytes, peak_reserved_bytes=mem.peak_reserved_bytes,
+        total_required_bytes=mem.total_required_bytes, components=mem.components, peak_phase=step.peak_phase,
+        flops_per_step=step.flops, step=step, gpu=target_gpu, fits=mem.fits, headroom_bytes=mem.headroom_bytes,
+        assumptions=tuple(assumptions),
         step_time_s=timing.step_time_s if timing else None, throughput=timing.throughput if timing else None,
-        mfu=timing.mfu if timing else None,
-        min_required_bytes=min(min_required, total),
+        mfu=timing.mfu if timing else None, min_required_bytes=mem.min_required_bytes,
         extra={"source": source.describe(), **({"json": timing.json} if timing else {})},
     )
     # a user calibration fitted from measurements on this GPU and software (gpuplan calibrate)

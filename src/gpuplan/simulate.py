@@ -26,7 +26,7 @@ import contextlib
 import gc
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.estimate import COMPONENT_NAMES, DEFAULT_COMPUTE_CAPABILITY, Estimate, TracedStep
+from gpuplan.estimate import DEFAULT_COMPUTE_CAPABILITY, Estimate, TracedStep
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -157,15 +157,12 @@ class Simulation:
 
     def _build_result(self) -> Estimate:
         """Replay the recorded events for the peak, its breakdown and the allocator."""
-        import torch  # noqa: F401
-
-        from gpuplan.memory.allocator import replay
-        from gpuplan.memory.overheads import overheads_for
+        from gpuplan.estimate import memory_on_gpu
+        from gpuplan.memory.allocator import min_capacity, replay
         from gpuplan.trace.scaling import category_vectors
 
-        rec = self._recorder
+        trace = self._recorder.trace
         params = sum(self._params.values())
-        trace = rec.trace
         peak_point = max(range(len(trace.points)), key=lambda i: trace.points[i].peak_bytes, default=-1)
         components = category_vectors(trace, [peak_point])[peak_point] if peak_point >= 0 else {}
         stats = replay(trace.events)
@@ -173,26 +170,18 @@ class Simulation:
             ops=tuple(trace.ops), tensor_peak_bytes=trace.peak_bytes, tensor_components=components,
             peak_phase="program", params_count=params, param_bytes=components.get("parameters", 0), block_counts={},
             traced_blocks={}, rounded_peak_bytes=stats.peak_allocated_bytes,
-            reserved_peak_bytes=stats.peak_reserved_bytes, top_activation_modules=(),
-            attention_backends=dict(self._attention.choices))
-        gpu = self.gpu
-        cc = gpu.compute_capability if gpu is not None and gpu.compute_capability else DEFAULT_COMPUTE_CAPABILITY
+            reserved_peak_bytes=stats.peak_reserved_bytes,
+            min_reserved_bytes=min_capacity(trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes),
+            top_activation_modules=(), attention_backends=dict(self._attention.choices),
+            notes=("the whole simulated program is one timeline: the peak is over every step run",))
         trains = any(s.category in ("gradients", "optimizer_state") for s in trace.storages.values())
-        over = overheads_for(arch=gpu.arch if gpu else "Hopper", vendor=gpu.vendor if gpu else "NVIDIA",
-                             compute_capability=cc, trains=trains)
-        peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
-        comps = {c: components.get(c, 0) for c in COMPONENT_NAMES[:6]}
-        comps.update(cuda_context=over.cuda_context_bytes, workspaces=over.workspace_bytes,
-                     allocator_overhead=step.reserved_peak_bytes - sum(comps.values()))
-        total = peak_reserved + over.cuda_context_bytes
-        headroom = gpu.usable_memory_bytes - total if gpu is not None else None
+        mem = memory_on_gpu(step, self.gpu, trains=trains)
         return Estimate(
             model=self.name, workload=Workload(mode="train" if trains else "infer"), params_count=params,
-            peak_allocated_bytes=step.rounded_peak_bytes + over.workspace_bytes, peak_reserved_bytes=peak_reserved,
-            total_required_bytes=total, components=comps, peak_phase="program", flops_per_step=step.flops, step=step,
-            gpu=gpu, fits=None if headroom is None else headroom >= 0, headroom_bytes=headroom,
-            assumptions=(*over.notes, "the whole simulated program is one timeline: the peak is over every step run",
-                         "attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items())))
+            peak_allocated_bytes=mem.peak_allocated_bytes, peak_reserved_bytes=mem.peak_reserved_bytes,
+            total_required_bytes=mem.total_required_bytes, min_required_bytes=mem.min_required_bytes,
+            components=mem.components, peak_phase="program", flops_per_step=step.flops, step=step, gpu=self.gpu,
+            fits=mem.fits, headroom_bytes=mem.headroom_bytes, assumptions=mem.notes)
 
     def report(self) -> Estimate:
         """The result (same type as :func:`gpuplan.estimate`); available after the block ends."""
