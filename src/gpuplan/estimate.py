@@ -126,7 +126,7 @@ def _category_total(run: RunResult, category: str) -> int:
 
 
 def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
-                scale: bool = True) -> tuple[TracedStep, RunResult]:
+                scale: bool = True) -> TracedStep:
     from gpuplan.memory.allocator import min_capacity, replay
     from gpuplan.models.sources import SafetensorsSource
     from gpuplan.trace.decode import extend_decode, scale_decode_ops
@@ -134,7 +134,7 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
 
     if isinstance(source, SafetensorsSource):
-        return _weights_only_step(source, workload), None  # type: ignore[return-value]
+        return _weights_only_step(source, workload)
     target = Target(cuda=cuda, compute_capability=cc)
     counts = source.layer_counts() if fake and scale else {}
     notes: list[str] = []
@@ -148,9 +148,10 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
         except ScalingMismatch as exc:
             notes.append(f"traced whole: {exc}")
         else:
-            return _scaled_step(run_a, runs_b, scaler, counts, notes), run_a
+            return _scaled_step(run_a, runs_b, scaler, counts, notes)
     run = StepRunner(source, workload, target, fake=fake).run()
     stats = replay(run.trace.events)
+    needed = min_capacity(run.trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes)
     from gpuplan.trace.scaling import category_vectors
 
     peak_point = _peak_point(run)
@@ -160,11 +161,11 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
                            lambda i: run.trace.points[i].peak_bytes,
                            lambda i: category_vectors(run.trace, [i])[i])
     if decode is not None and decode.peak_bytes > peak_bytes:
+        # what the untraced decode steps add on top of the traced ones raises every allocator figure
+        extra = decode.peak_bytes - peak_bytes
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
-        stats = _with_extra_peak(stats, decode.peak_bytes - run.trace.peak_bytes)
-    needed = min_capacity(run.trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes)
-    if decode is not None and decode.peak_bytes > run.trace.peak_bytes:
-        needed += decode.peak_bytes - run.trace.peak_bytes
+        stats = _with_extra_peak(stats, extra)
+        needed += extra
     step = TracedStep(
         ops=tuple(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full)),
         tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
@@ -174,7 +175,7 @@ def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *,
         top_activation_modules=_top_modules(run, peak_point, {}),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
-    return step, run
+    return step
 
 
 def _weights_only_step(source: Any, workload: Workload) -> TracedStep:
@@ -386,7 +387,7 @@ def estimate(
     if target_gpu is None:
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(workload, target_gpu)
-    step, _ = _trace_runs(source, workload, cc, fake=True, cuda=True)
+    step = _trace_runs(source, workload, cc, fake=True, cuda=True)
     mem = memory_on_gpu(step, target_gpu, trains=workload.trains, module_loading=cuda_module_loading)
     assumptions.extend(mem.notes)
     timing = None
@@ -421,8 +422,7 @@ def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = Tru
     from gpuplan.models.sources import ModelSource, resolve_model
 
     source = model if isinstance(model, ModelSource) else resolve_model(model)
-    step, _ = _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda, scale=scale)
-    return step
+    return _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda, scale=scale)
 
 
 def make_workload(**fields: Any) -> Workload:
