@@ -18,8 +18,9 @@ from gpuplan.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from gpuplan.estimate import Estimate, TracedStep, trace_step
+from gpuplan.estimate import Estimate
 from gpuplan.simulate import Simulation, simulate
+from gpuplan.trace.step import TracedStep, trace_step
 from gpuplan.workload import Workload
 
 __version__ = "0.1.0"

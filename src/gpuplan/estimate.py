@@ -11,74 +11,24 @@ counted; allocator slack at full depth is extrapolated from the reduced-depth re
 
 from __future__ import annotations
 
-import re
 import sys
 import types
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.hardware import resolve_gpu
+from gpuplan.memory.on_gpu import COMPONENT_NAMES, memory_on_gpu
+from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY, TracedStep, trace_source, trace_step
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
-    from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.records import OpRecord
-    from gpuplan.trace.runner import RunResult
 
-COMPONENT_NAMES: tuple[str, ...] = (
-    "parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache",
-    "cuda_context", "workspaces", "allocator_overhead",
-)
-DEFAULT_COMPUTE_CAPABILITY = (9, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class TracedStep:
-    """The scaled trace: what the cost model and the planner read (no torch objects)."""
-
-    ops: tuple[OpRecord, ...]
-    tensor_peak_bytes: int
-    """Peak of live tensor storage bytes: the exact-accounting figure, before GPU-specific terms."""
-    tensor_components: dict[str, int]
-    peak_phase: str
-    params_count: int
-    param_bytes: int
-    block_counts: dict[str, int]
-    """config key -> repeated blocks in the full model (empty: traced whole)."""
-    traced_blocks: dict[str, int]
-    rounded_peak_bytes: int
-    """Peak of allocations rounded to the allocator's 512-byte granularity."""
-    reserved_peak_bytes: int
-    """Peak reserved by the caching allocator model for the tensors (no workspaces), on a device
-    with room to spare (cached blocks are never released)."""
-    top_activation_modules: tuple[tuple[str, int], ...]
-    attention_backends: dict[str, int]
-    min_reserved_bytes: int = 0
-    """Smallest capacity for the tensors with which the step runs: under pressure the allocator
-    releases cached segments and retries, so this is below ``reserved_peak_bytes``."""
-    gradient_bytes: int = 0
-    """Every gradient storage of the step (steady state, all micro-batches accumulated)."""
-    optimizer_state_bytes: int = 0
-    notes: tuple[str, ...] = ()
-
-    @property
-    def model_state_bytes(self) -> int:
-        """Parameters + gradients + optimizer state: what ZeRO's Table 1 counts."""
-        return self.param_bytes + self.gradient_bytes + self.optimizer_state_bytes
-
-    @property
-    def flops(self) -> int:
-        return sum(op.flops * op.count for op in self.ops)
-
-    def flops_by_phase(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for op in self.ops:
-            out[op.phase] = out.get(op.phase, 0) + op.flops * op.count
-        return out
-
+# the trace record and the GPU-side terms live below this orchestrator; names kept here for callers
+__all__ = ["COMPONENT_NAMES", "DEFAULT_COMPUTE_CAPABILITY", "Estimate", "TracedStep", "estimate",
+           "make_workload", "memory_on_gpu", "trace_step"]
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -121,235 +71,6 @@ class Estimate:
         return render_estimate(self)
 
 
-def _category_total(run: RunResult, category: str) -> int:
-    return sum(s.size_bytes for s in run.trace.storages.values() if s.category == category)
-
-
-def _trace_runs(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
-                scale: bool = True) -> TracedStep:
-    from gpuplan.memory.allocator import min_capacity, replay
-    from gpuplan.models.sources import SafetensorsSource
-    from gpuplan.trace.decode import extend_decode, scale_decode_ops
-    from gpuplan.trace.runner import StepRunner, Target
-    from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
-
-    if isinstance(source, SafetensorsSource):
-        return _weights_only_step(source, workload)
-    target = Target(cuda=cuda, compute_capability=cc)
-    counts = source.layer_counts() if fake and scale else {}
-    notes: list[str] = []
-    if counts and all(n > TRACED_BLOCKS for n in counts.values()):
-        reduced = dict.fromkeys(counts, TRACED_BLOCKS)
-        run_a = StepRunner(source, workload, target, fake=fake, layers=reduced).run()
-        runs_b = {k: StepRunner(source, workload, target, fake=fake, layers={**reduced, k: TRACED_BLOCKS - 1}).run()
-                  for k in counts}
-        try:
-            scaler = Scaler(run_a.trace, {k: r.trace for k, r in runs_b.items()}, run_a.containers, counts)
-        except ScalingMismatch as exc:
-            notes.append(f"traced whole: {exc}")
-        else:
-            return _scaled_step(run_a, runs_b, scaler, counts, notes)
-    run = StepRunner(source, workload, target, fake=fake).run()
-    stats = replay(run.trace.events)
-    needed = min_capacity(run.trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes)
-    from gpuplan.trace.scaling import category_vectors
-
-    peak_point = _peak_point(run)
-    components = category_vectors(run.trace, [peak_point])[peak_point] if peak_point >= 0 else {}
-    peak_bytes, peak_phase = run.trace.peak_bytes, run.trace.peak_phase
-    decode = extend_decode(run.trace.points, run.decode_steps_traced, run.decode_steps_full,
-                           lambda i: run.trace.points[i].peak_bytes,
-                           lambda i: category_vectors(run.trace, [i])[i])
-    if decode is not None and decode.peak_bytes > peak_bytes:
-        # what the untraced decode steps add on top of the traced ones raises every allocator figure
-        extra = decode.peak_bytes - peak_bytes
-        peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
-        stats = _with_extra_peak(stats, extra)
-        needed += extra
-    step = TracedStep(
-        ops=tuple(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full)),
-        tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
-        params_count=run.params_count, param_bytes=run.param_bytes,
-        block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
-        reserved_peak_bytes=stats.peak_reserved_bytes, min_reserved_bytes=needed,
-        top_activation_modules=_top_modules(run, peak_point, {}),
-        attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
-        optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
-    return step
-
-
-def _weights_only_step(source: Any, workload: Workload) -> TracedStep:
-    """A checkpoint with no config.json: its tensors loaded for inference, from headers alone."""
-    from gpuplan.errors import ModelSourceError
-    from gpuplan.memory.allocator import replay
-    from gpuplan.trace.records import MemEvent
-
-    summary = source.summary
-    if workload.mode != "infer":
-        raise ModelSourceError(
-            f"{source.name} has no config.json beside it: only the weights are known "
-            f"({summary.params_count:,} parameters, {summary.weight_bytes / 2**30:.2f} GiB), which answers "
-            f"--mode infer as weights memory; put the model's config.json next to it for --mode {workload.mode}")
-    stats = replay(MemEvent(i, size) for i, size in enumerate(summary.tensor_bytes))
-    return TracedStep(
-        ops=(), tensor_peak_bytes=summary.weight_bytes, tensor_components={"parameters": summary.weight_bytes},
-        peak_phase="setup", params_count=summary.params_count, param_bytes=summary.weight_bytes, block_counts={},
-        traced_blocks={}, rounded_peak_bytes=stats.peak_allocated_bytes, reserved_peak_bytes=stats.peak_reserved_bytes,
-        min_reserved_bytes=stats.peak_allocated_bytes, top_activation_modules=(), attention_backends={},
-        notes=(f"weights only, from safetensors headers ({', '.join(f'{k} {v:,}' for k, v in summary.dtypes.items())}"
-               " parameters): no config.json, so activations are not estimated",))
-
-
-def _with_extra_peak(stats: AllocatorStats, extra_bytes: int) -> AllocatorStats:
-    """Allocator figures raised by what the untraced decode steps add on top of the traced ones."""
-    from dataclasses import replace
-
-    return replace(stats, peak_allocated_bytes=stats.peak_allocated_bytes + extra_bytes,
-                   peak_reserved_bytes=stats.peak_reserved_bytes + extra_bytes)
-
-
-def _peak_point(run: RunResult) -> int:
-    best, best_v = -1, -1
-    for i, p in enumerate(run.trace.points):
-        if p.peak_bytes > best_v:
-            best, best_v = i, p.peak_bytes
-    return best
-
-
-def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any, counts: Mapping[str, int],
-                 notes: list[str]) -> TracedStep:
-    from gpuplan.memory.allocator import min_capacity, replay
-    from gpuplan.trace.decode import extend_decode, scale_decode_ops
-
-    peak = scaler.peak()
-    peak_bytes, peak_phase, components = peak.peak_bytes, peak.peak_phase, peak.components
-    decode = extend_decode(run_a.trace.points, run_a.decode_steps_traced, run_a.decode_steps_full,
-                           scaler.value, scaler.components_at)
-    if decode is not None and decode.peak_bytes > peak_bytes:
-        peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
-    stats_a = replay(run_a.trace.events)
-    stats_b = {k: replay(r.trace.events) for k, r in runs_b.items()}
-    rounding = scaler.scale_scalar(stats_a.peak_allocated_bytes - run_a.trace.peak_bytes,
-                                   {k: s.peak_allocated_bytes - runs_b[k].trace.peak_bytes for k, s in stats_b.items()})
-    # Allocator slack does not grow affinely with depth at 2–3 blocks (it is dominated by which
-    # segments happen to be free), so it is carried over as a ratio of the allocated peak. Measured
-    # on llama-3.1-8b AMP training traced whole at 3/6/12/32 blocks: the ratio needed to run (with
-    # cached blocks released under pressure) stayed 2.3–2.5%; the reserved-on-a-large-device ratio
-    # grew from 7.7% to 13.4%, so ``reserved_peak_bytes`` of deep models is a lower bound.
-    slack_ratio = (stats_a.peak_reserved_bytes - stats_a.peak_allocated_bytes) / max(1, stats_a.peak_allocated_bytes)
-    needed_a = min_capacity(run_a.trace.events, stats_a.peak_allocated_bytes, stats_a.peak_reserved_bytes)
-    needed_ratio = (needed_a - stats_a.peak_allocated_bytes) / max(1, stats_a.peak_allocated_bytes)
-    params = scaler.scale_scalar(run_a.params_count, {k: r.params_count for k, r in runs_b.items()})
-    param_bytes = scaler.scale_scalar(run_a.param_bytes, {k: r.param_bytes for k, r in runs_b.items()})
-    rounded = peak_bytes + max(0, int(rounding))
-    notes.append("repeated blocks traced at " + ", ".join(f"{k}=3 and 2" for k in counts)
-                 + " and scaled to " + ", ".join(f"{k}={n}" for k, n in counts.items()))
-    return TracedStep(
-        ops=tuple(scale_decode_ops(scaler.scaled_ops(), run_a.decode_steps_traced, run_a.decode_steps_full)),
-        tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
-        params_count=int(params), param_bytes=int(param_bytes),
-        block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
-        reserved_peak_bytes=rounded + int(rounded * slack_ratio),
-        min_reserved_bytes=rounded + int(rounded * needed_ratio),
-        top_activation_modules=_top_modules(run_a, peak.point_index,
-                                            {run_a.containers[k]: n for k, n in counts.items()}),
-        attention_backends=run_a.attention_backends,
-        gradient_bytes=int(scaler.scale_scalar(_category_total(run_a, "gradients"),
-                                               {k: _category_total(r, "gradients") for k, r in runs_b.items()})),
-        optimizer_state_bytes=int(scaler.scale_scalar(
-            _category_total(run_a, "optimizer_state"),
-            {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
-        notes=tuple(notes))
-
-
-def _activation_point(run: RunResult, peak_point: int) -> int:
-    """Where activations are largest: the end of the (last) forward when training, else the peak."""
-    forward = [i for i, p in enumerate(run.trace.points) if p.phase in ("forward", "loss")]
-    if run.trace.points and any(p.phase == "backward" for p in run.trace.points) and forward:
-        return forward[-1]
-    return peak_point
-
-
-def _top_modules(run: RunResult, peak_point: int, full_blocks: Mapping[str, int], n: int = 10
-                 ) -> tuple[tuple[str, int], ...]:
-    """Activation bytes by module where activations are largest (the end of forward when training);
-    block indices folded to '*' and scaled to the full depth."""
-    point = _activation_point(run, peak_point)
-    if point < 0:
-        return ()
-    trace = run.trace
-    live: dict[int, int] = {}
-    for ev in trace.events[: trace.points[point].event_count]:
-        if ev.size_bytes > 0:
-            live[ev.storage_id] = ev.size_bytes
-        else:
-            live.pop(ev.storage_id, None)
-    # per container: the pattern of its block paths, and full-depth blocks per traced block
-    folds = [(re.compile(rf"^{re.escape(container)}\.\d+"), f"{container}.*",
-              blocks / run.block_counts.get(next((k for k, c in run.containers.items() if c == container), ""), 1))
-             for container, blocks in full_blocks.items()]
-    by_module: dict[str, float] = {}
-    for sid, size in live.items():
-        info = trace.storages[sid]
-        if info.category != "activations":
-            continue
-        name = info.module or "(inputs and top level)"
-        for pattern, folded_name, factor in folds:
-            folded = pattern.sub(folded_name, name)
-            if folded != name:
-                by_module[folded] = by_module.get(folded, 0.0) + size * factor
-                break
-        else:
-            by_module[name] = by_module.get(name, 0.0) + size
-    ranked = sorted(by_module.items(), key=lambda kv: -kv[1])[:n]
-    return tuple((k, int(v)) for k, v in ranked)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuMemory:
-    """A traced step's memory on a GPU: the tensors plus context, workspaces and allocator slack."""
-
-    peak_allocated_bytes: int
-    peak_reserved_bytes: int
-    total_required_bytes: int
-    min_required_bytes: int
-    components: dict[str, int]
-    fits: bool | None
-    headroom_bytes: int | None
-    notes: tuple[str, ...]
-
-
-def memory_on_gpu(step: TracedStep, gpu: GPU | None, *, trains: bool, module_loading: str = "lazy") -> GpuMemory:
-    """Add the GPU-specific terms to a traced step and decide whether it fits ``gpu``.
-
-    The step fits when the least it needs fits: on a smaller device the caching allocator releases
-    cached segments under pressure instead of failing (memory/allocator.py)."""
-    from gpuplan.memory.overheads import overheads_for
-
-    cc = gpu.compute_capability if gpu is not None and gpu.compute_capability else DEFAULT_COMPUTE_CAPABILITY
-    over = overheads_for(arch=gpu.arch if gpu else "Hopper", vendor=gpu.vendor if gpu else "NVIDIA",
-                         compute_capability=cc, trains=trains, module_loading=module_loading)
-    peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
-    total = peak_reserved + over.cuda_context_bytes
-    components = {c: step.tensor_components.get(c, 0) for c in COMPONENT_NAMES[:6]}
-    components["cuda_context"] = over.cuda_context_bytes
-    components["workspaces"] = over.workspace_bytes
-    components["allocator_overhead"] = step.reserved_peak_bytes - sum(components[c] for c in COMPONENT_NAMES[:6])
-    min_required = min(step.min_reserved_bytes + over.workspace_bytes + over.cuda_context_bytes, total)
-    notes = [*over.notes, *step.notes]
-    if step.attention_backends:
-        notes.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
-    fits = headroom = None
-    if gpu is not None:
-        headroom = gpu.usable_memory_bytes - min_required
-        fits = headroom >= 0
-        if fits and total > gpu.usable_memory_bytes:
-            notes.append(f"on a larger GPU the allocator would reserve up to {total / 2**30:.2f} GiB in all; under "
-                         f"memory pressure it releases cached blocks and the step needs {min_required / 2**30:.2f} GiB")
-    return GpuMemory(step.rounded_peak_bytes + over.workspace_bytes, peak_reserved, total, min_required, components,
-                     fits, headroom, tuple(notes))
-
-
 def estimate(
     model: str | ModelSource,
     *,
@@ -380,14 +101,14 @@ def estimate(
     if cuda_module_loading not in ("lazy", "eager"):
         raise ConfigError(f"unknown CUDA module loading {cuda_module_loading!r} (allowed: lazy, eager)")
     source = model if isinstance(model, ModelSource) else resolve_model(model)
-    target_gpu = _resolve_gpu(gpu)
+    target_gpu = resolve_gpu(gpu)
     cc = (target_gpu.compute_capability if target_gpu is not None and target_gpu.compute_capability
           else DEFAULT_COMPUTE_CAPABILITY)
     assumptions: list[str] = []
     if target_gpu is None:
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(workload, target_gpu)
-    step = _trace_runs(source, workload, cc, fake=True, cuda=True)
+    step = trace_source(source, workload, cc, fake=True, cuda=True)
     mem = memory_on_gpu(step, target_gpu, trains=workload.trains, module_loading=cuda_module_loading)
     assumptions.extend(mem.notes)
     timing = None
@@ -413,18 +134,6 @@ def estimate(
     return apply_calibration(result)  # type: ignore[no-any-return]
 
 
-def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = True, fake: bool = True,
-               compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, scale: bool = True) -> TracedStep:
-    """The traced (and scaled) step alone, for tests and the planner. ``cuda=False`` follows
-    the host's semantics (CPU autocast lists, CPU attention kernels, default optimizer loop);
-    ``fake=False`` runs the step for real on the CPU (small models only); ``scale=False`` traces
-    every block instead of 3 and 2 scaled to the full depth."""
-    from gpuplan.models.sources import ModelSource, resolve_model
-
-    source = model if isinstance(model, ModelSource) else resolve_model(model)
-    return _trace_runs(source, workload, compute_capability, fake=fake, cuda=cuda, scale=scale)
-
-
 def make_workload(**fields: Any) -> Workload:
     """A Workload from keyword fields; an unknown field is a one-line ConfigError."""
     known = set(Workload.__dataclass_fields__)
@@ -432,14 +141,6 @@ def make_workload(**fields: Any) -> Workload:
     if unknown:
         raise ConfigError(f"unknown workload field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(known))})")
     return Workload(**fields)
-
-
-def _resolve_gpu(gpu: Any) -> GPU | None:
-    if gpu is None:
-        return None
-    from gpuplan.hardware import GPU, get_gpu
-
-    return gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
 
 
 def _check_precision(workload: Workload, gpu: GPU | None) -> None:

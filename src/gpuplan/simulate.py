@@ -26,7 +26,8 @@ import contextlib
 import gc
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.estimate import DEFAULT_COMPUTE_CAPABILITY, Estimate, TracedStep
+from gpuplan.estimate import Estimate
+from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY, TracedStep
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ class Simulation:
     """The context manager returned by :func:`simulate`."""
 
     def __init__(self, gpu: str | GPU | None = None, *, name: str = "simulated program") -> None:
-        from gpuplan.estimate import _resolve_gpu
+        from gpuplan.hardware import resolve_gpu
 
-        self.gpu = _resolve_gpu(gpu)
+        self.gpu = resolve_gpu(gpu)
         self.name = name
         self._stack: contextlib.ExitStack | None = None
         self._recorder: Any = None
@@ -157,8 +158,8 @@ class Simulation:
 
     def _build_result(self) -> Estimate:
         """Replay the recorded events for the peak, its breakdown and the allocator."""
-        from gpuplan.estimate import memory_on_gpu
         from gpuplan.memory.allocator import min_capacity, replay
+        from gpuplan.memory.on_gpu import memory_on_gpu
         from gpuplan.trace.scaling import category_vectors
 
         trace = self._recorder.trace

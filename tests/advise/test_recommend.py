@@ -134,7 +134,7 @@ _BIG_GPUS = [g for g in all_gpus() if not g.is_mig and g.peak_tflops("fp32") and
 @pytest.fixture(scope="module")
 def wide_steps() -> tuple[object, object]:
     """wide_mlp's step (peak in the optimizer step) and the same step without optimizer."""
-    from gpuplan.estimate import trace_step
+    from gpuplan.trace.step import trace_step
 
     w = Workload(mode="train", batch_size=4)
     return trace_step(WIDE, w), trace_step(WIDE, w.with_(optimizer="none"))

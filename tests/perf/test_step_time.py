@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuplan.estimate import TracedStep
 from gpuplan.hardware import all_gpus, get_gpu
 from gpuplan.perf import DEFAULT_EFFICIENCY, model_flops, step_time
 from gpuplan.trace.records import OpRecord
+from gpuplan.trace.step import TracedStep
 from gpuplan.workload import Workload
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan.estimate import trace_step
 from gpuplan.models.sources import HFConfigSource
+from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload
 from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.estimate import trace_step
 from gpuplan.models.sources import FactorySource, HFConfigSource, ModelSource, TorchvisionSource
+from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload
 from tests.fixtures.tiny_models import TINY_BERT, TINY_GPT2, TINY_LLAMA, TINY_T5
 

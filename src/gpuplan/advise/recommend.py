@@ -28,9 +28,9 @@ from gpuplan.perf.roofline import NoRateError
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import TracedStep
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
+    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 GPUS_PER_NODE = 8
@@ -236,11 +236,11 @@ def recommend(
 ) -> Recommendation:
     """Rank every catalog GPU (or ``gpus``) for ``workload``: see the module docstring."""
     from gpuplan.errors import ConfigError
-    from gpuplan.estimate import trace_step
     from gpuplan.hardware import all_gpus
     from gpuplan.models.sources import ModelSource as SourceType
     from gpuplan.models.sources import resolve_model
     from gpuplan.perf.summary import seq_len_of
+    from gpuplan.trace.step import trace_step
     from gpuplan.workload import Workload as WorkloadType
 
     if max_gpus < 1 or max_gpus > 100_000:

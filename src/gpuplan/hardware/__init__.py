@@ -5,7 +5,7 @@ No torch import here: ``gpuplan gpus`` must start fast.
 
 from __future__ import annotations
 
-from gpuplan.hardware.catalog import all_gpus, get_gpu, gpu_ids, list_gpus
+from gpuplan.hardware.catalog import all_gpus, get_gpu, gpu_ids, list_gpus, resolve_gpu
 from gpuplan.hardware.gpu import DTYPES, GPU, TIERS, MIGProfile
 from gpuplan.hardware.interconnect import pcie_gb_per_s_per_direction
 
@@ -19,4 +19,5 @@ __all__ = [
     "gpu_ids",
     "list_gpus",
     "pcie_gb_per_s_per_direction",
+    "resolve_gpu",
 ]

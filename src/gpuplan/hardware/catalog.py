@@ -122,3 +122,10 @@ _SORT_VALUE: dict[str, Callable[[GPU], float | None]] = {
     "price": lambda g: None if g.launch_price_usd is None else float(g.launch_price_usd),
     "year": lambda g: None if g.release_year is None else float(g.release_year),
 }
+
+
+def resolve_gpu(gpu: GPU | str | None) -> GPU | None:
+    """A GPU record from a GPU or a name as users type it (None stays None)."""
+    if gpu is None:
+        return None
+    return gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))

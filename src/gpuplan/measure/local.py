@@ -25,8 +25,9 @@ from gpuplan.units import format_bytes
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import Estimate, TracedStep
+    from gpuplan.estimate import Estimate
     from gpuplan.models.sources import ModelSource
+    from gpuplan.trace.step import TracedStep
 
 # Share of MemAvailable a CPU run may plan to use: the rest is the interpreter, libraries and
 # the allocator's own overhead, none of which the tracked bytes count.
@@ -66,7 +67,8 @@ def present_device() -> torch.device:
 def estimate_for(source: ModelSource, workload: Workload, env: Environment
                  ) -> tuple[Estimate, TracedStep | None]:
     """The estimate for this device, and on a CPU the host-semantics trace the tracked bytes match."""
-    from gpuplan.estimate import estimate, trace_step
+    from gpuplan.estimate import estimate
+    from gpuplan.trace.step import trace_step
 
     est = estimate(source, workload=workload, gpu=env.gpu_id)
     host = trace_step(source, workload, cuda=False) if env.device == "cpu" else None

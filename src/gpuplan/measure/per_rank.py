@@ -142,7 +142,7 @@ def account(layout: str, nproc: int, host_peak: int, components: dict[str, int],
 def per_rank_estimate(source: ModelSource, workload: Workload, layout: str, nproc: int, *, cuda: bool
                       ) -> RankEstimate:
     """Per-rank tracked-bytes estimate; ``cuda=False`` traces with host semantics (CPU gloo runs)."""
-    from gpuplan.estimate import trace_step
+    from gpuplan.trace.step import trace_step
 
     if layout not in ("ddp", "zero1", "fsdp"):
         return RankEstimate(layout=layout, nproc=nproc, tensor_peak_bytes=(), method="none",

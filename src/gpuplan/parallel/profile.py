@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import TracedStep
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.trace.records import OpRecord, RawTrace
+    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 TRACED_BLOCKS = 3
@@ -404,7 +404,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
 
 def _as_step(ops: list[OpRecord], params_count: int, param_bytes: int) -> TracedStep:
     """A TracedStep holding ``ops`` (count 1 each) for the per-op cost model."""
-    from gpuplan.estimate import TracedStep
+    from gpuplan.trace.step import TracedStep
 
     return TracedStep(
         ops=tuple(replace(op, count=1) if op.count != 1 else op for op in ops),

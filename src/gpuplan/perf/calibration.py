@@ -31,8 +31,8 @@ from gpuplan.perf.roofline import launches_kernel, op_time
 from gpuplan.perf.step_time import model_flops
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import TracedStep
     from gpuplan.hardware import GPU
+    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 # Prior for tensor-parallel collectives: NCCL all_reduce bus bandwidth on a DGX A100 (NVSwitch)
@@ -212,8 +212,9 @@ def model_source(name: str) -> Any:
 
 
 def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
-    from gpuplan.estimate import make_workload, trace_step
+    from gpuplan.estimate import make_workload
     from gpuplan.hardware import get_gpu
+    from gpuplan.trace.step import trace_step
 
     gpu = get_gpu(case.gpu)
     workload = make_workload(**case.workload)

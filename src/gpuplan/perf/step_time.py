@@ -23,8 +23,8 @@ from gpuplan.perf.roofline import (
 )
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import TracedStep
     from gpuplan.hardware import GPU
+    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 WEIGHT_QUANTS: tuple[str, ...] = tuple(WEIGHT_QUANT_BITS)

@@ -11,8 +11,8 @@ from gpuplan.perf.step_time import StepTime, step_time
 from gpuplan.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import TracedStep
     from gpuplan.hardware import GPU
+    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 # Tasks whose throughput is counted in tokens (the rest in samples).

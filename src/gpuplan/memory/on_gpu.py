@@ -1,0 +1,65 @@
+"""A traced step on a GPU: the tensors plus CUDA context, library workspaces and allocator slack,
+and the fit rule. The one place these terms are added: estimate, simulate, fit, recommend, plan
+and measure all call :func:`memory_on_gpu`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.trace.step import TracedStep
+
+COMPONENT_NAMES: tuple[str, ...] = (
+    "parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache",
+    "cuda_context", "workspaces", "allocator_overhead",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """A traced step's memory on a GPU: the tensors plus context, workspaces and allocator slack."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    total_required_bytes: int
+    min_required_bytes: int
+    components: dict[str, int]
+    fits: bool | None
+    headroom_bytes: int | None
+    notes: tuple[str, ...]
+
+
+def memory_on_gpu(step: TracedStep, gpu: GPU | None, *, trains: bool, module_loading: str = "lazy") -> GpuMemory:
+    """Add the GPU-specific terms to a traced step and decide whether it fits ``gpu``.
+
+    The step fits when the least it needs fits: on a smaller device the caching allocator releases
+    cached segments under pressure instead of failing (memory/allocator.py)."""
+    from gpuplan.memory.overheads import overheads_for
+
+    cc = gpu.compute_capability if gpu is not None and gpu.compute_capability else DEFAULT_COMPUTE_CAPABILITY
+    over = overheads_for(arch=gpu.arch if gpu else "Hopper", vendor=gpu.vendor if gpu else "NVIDIA",
+                         compute_capability=cc, trains=trains, module_loading=module_loading)
+    peak_reserved = step.reserved_peak_bytes + over.workspace_bytes
+    total = peak_reserved + over.cuda_context_bytes
+    components = {c: step.tensor_components.get(c, 0) for c in COMPONENT_NAMES[:6]}
+    components["cuda_context"] = over.cuda_context_bytes
+    components["workspaces"] = over.workspace_bytes
+    components["allocator_overhead"] = step.reserved_peak_bytes - sum(components[c] for c in COMPONENT_NAMES[:6])
+    min_required = min(step.min_reserved_bytes + over.workspace_bytes + over.cuda_context_bytes, total)
+    notes = [*over.notes, *step.notes]
+    if step.attention_backends:
+        notes.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
+    fits = headroom = None
+    if gpu is not None:
+        headroom = gpu.usable_memory_bytes - min_required
+        fits = headroom >= 0
+        if fits and total > gpu.usable_memory_bytes:
+            notes.append(f"on a larger GPU the allocator would reserve up to {total / 2**30:.2f} GiB in all; under "
+                         f"memory pressure it releases cached blocks and the step needs {min_required / 2**30:.2f} GiB")
+    return GpuMemory(step.rounded_peak_bytes + over.workspace_bytes, peak_reserved, total, min_required, components,
+                     fits, headroom, tuple(notes))
