@@ -1,0 +1,73 @@
+"""Every test runs in a sandbox: never the user's configuration, cache or Hugging Face directories.
+
+gpuplan reads ``$GPUPLAN_CALIBRATION`` or ``$XDG_CONFIG_HOME/gpuplan/calibration.json`` (``~/.config``
+without it) and keeps measurements under ``$XDG_CACHE_HOME/gpuplan`` (``~/.cache``); transformers and
+torch keep caches under ``$HF_HOME`` / ``$TORCH_HOME`` / ``~``. The environment is redirected in
+``pytest_configure``, before test modules are collected, because some libraries read these variables
+when they are imported; the autouse fixture puts them back for every test, whatever an earlier test
+did. ``tests/test_sandbox.py`` proves a calibration planted in the home directory is not read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# GPUPLAN_* variables the test harness itself sets (scripts/test): kept, every other GPUPLAN_* is dropped
+HARNESS_VARIABLES = frozenset({"GPUPLAN_CPU_PYTHON"})
+
+_SANDBOX: dict[str, str] = {}
+_SAVED: dict[str, str | None] = {}
+_ROOT: list[Path] = []
+
+
+def sandbox_environment(root: Path) -> dict[str, str]:
+    """The variables that point every user directory gpuplan or its libraries read into ``root``."""
+    home = root / "home"
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "HF_HOME": str(root / "hf"),
+        "TORCH_HOME": str(root / "torch"),
+        "GPUPLAN_CALIBRATION": "off",
+    }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = Path(tempfile.mkdtemp(prefix="gpuplan-tests-"))
+    _ROOT.append(root)
+    _SANDBOX.update(sandbox_environment(root))
+    (root / "home").mkdir()
+    for name in [*_SANDBOX, *(n for n in os.environ if n.startswith("GPUPLAN_") and n not in HARNESS_VARIABLES)]:
+        _SAVED.setdefault(name, os.environ.get(name))
+        if name in _SANDBOX:
+            os.environ[name] = _SANDBOX[name]
+        else:
+            del os.environ[name]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for name, value in _SAVED.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for root in _ROOT:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _user_directories_sandboxed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in _SANDBOX.items():
+        monkeypatch.setenv(name, value)
+    for name in [n for n in os.environ if n.startswith("GPUPLAN_") and n not in HARNESS_VARIABLES]:
+        if name not in _SANDBOX:
+            monkeypatch.delenv(name)
+    yield
