@@ -63,6 +63,42 @@ def _func_name(func: Callable[..., Any]) -> str:
     return getattr(func, "__name__", "")
 
 
+def _without_dispatch_check(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of a Python composite whose ``has_torch_function`` check answers no, so that it runs
+    its body under the modes instead of handing itself to them whole."""
+    import types
+
+    scope = {**func.__globals__, "has_torch_function": lambda *_: False}  # type: ignore[attr-defined]
+    copy = types.FunctionType(func.__code__, scope, func.__name__,  # type: ignore[attr-defined]
+                              func.__defaults__, func.__closure__)  # type: ignore[attr-defined]
+    copy.__kwdefaults__ = func.__kwdefaults__  # type: ignore[attr-defined]
+    return copy
+
+
+# Python composites whose inner ops CUDA semantics must see one by one. A TorchFunctionMode is
+# handed the composite whole and then runs it with itself popped, so without this the projections
+# of ``nn.MultiheadAttention`` (torchvision ViT, Whisper-style encoders) would escape autocast and
+# its scaled-dot-product attention would run the host kernel: fp32 projections, no attention
+# backend, no attention FLOPs. CUDA's autocast and kernel choice sit in the dispatcher and see them.
+# (``nn.MultiheadAttention``'s inference fast path, ``_native_multi_head_attention``, is never taken
+# while a mode is active; it runs the same projections and the same SDPA kernel choice.)
+_TRANSPARENT: dict[Callable[..., Any], Callable[..., Any]] = {
+    F.multi_head_attention_forward: _without_dispatch_check(F.multi_head_attention_forward),
+}
+
+
+def _run_transparently(mode: TorchFunctionMode, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """Run a composite of ``_TRANSPARENT`` with ``mode`` pushed back (it is popped while it
+    handles the call; the modes below it are still active)."""
+    from torch.overrides import _pop_mode, _push_mode
+
+    _push_mode(mode)
+    try:
+        return _TRANSPARENT[func](*args, **kwargs)
+    finally:
+        _pop_mode()
+
+
 class CudaAutocast(TorchFunctionMode):
     """Apply CUDA autocast's casting rules to whatever runs inside (forward and loss)."""
 
@@ -113,6 +149,8 @@ class CudaAutocast(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func in _TRANSPARENT:
+            return _run_transparently(self, func, args, kwargs)
         name = _func_name(func)
         if name in LOWER_PRECISION_OPS:
             args, kwargs = tree_map(self._to_low, (args, kwargs))
@@ -143,13 +181,19 @@ class AttentionPolicy:
     """auto | flash | sdpa-efficient | sdpa-math | eager (eager is handled by the model builder)."""
     compute_capability: tuple[int, int] = (9, 0)
 
-    def choose(self, q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
+    def choose(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
         cc = self.compute_capability[0] * 10 + self.compute_capability[1]
         head_dim = q.shape[-1]
+        value_dim = v.shape[-1]
         low = q.dtype in _LOW
-        flash_ok = (cc >= 80 and low and attn_mask is None and head_dim <= 256 and head_dim % 8 == 0)
+        # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: flash needs one head dim for q, k
+        # and v (MLA — DeepSeek-V2/V3 — has value heads narrower than query heads, so it is refused
+        # there); memory-efficient needs q and k alike and q, v aligned.
+        flash_ok = (cc >= 80 and low and attn_mask is None and head_dim <= 256 and head_dim % 8 == 0
+                    and k.shape[-1] == head_dim and value_dim == head_dim)
         align = 8 if low else 4
         efficient_ok = (cc >= 50 and (q.dtype != torch.bfloat16 or cc >= 80) and head_dim % align == 0
+                        and k.shape[-1] == head_dim and value_dim % align == 0
                         and not (enable_gqa and q.shape[-3] != k.shape[-3]))
         if self.requested == "flash":
             return "flash" if flash_ok else ("efficient" if efficient_ok else "math")
@@ -191,6 +235,8 @@ class CudaAttention(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func in _TRANSPARENT:
+            return _run_transparently(self, func, args, kwargs)
         if func is F.dropout:
             return _fused_dropout(*args, **kwargs)
         if func is not F.scaled_dot_product_attention:
@@ -208,7 +254,7 @@ class CudaAttention(TorchFunctionMode):
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
-        backend = self.policy.choose(query, key, attn_mask, enable_gqa)
+        backend = self.policy.choose(query, key, value, attn_mask, enable_gqa)
         self.choices[backend] = self.choices.get(backend, 0) + 1
         aten = torch.ops.aten
         if backend == "flash":

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.optim import Optimizer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpuplan.errors import ConfigError
 
@@ -56,6 +58,29 @@ class AdamW8bit(Optimizer):
                 p.add_(p.grad, alpha=-group["lr"])  # in place, as the fused kernel updates it
 
 
+class _HostScalars(TorchDispatchMode):
+    """Answer ``.item()`` on fake tensors with 1.0. Adafactor reads its step count and two norms
+    as host numbers each step; on fake tensors they have no value, and the values change only
+    scalars of the update, never which tensors it allocates."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
+            return 1.0 if args[0].is_floating_point() else 1
+        return func(*args, **(kwargs or {}))
+
+
+class Adafactor(torch.optim.Adafactor):
+    """``torch.optim.Adafactor`` as it runs, made traceable on fake tensors. Its state is torch's
+    own (``_init_group``): for a parameter of two or more dimensions the factored second moment,
+    a row vector (last dimension 1) and a column vector (second-to-last dimension 1); for a
+    vector the full-size variance; and a host-side step counter (Shazeer & Stern 2018)."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        with _HostScalars():
+            return super().step(closure)
+
+
 def build_optimizer(name: str, impl: str, params: list[torch.nn.Parameter], *, cuda: bool) -> Optimizer | None:
     """The optimizer ``name`` with implementation ``impl`` (auto | foreach | fused | for-loop)."""
     if name == "none":
@@ -83,7 +108,7 @@ def build_optimizer(name: str, impl: str, params: list[torch.nn.Parameter], *, c
         return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9, **kwargs)
     if name == "adafactor":
         kwargs.pop("fused", None)
-        return torch.optim.Adafactor(params, lr=1e-2, **kwargs)
+        return Adafactor(params, lr=1e-2, **kwargs)
     raise ConfigError(f"unknown optimizer {name!r}")
 
 

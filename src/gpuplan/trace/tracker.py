@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
@@ -68,8 +69,53 @@ def _grouped_mm_flops(a: torch.Tensor, b: torch.Tensor, *args: Any, out_val: Any
     return 2 * out.numel() * a.shape[-1]
 
 
+def _conv_pass_flops(x_shape: Any, w_shape: Any, out_shape: Any, transposed: bool) -> int:
+    """Multiply-adds of one convolution pass: 2·N·Cout·(Cin/groups)·K…·(output positions), where
+    the weight's second dimension is already Cin/groups (Cout/groups when transposed, over the
+    input positions). The input gradient and the weight gradient each cost exactly one such pass."""
+    positions = 1
+    for d in (x_shape if transposed else out_shape)[2:]:
+        positions *= int(d)
+    weight = 1
+    for d in w_shape:
+        weight *= int(d)
+    return 2 * int(x_shape[0]) * positions * weight
+
+
+def _conv_backward_flops(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, _bias: Any, _stride: Any,
+                         _padding: Any, _dilation: Any, transposed: bool, _output_padding: Any, _groups: Any,
+                         output_mask: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """``convolution_backward``: torch.utils.flop_counter counts the weight gradient as if
+    ``groups`` were 1 (groups× too high: 32× for a 32-channel depthwise convolution), so the
+    count is made here, one forward-sized pass per requested gradient."""
+    one_pass = _conv_pass_flops(x.shape, w.shape, grad_out.shape, bool(transposed))
+    return one_pass * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
+
+
 _EXTRA_FLOP_FORMULAS: dict[str, Callable[..., int]] = {"_grouped_mm": _grouped_mm_flops,
                                                          "_scaled_grouped_mm": _grouped_mm_flops}
+# Formulas that replace torch.utils.flop_counter's (which is wrong for these ops).
+_OWN_FLOP_FORMULAS: dict[str, Callable[..., int]] = {"convolution_backward": _conv_backward_flops}
+
+
+def _grouped_mm_any_dtype(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None = None,
+                          bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``aten._grouped_mm`` (MoE experts: transformers' default ``grouped_mm`` experts, fp32 weights
+    under fp32/tf32/AMP) on fake tensors. The real kernels take every float dtype — CUDA runs
+    CUTLASS for bf16 and a loop of ``mm`` into one output otherwise (aten/native/cuda/Blas.cpp),
+    the CPU a loop — but the meta kernel accepts bf16 only (fp16 only with cuBLASLt grouped GEMM
+    on a live GPU). The output is the one tensor either kernel allocates, shaped by torch's own
+    meta helper; autograd (``_grouped_mm``'s derivative formula) saves and computes the same."""
+    from torch._meta_registrations import _create_grouped_mm_output_tensor
+
+    return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)  # type: ignore[no-any-return]
+
+
+def _fake_kernel(name: str, args: tuple[Any, ...]) -> Callable[..., Any] | None:
+    """A stand-in for an op whose meta kernel refuses inputs its real kernels take."""
+    if name == "_grouped_mm" and args and isinstance(args[0], FakeTensor) and args[0].dtype != torch.bfloat16:
+        return _grouped_mm_any_dtype
+    return None
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -191,7 +237,8 @@ class Recorder:
             in_block = self._block_from_args(args)
         live_before = self._live_bytes
         events_before = len(self.trace.events)
-        out = run()
+        stand_in = _fake_kernel(name, args)
+        out = stand_in(*args, **kwargs) if stand_in is not None else run()
         peak = self._live_bytes
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
@@ -243,7 +290,8 @@ class Recorder:
         bytes_read = sum(_tensor_bytes(t) for t in in_tensors)
         bytes_written = sum(_tensor_bytes(t) for t in out_tensors)
         flops = 0
-        formula = flop_registry.get(func._overloadpacket) or _EXTRA_FLOP_FORMULAS.get(name)
+        formula = (_OWN_FLOP_FORMULAS.get(name) or flop_registry.get(func._overloadpacket)
+                   or _EXTRA_FLOP_FORMULAS.get(name))
         if formula is not None:
             try:
                 flops = int(formula(*args, **kwargs, out_val=out))
