@@ -121,7 +121,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys: Capture, argv: list[str], mess
     ("argv", "message"),
     [(["--dtype", "fp64"], "argument --dtype: invalid choice: 'fp64'"),
      (["--sort", "speed"], "argument --sort: invalid choice: 'speed'"),
-     (["--min-memory-gib", "lots"], "argument --min-memory-gib: invalid float value: 'lots'")],
+     (["--min-memory-gib", "lots"], "argument --min-memory-gib: expected a number, got 'lots'")],
 )
 def test_bad_flags_exit_2_in_one_line(capsys: Capture, argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as info:

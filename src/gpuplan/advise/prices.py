@@ -9,54 +9,48 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import ConfigError, UnknownNameError
+from gpuplan.units import KIB
+from gpuplan.userio import parse_user_json, parse_user_yaml, read_user_text
+
+# A price list names at most a few hundred GPUs (a few KiB); a larger file is the wrong file.
+MAX_PRICES_FILE_BYTES = 256 * KIB
 
 
 def load_prices(path: str | Path) -> dict[str, float]:
     """GPU id -> $/hour."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read prices file {str(p)!r}: {exc.strerror or exc}") from None
+    what = f"prices file {str(p)!r}"
     suffix = p.suffix.lower()
+    if suffix not in (".csv", ".json", ".yaml", ".yml"):  # before reading: a wrong file is not read at all
+        raise ConfigError(
+            f"{what}: unknown format {suffix or '(no extension)'!r} (allowed: .yaml, .yml, .json, .csv)"
+        )
+    text = read_user_text(p, what=what, limit_bytes=MAX_PRICES_FILE_BYTES,
+                          hint="; a price list maps GPU names to $/hour")
     if suffix == ".csv":
         raw = _from_csv(text, p)
     elif suffix == ".json":
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"prices file {str(p)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    elif suffix in (".yaml", ".yml"):
-        raw = _from_yaml(text, p)
+        raw = parse_user_json(text, what=what)
     else:
-        raise ConfigError(
-            f"prices file {str(p)!r}: unknown format {suffix or '(no extension)'!r} (allowed: .yaml, .yml, .json, .csv)"
-        )
+        raw = parse_user_yaml(text, what=what)
     if not isinstance(raw, dict) or not raw:
         raise ConfigError(f"prices file {str(p)!r} must map GPU names to $/hour, e.g. 'H100-SXM: 2.49'")
     return _validate(raw, p)
 
 
-def _from_yaml(text: str, p: Path) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"prices file {str(p)!r} is not valid YAML{where}") from None
-
-
 def _from_csv(text: str, p: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for i, row in enumerate(csv.reader(io.StringIO(text)), 1):
+    rows = csv.reader(io.StringIO(text))
+    try:
+        numbered = list(enumerate(rows, 1))
+    except csv.Error as exc:  # a NUL byte, an over-long field
+        raise ConfigError(f"prices file {str(p)!r} is not a valid CSV file: {exc} (line {rows.line_num})") from None
+    for i, row in numbered:
         cells = [c.strip() for c in row]
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
@@ -86,12 +80,15 @@ def _validate(raw: dict[Any, Any], p: Path) -> dict[str, float]:
         except UnknownNameError as exc:
             raise ConfigError(f"prices file {str(p)!r}: {exc}") from None
         try:
+            if isinstance(value, bool):  # YAML 'yes' / JSON true would otherwise be $1.00
+                raise TypeError
             price = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(
                 f"prices file {str(p)!r}: price of {name} must be a number of $/hour, got {value!r}"
             ) from None
         if not math.isfinite(price) or price <= 0:
-            raise ConfigError(f"prices file {str(p)!r}: price of {name} must be positive, got {value!r}")
+            raise ConfigError(f"prices file {str(p)!r}: price of {name} must be positive (a finite number of "
+                              f"$/hour), got {value!r}")
         out[gpu.id] = price
     return out

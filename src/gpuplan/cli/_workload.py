@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
+import sys
 from typing import Any
 
 from gpuplan.workload import (
@@ -17,16 +20,55 @@ from gpuplan.workload import (
     Workload,
 )
 
+# The largest whole number any flag accepts: past 64 bits a count is a typo, and each consumer's own
+# range check (Workload, Options, plan) then names the real limit.
+MAX_FLAG_INT = 2**63 - 1
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A user's value quoted for a message, cut so that a pasted novel stays one readable line."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
 
 def _int(text: str) -> int:
-    """Whole numbers, also written 1e3 or 1_000; range checks happen in Workload."""
+    """Whole numbers, also written 1e3 or 1_000; range checks happen in Workload.
+
+    Every way a text can fail to be a whole number (1e400, nan, 2.5, a 5,000-digit number) is an
+    ``ArgumentTypeError``, which argparse turns into one usage line with exit code 2.
+    """
+    cleaned = text.strip().replace("_", "")
     try:
-        value = float(text.replace("_", "")) if any(c in text for c in "eE.") else int(text.replace("_", ""))
+        if any(c in cleaned for c in "eE."):
+            number = float(cleaned)
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError(text)
+            value = int(number)
+        else:
+            value = int(cleaned)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {_shown(text)}") from None
+    if abs(value) > MAX_FLAG_INT:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is too large (at most {MAX_FLAG_INT:.3g})")
+    return value
+
+
+def _float(text: str) -> float:
+    """A finite number (nan, inf and 1e400 are typos, never a setting)."""
+    try:
+        value = float(text.strip().replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    return int(value)
+        raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {_shown(text)}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """A finite number above zero (a bandwidth, a budget, a memory size)."""
+    value = _float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {_shown(text)}")
+    return value
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -35,32 +77,79 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                              "or path/to/file.py:factory[,inputs_factory]")
 
 
+def _default(field: str) -> Any:
+    """Workload's own default for a field: the one copy, shown in --help."""
+    return next(f.default for f in dataclasses.fields(Workload) if f.name == field)
+
+
+# Flags that only some modes read, and those modes. Given with another mode, the flag cannot change
+# the answer (nothing in that step reads it): the answer stands, and a note on stderr says the flag
+# was ignored. A flag whose absence would silently change what the answer means is an error instead,
+# raised by Workload (``--grad-accum`` outside training: the user thinks of an effective batch).
+# These flags default to None so that "given" is known; Workload fills in its defaults.
+MODE_ONLY_FLAGS: dict[str, tuple[str, ...]] = {
+    "new_tokens": ("generate",),
+    "optimizer": ("train",),
+    "optimizer_impl": ("train",),
+    "zero_grad": ("train",),
+    "loss": ("train",),
+    "checkpointing": ("train",),
+}
+
+
 def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str = "train") -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--mode", default=default_mode, choices=MODES)
     g.add_argument("--batch-size", type=_int, default=1, metavar="N", help="micro-batch per forward (default 1)")
     g.add_argument("--seq-len", type=_int, default=None, metavar="N", help="tokens per sample (default: model's)")
     g.add_argument("--image-size", type=_int, default=None, metavar="N", help="image side in pixels")
-    g.add_argument("--new-tokens", type=_int, default=128, metavar="N", help="tokens to generate (generate mode)")
+    g.add_argument("--new-tokens", type=_int, default=None, metavar="N",
+                   help=f"tokens to generate (generate mode; default {_default('new_tokens')})")
     g.add_argument("--precision", default="fp32", metavar="P", help="|".join(PRECISIONS))
-    g.add_argument("--optimizer", default="adamw", metavar="O", help="|".join(OPTIMIZERS))
-    g.add_argument("--checkpointing", default="none", metavar="C", help="|".join(CHECKPOINTING))
+    g.add_argument("--optimizer", default=None, metavar="O",
+                   help="|".join(OPTIMIZERS) + f" (train mode; default {_default('optimizer')})")
+    g.add_argument("--checkpointing", default=None, metavar="C",
+                   help="|".join(CHECKPOINTING) + f" (train mode; default {_default('checkpointing')})")
     g.add_argument("--grad-accum", type=_int, default=1, metavar="K", help="micro-batches per optimizer step")
     g.add_argument("--attention", default="auto", metavar="A", help="|".join(ATTENTIONS))
-    g.add_argument("--optimizer-impl", default="auto", metavar="I", help="|".join(OPTIMIZER_IMPLS))
-    g.add_argument("--zero-grad", default="set-to-none", metavar="Z", help="|".join(ZERO_GRADS))
-    g.add_argument("--loss", default="auto", metavar="L", help="|".join(LOSSES))
+    g.add_argument("--optimizer-impl", default=None, metavar="I",
+                   help="|".join(OPTIMIZER_IMPLS) + f" (train mode; default {_default('optimizer_impl')})")
+    g.add_argument("--zero-grad", default=None, metavar="Z",
+                   help="|".join(ZERO_GRADS) + f" (train mode; default {_default('zero_grad')})")
+    g.add_argument("--loss", default=None, metavar="L",
+                   help="|".join(LOSSES) + f" (train mode; default {_default('loss')})")
+
+
+def ignored_flag_notes(args: argparse.Namespace) -> list[str]:
+    """One note per flag given that the chosen mode never reads (see MODE_ONLY_FLAGS)."""
+    notes = []
+    for field, modes in MODE_ONLY_FLAGS.items():
+        if getattr(args, field, None) is not None and args.mode not in modes:
+            flag = "--" + field.replace("_", "-")
+            only = " or ".join(f"--mode {m}" for m in modes)
+            notes.append(f"{flag} applies to {only} only; ignored with --mode {args.mode}")
+    return notes
 
 
 def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
-    fields = dict(
+    """The workload the flags describe; notes on stderr for flags the mode ignores (never stdout)."""
+    fields: dict[str, Any] = dict(
         mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size,
-        new_tokens=args.new_tokens, precision=args.precision, optimizer=args.optimizer,
-        checkpointing=args.checkpointing, grad_accum=args.grad_accum, attention=args.attention,
-        optimizer_impl=args.optimizer_impl, zero_grad=args.zero_grad, loss=args.loss,
+        precision=args.precision, grad_accum=args.grad_accum, attention=args.attention,
     )
+    for field in MODE_ONLY_FLAGS:  # given ones only: Workload holds the defaults
+        if getattr(args, field, None) is not None:
+            fields[field] = getattr(args, field)
     fields.update(overrides)
-    return Workload(**fields)
+    workload = Workload(**fields)  # bad values fail first: a note about a flag in error is noise
+    notes = ignored_flag_notes(args)
+    if notes:  # the workload echoed in --json is the one modelled: an ignored value is not in it
+        ignored = {f for f, modes in MODE_ONLY_FLAGS.items() if workload.mode not in modes}
+        workload = Workload(**{k: v for k, v in fields.items() if k not in ignored or k in overrides})
+    verb = getattr(args, "verb", None)
+    for note in notes:
+        print(f"gpuplan {verb}: note: {note}" if verb else f"gpuplan: note: {note}", file=sys.stderr)
+    return workload
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import argparse
 import json
 from collections.abc import Callable, Mapping, Sequence
 
+from gpuplan.cli._workload import _float
 from gpuplan.errors import ConfigError
 from gpuplan.hardware import DTYPES, GPU, TIERS, get_gpu, list_gpus
 from gpuplan.hardware.catalog import SORT_KEYS
@@ -37,7 +38,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="*", metavar="GPU", help="GPU names for show / compare")
     parser.add_argument("--arch", help="architecture, or part of it (hopper, ada, blackwell, cdna 3, ...)")
     parser.add_argument("--vendor", help="nvidia, amd, intel or apple")
-    parser.add_argument("--min-memory-gib", type=float, metavar="X", help="at least X GiB of GPU memory")
+    parser.add_argument("--min-memory-gib", type=_float, metavar="X", help="at least X GiB of GPU memory")
     parser.add_argument("--dtype", choices=DTYPES, help="only GPUs that run this dtype natively")
     parser.add_argument("--tier", choices=TIERS, help="entry, research or enterprise (rule in docs/gpus.md)")
     parser.add_argument("--sort", choices=SORT_KEYS, default="name", help="order of the list (default: name)")

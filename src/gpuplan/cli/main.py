@@ -7,11 +7,18 @@ never pay for importing torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
 import importlib.util
+import logging
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from gpuplan import __version__
 from gpuplan.errors import GpuplanError
 
 # verb -> (module under gpuplan.cli, one-line help)
@@ -29,12 +36,45 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+# An error longer than this is cut: one readable line, whatever a model or a file put in the message.
+MAX_ERROR_CHARS = 300
+
+
+def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message`` on one line of at most ``limit`` characters (cut with "…")."""
+    flat = " ".join(message.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors in one line with exit code 2 (no usage dump)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"gpuplan {self.prog.split(' ', 1)[-1] if ' ' in self.prog else ''}: error: {message}\n"
-                  .replace("gpuplan : ", "gpuplan: "))
+        verb = self.prog.split(" ", 1)[-1] if " " in self.prog else ""
+        prefix = f"gpuplan {verb}" if verb else "gpuplan"
+        self.exit(2, one_line(f"{prefix}: error: {message}") + "\n")
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every ``--flag`` a parser (and the verb it dispatches to, once added) accepts."""
+    names = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    for action in parser._actions:  # argparse has no public walk of its actions
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                names += _option_strings(sub)
+    return names
+
+
+def _unknown_flags_message(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    flags = [e.split("=", 1)[0] for e in extras if e.startswith("-") and e != "-"]
+    if not flags:
+        return f"unexpected argument(s) {' '.join(extras)}"
+    known = sorted(set(_option_strings(parser)))
+    parts = []
+    for flag in flags:
+        hits = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        parts.append(f"unknown flag {flag}" + (f"; did you mean {hits[0]}?" if hits else ""))
+    return "; ".join(parts) + " (--help lists the flags)"
 
 
 def _available_verbs() -> dict[str, tuple[str, str]]:
@@ -48,7 +88,8 @@ def _available_verbs() -> dict[str, tuple[str, str]]:
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``verb``'s module is imported to add its flags."""
     parser = _Parser(prog="gpuplan", description="What your PyTorch workload needs from a GPU.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and library logging")
+    parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for name, (module, help_text) in _available_verbs().items():
         if name == verb:
@@ -60,36 +101,102 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_argv(argv: list[str]) -> tuple[str | None, str | None]:
+    """-> (verb, usage error). Catches what argparse would turn into a crash or a vague message."""
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    if verb is not None and verb not in VERBS:
+        hits = difflib.get_close_matches(verb, list(VERBS), n=1, cutoff=0.6)
+        hint = f"; did you mean {hits[0]}?" if hits else ""
+        return None, (f"gpuplan: error: unknown command {verb!r}{hint} (commands: {', '.join(VERBS)}; "
+                      "`gpuplan --help` says what each does)")
+    for arg in argv:
+        if arg == "--":
+            break
+        flag, sep, value = arg.partition("=")
+        # argparse drops a '--' value and hands the flag an empty list (a TypeError later)
+        if arg.startswith("-") and sep and value == "--":
+            prefix = f"gpuplan {verb}" if verb else "gpuplan"
+            return None, f"{prefix}: error: {flag} needs a value, got '--'"
+    return verb, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # --debug (tracebacks instead of one-line errors) is accepted anywhere on the line
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    verb = next((a for a in argv if not a.startswith("-")), None)
+    verb, usage_error = _check_argv(argv)
+    if usage_error is not None:
+        print(one_line(usage_error), file=sys.stderr)
+        return 2
     parser = build_parser(verb)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        prefix = f"gpuplan {args.verb}" if args.verb else "gpuplan"
+        print(one_line(f"{prefix}: error: {_unknown_flags_message(parser, extras)}"), file=sys.stderr)
+        return 2
     args.debug = debug
     if args.verb is None:
         parser.print_help()
         return 2
     module = importlib.import_module(f"gpuplan.cli.{VERBS[args.verb][0]}")
+    if debug:
+        code: int = module.run(args)
+        return code
+    with _quiet_libraries():
+        return _run(module, args)
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """No library logging or warnings on stderr: the CLI's stderr holds gpuplan's own lines only, so
+    an error is the one line a user sees (torch logs a 20-line traceback when a model fails under
+    fake tensors). ``--debug`` shows everything. Restored on return: ``main()`` runs inside tests."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _fail(verb: str, message: str, code: int = 2, kind: str = "error") -> int:
+    print(one_line(f"gpuplan {verb}: {kind}: {message}"), file=sys.stderr)
+    return code
+
+
+def _run(module: Any, args: argparse.Namespace) -> int:
+    """Run a verb; every exception becomes one line on stderr with the contract's exit code."""
+    verb = args.verb
     try:
         code: int = module.run(args)
     except GpuplanError as exc:
-        if args.debug:
-            raise
-        print(f"gpuplan {args.verb}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(verb, str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # user code called sys.exit: its code must not become gpuplan's
+        return _fail(verb, f"code run by gpuplan called sys.exit({exc.code!r}); gpuplan stopped there "
+                           "(a model factory must return a model, not exit)")
+    except RecursionError:
+        return _fail(verb, "recursion too deep (a model or an input file nested too deeply); "
+                           "rerun with --debug for the traceback")
+    except MemoryError:
+        return _fail(verb, "this machine ran out of host memory; try a smaller model or batch, "
+                           "or rerun with --debug for the traceback")
+    except BrokenPipeError:  # the reader of stdout went away (`gpuplan gpus | head -1`): nothing to say
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        return _fail(verb, f"cannot use{where}: {exc.strerror or exc}")
     except Exception as exc:  # a bug, not bad input: still one line unless --debug
-        if args.debug:
-            raise
         first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"gpuplan {args.verb}: internal error: {type(exc).__name__}: {first} "
-              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
-        return 2
+        return _fail(verb, f"{type(exc).__name__}: {first} "
+                           "(rerun with --debug for the traceback, and please report it)", kind="internal error")
     return code
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import yaml
 
 from gpuplan.errors import CompatError
+from gpuplan.userio import parse_user_yaml, read_user_text
 
 # Every environment variable the doctor looks at. Only these are read or recorded, never the whole
 # environment (it may hold secrets).
@@ -165,17 +166,14 @@ class RecordedFacts:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RecordedFacts:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CompatError(f"cannot read recorded environment {str(path)!r}: {exc.strerror}") from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise CompatError(f"recorded environment {str(path)!r} is not valid YAML: {exc}") from exc
+        what = f"recorded environment {str(path)!r}"
+        text = read_user_text(path, what=what, error=CompatError,
+                              hint="; pass the YAML written by `gpuplan doctor --record`")
+        data = parse_user_yaml(text, what=what, error=CompatError)
         if not isinstance(data, dict):
             kind = type(data).__name__
-            raise CompatError(f"recorded environment {str(path)!r} must be a YAML mapping, got {kind}")
+            raise CompatError(f"{what} must be a YAML mapping, got {kind} "
+                              "(pass the file `gpuplan doctor --record` writes)")
         return cls(data)
 
     def _section(self, key: str) -> Mapping[str, Any]:
