@@ -1,6 +1,6 @@
 """`gpuplan install` picks the right build for (GPU, driver, Python) combinations from the reference data.
 
-Each expected answer was worked out by hand from /work/shared/reference/compat (carried into
+Each expected answer was worked out by hand from ../shared/reference/compat (carried into
 compat/data): torch_releases.yaml (arch lists, Python lists, PyPI default per release; ids S-REL-ZH,
 S-PR175253, S-PYPI, S-TI ...), cuda_drivers.yaml (minor-version floors 11.x >= 450.80.02 / 452.39,
 12.x >= 525.60.13 / 527.41, 13.x >= 580.65.06, and NVIDIA Table 3 rows; ids S-NV-MVC, S-NV-RN132U2),

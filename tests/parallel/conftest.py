@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-CALIBRATION = Path("/work/shared/reference/calibration.csv")
+# the shared reference data sits beside the repository checkout (../shared), never at a fixed machine path
+CALIBRATION = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "calibration.csv"
 
 
 @pytest.fixture(scope="session")
@@ -35,5 +36,7 @@ def gpt2_ctx():  # type: ignore[no-untyped-def]
 def calibration_rows() -> dict[str, dict[str, str]]:
     import csv
 
+    if not CALIBRATION.exists():
+        pytest.skip(f"reference data {CALIBRATION} is not beside this checkout", allow_module_level=True)
     with CALIBRATION.open() as f:
         return {row["id"]: row for row in csv.DictReader(f)}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.perf import DEFAULT_EFFICIENCY
-from gpuplan.perf.calibrate_fit import FIT_EXCLUDED, REFERENCE_CSV, check_reference
+from scripts.calibrate_fit import FIT_EXCLUDED, REFERENCE_CSV, check_reference
 from gpuplan.perf.calibration import CASES
 
 

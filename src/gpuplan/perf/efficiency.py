@@ -2,7 +2,7 @@
 
 Every factor is printed with every result (``Efficiency.describe``). Where a factor was fitted on
 the throughput rows of ``shared/reference/calibration.csv`` the fit is
-``gpuplan.perf.calibrate_fit`` (residuals in ``docs/accuracy.md``); the others are priors with
+``scripts/calibrate_fit.py`` (residuals in ``docs/accuracy.md``); the others are priors with
 their source named here, because no calibration row constrains them.
 """
 
@@ -52,7 +52,7 @@ class Efficiency:
         )
 
 
-# The fitted values are the output of ``python -m gpuplan.perf.calibrate_fit`` (coordinate descent
+# The fitted values are the output of ``python scripts/calibrate_fit.py`` (coordinate descent
 # on squared log errors; residuals in docs/accuracy.md). With four rows and three fitted factors the
 # two BERT rows essentially pin fp32_matmul and launch_overhead_s; the two Korthikanti rows pin
 # tensor_core_matmul.

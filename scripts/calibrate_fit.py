@@ -1,6 +1,9 @@
 """Fit the cost model's efficiency factors on the published throughput rows, print the residuals.
 
-    python -m gpuplan.perf.calibrate_fit [--csv PATH] [--markdown]
+    .venv/bin/python scripts/calibrate_fit.py [--csv PATH]
+
+A developer script, not part of the installed package. The published rows come from
+``../shared/reference/calibration.csv`` beside the repository (absent elsewhere: the check is skipped).
 
 Fitted: ``tensor_core_matmul``, ``fp32_matmul`` and ``launch_overhead_s`` (the other factors are
 priors, see perf/efficiency.py). Loss: sum of squared log errors over the rows of
@@ -23,7 +26,8 @@ from typing import Any
 from gpuplan.perf.calibration import CASES, Case, predict, trace_case
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 
-REFERENCE_CSV = Path("/work/shared/reference/calibration.csv")
+# the shared reference data sits beside the repository checkout, never at a fixed machine path
+REFERENCE_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
 GRIDS: dict[str, list[float]] = {
     "tensor_core_matmul": [x / 100 for x in range(30, 96)],
     "fp32_matmul": [x / 100 for x in range(40, 99)],
