@@ -30,6 +30,7 @@ from gpuplan.units import format_bytes
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
+    from gpuplan.perf.summary import Throughput
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
@@ -48,7 +49,7 @@ class Candidate:
     layout: str = ""
     per_gpu_bytes: int = 0
     step_time_s: float | None = None
-    throughput: dict[str, Any] | None = None
+    throughput: Throughput | None = None
     """Whole job (all GPUs)."""
     cost_per_hour_usd: float | None = None
     cost_per_million_usd: float | None = None
@@ -115,7 +116,7 @@ class Recommendation:
         }
 
     def __str__(self) -> str:
-        from gpuplan.advise.render import render_recommendation
+        from gpuplan.report.advise import render_recommendation
 
         return render_recommendation(self)
 
@@ -385,7 +386,7 @@ class _Timer:
         per_token = step.tensor_components.get("kv_cache", 0) / self.seq
         return int(per_token * (self.workload.new_tokens - self.traced.new_tokens))
 
-    def __call__(self, step: TracedStep, gpu: GPU) -> tuple[float, dict[str, Any]]:
+    def __call__(self, step: TracedStep, gpu: GPU) -> tuple[float, Throughput]:
         """(step time on one GPU, its throughput) for the requested workload."""
         from gpuplan.perf.step_time import step_time
         from gpuplan.perf.summary import throughput_of
@@ -433,7 +434,7 @@ def _best_count(
                 link = _link_bytes_per_s(gpu, n)
                 comm = volume / link if link else float("inf")
             t = max(one_s, comm)
-            tp = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
+            tp: Throughput = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
             cost_h = price_per_hour * n if price_per_hour is not None else None
             per_m = cost_h / (tp["value"] * 3600) * 1e6 if cost_h is not None and tp["value"] > 0 else None
             layout = "single GPU" if n == 1 else f"ZeRO-3 × {n}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Callable
 
 from gpuplan.cli._workload import (
     _int,
@@ -24,7 +26,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-node", type=_int, default=None, metavar="K")
     g.add_argument(
         "--inter-node-gbps",
-        type=float,
+        type=positive_float("a bandwidth in Gbit/s, e.g. 400"),
         default=None,
         metavar="GBPS",
         help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)",
@@ -51,6 +53,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     lay.add_argument("--global-batch-size", type=_int, default=None, metavar="G")
     lay.add_argument("--micro-batch-size", type=_int, default=None, metavar="m")
     add_workload_arguments(parser)
+    # None: the user left activation checkpointing open (searched); a value is never overridden
+    parser.set_defaults(checkpointing=None)
     parser.add_argument(
         "--emit",
         choices=("torchrun", "deepspeed", "accelerate"),
@@ -60,11 +64,26 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def positive_float(what: str) -> Callable[[str], float]:
+    """argparse type: a finite number above 0 (nan, inf, 0 and negatives refused in one line)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected a positive, finite number ({what}), got {text!r}")
+        return value
+
+    return parse
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuplan.parallel.emit import emit, layout_engine_note
     from gpuplan.parallel.plan import plan
 
-    workload = workload_from_args(args)
+    workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
     p = plan(
         args.model,
         gpus=args.gpus,
@@ -82,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         megatron=args.megatron,
         workload=workload,
+        checkpointing_fixed=args.checkpointing is not None,
     )
-    emitted = emit(p, args.emit) if args.emit else None
+    emitted = emit(p, args.emit) if args.emit else None  # refuses (exit 2) before anything is printed
     note = layout_engine_note(p.best.layout, args.emit) if args.emit else None
     if args.json:
         out = p.to_dict()

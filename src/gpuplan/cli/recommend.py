@@ -12,16 +12,7 @@ from gpuplan.cli._workload import (
     add_workload_arguments,
     workload_from_args,
 )
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of US dollars, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive amount, got {text!r}")
-    return value
+from gpuplan.cli.plan import positive_float
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +23,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--budget-usd",
-        type=_positive_float,
+        type=positive_float("an amount of US dollars"),
         default=None,
         metavar="X",
         help="drop candidates costing more: $/hour with --prices, else the purchase price",
@@ -52,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.recommend import recommend
     from gpuplan.errors import ConfigError
 
-    prices = load_prices(args.prices) if args.prices else None
     if args.max_gpus < 1:
         raise ConfigError(f"--max-gpus {args.max_gpus} is out of range: allowed 1..100000")
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top} is out of range: the rows shown must be at least 1")
+    prices = load_prices(args.prices) if args.prices else None
     result = recommend(
         args.model,
         workload_from_args(args),
@@ -65,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        from gpuplan.advise.render import render_recommendation
+        from gpuplan.report.advise import render_recommendation
 
-        text = render_recommendation(result)
+        text = render_recommendation(result, top=args.top)
         print(text)
         if not result.ok:
             print(_nothing_fits(result))

@@ -236,9 +236,9 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
         }
     else:
         base["distributed_type"] = "MULTI_GPU" if lay.gpus > 1 else "NO"
-    if lay.engine == "torch" and lay.tp > 1:
-        # accelerate's ParallelismConfig (launch --parallelism_config_*): TP and the FSDP dims; it has
-        # no pipeline dimension, so a torch pipeline layout needs the torchrun emitter.
+    if lay.engine == "torch" and (lay.tp > 1 or lay.sharding == "hsdp"):
+        # accelerate's ParallelismConfig (launch --parallelism_config_*): TP and the FSDP dims (HSDP:
+        # shard inside a group, replicate across); it has no pipeline dimension (see engines_for).
         base["parallelism_config"] = {
             "parallelism_config_tp_size": lay.tp,
             "parallelism_config_dp_shard_size": lay.shard_group if lay.fsdp else 1,
@@ -277,8 +277,48 @@ def megatron_args(p: Plan) -> list[str]:
     return args
 
 
+def engines_for(lay: Layout) -> tuple[str, ...]:
+    """The ``--emit`` values whose output implements ``lay`` as planned (may be empty)."""
+    if lay.engine == "deepspeed":
+        # a ds_config (and accelerate's DeepSpeed plugin) carries ZeRO, offload and batching only:
+        # tensor parallelism needs Megatron-DeepSpeed, pipelines a PipelineModule in user code.
+        return ("deepspeed", "accelerate") if lay.tp == 1 and lay.pp == 1 else ()
+    if lay.engine == "megatron":
+        # accelerate's Megatron-LM plugin has no virtual-pipeline (interleaved) setting
+        return ("torchrun",) if lay.pp > 1 and lay.schedule == "interleaved" else ("torchrun", "accelerate")
+    # torch.distributed: DDP, FSDP2/HSDP, TP; accelerate has no pipeline dimension
+    return ("torchrun",) if lay.pp > 1 else ("torchrun", "accelerate")
+
+
+def refusal(lay: Layout, kind: str) -> str | None:
+    """One line saying why ``--emit kind`` cannot implement ``lay`` and which engine can, or None."""
+    can = engines_for(lay)
+    if kind in can:
+        return None
+    what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
+    if can:
+        return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
+    return (
+        f"no --emit value implements it: {what} with tp={lay.tp} pp={lay.pp}, which needs Megatron-DeepSpeed; "
+        "fix --tp 1 --pp 1 for a DeepSpeed config, or --megatron for Megatron-LM arguments"
+    )
+
+
+_ENGINE_NAMES = {
+    "deepspeed": "DeepSpeed",
+    "megatron": "Megatron-LM",
+    "torch": "torch.distributed (DDP / FSDP2 / TP / pipelining)",
+}
+
+
 def emit(p: Plan, kind: str) -> str:
-    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate) as text."""
+    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate) as text; ConfigError
+    (one line naming the engines that can) when that engine cannot implement the plan's layout."""
+    if kind not in EMITTERS:
+        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
+    refused = refusal(p.best.layout, kind)
+    if refused is not None:
+        raise ConfigError(refused)
     if kind == "torchrun":
         if p.best.layout.engine == "megatron":
             cmd = torchrun_command(p, "pretrain_gpt.py")
@@ -294,11 +334,7 @@ def emit(p: Plan, kind: str) -> str:
 
 
 def layout_engine_note(lay: Layout, kind: str) -> str | None:
-    """Warn when the chosen emitter cannot express the layout."""
-    if kind == "deepspeed" and (lay.fsdp or lay.tp > 1):
-        return (
-            "DeepSpeed config covers ZeRO/offload/batching; TP needs Megatron-DeepSpeed or AutoTP, FSDP2 needs torchrun"
-        )
-    if kind == "torchrun" and lay.engine == "deepspeed":
-        return "this layout uses DeepSpeed ZeRO: launch with `deepspeed` or accelerate (see --emit deepspeed)"
+    """What the emitted text leaves to the user's training script (None: nothing)."""
+    if lay.checkpointing != "none" and kind != "torchrun" and lay.engine != "megatron":
+        return f"activation checkpointing ({lay.checkpointing}) is applied in the training script, per block"
     return None

@@ -16,6 +16,7 @@ from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
+from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -80,12 +81,12 @@ class Plan:
         return self.layouts_considered / self.search_s if self.search_s > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuplan.parallel.render import plan_to_dict
+        from gpuplan.report.plan import plan_to_dict
 
         return plan_to_dict(self)
 
     def __str__(self) -> str:
-        from gpuplan.parallel.render import render_plan
+        from gpuplan.report.plan import render_plan
 
         return render_plan(self)
 
@@ -109,11 +110,15 @@ def plan(
     megatron: bool | None = None,
     workload: Workload | None = None,
     max_alternatives: int = 5,
+    checkpointing_fixed: bool | None = None,
     **workload_fields: Any,
 ) -> Plan:
     """Best layout of one training step of ``model`` on ``gpus`` GPUs of type ``gpu``.
 
-    Degrees left as None are searched. Example::
+    Degrees left as None are searched. Activation checkpointing is the user's choice when
+    ``checkpointing_fixed`` is True (default: when ``checkpointing=`` is passed): it is never
+    overridden, and a layout that fits only with full checkpointing is shown as an alternative.
+    Otherwise, when nothing fits without it, full checkpointing is searched too. Example::
 
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
@@ -124,12 +129,15 @@ def plan(
     from gpuplan.models.sources import ModelSource, resolve_model
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
+    fixed_ckpt = "checkpointing" in workload_fields if checkpointing_fixed is None else checkpointing_fixed
+    _check_counts(nodes=nodes, gpus_per_node=gpus_per_node, global_batch_size=global_batch_size,
+                  micro_batch_size=micro_batch_size)
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
-    gb = global_batch_size or gpus * w.batch_size * w.grad_accum
+    gb = global_batch_size if global_batch_size is not None else gpus * w.batch_size * w.grad_accum
     if gb < 1:
         raise LayoutError(f"global batch must be at least 1, got {gb}")
     cfg = dict(getattr(source, "config_dict", None) or {})
@@ -156,8 +164,9 @@ def plan(
     )
     usable = target.usable_memory_bytes
     notes: list[str] = []
+    ckpt_alt: tuple[Evaluation, str] | None = None
     t0 = time.perf_counter()
-    trace_w = w.with_(batch_size=micro_batch_size or w.batch_size, grad_accum=1)
+    trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
     prof = profile_model(source, trace_w, target)
     trace_s = time.perf_counter() - t0
     ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
@@ -189,9 +198,17 @@ def plan(
         )
         search_s += time.perf_counter() - t1
         n += n2
-        if evals2 and (
+        better = evals2 and (
             evals2[0].per_gpu_peak_bytes <= usable or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
-        ):
+        )
+        if better and fixed_ckpt:
+            # the user chose --checkpointing none: answer for it, and show what full checkpointing gives
+            ckpt_alt = (evals2[0], _ckpt_why(evals2[0], usable))
+            notes.append(
+                "nothing fits with --checkpointing none as given; with --checkpointing full the best layout "
+                f"is {evals2[0].layout.describe()} ({format_bytes(evals2[0].per_gpu_peak_bytes)} per GPU)"
+            )
+        elif better:
             notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
             evals, prof, ctx = evals2, prof2, ctx2
     if evals[0].per_gpu_peak_bytes > usable:
@@ -213,6 +230,8 @@ def plan(
             evals = evals3
     best = evals[0]
     alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
+    if ckpt_alt is not None:
+        alts = (ckpt_alt, *alts)
     assumptions = (
         *prof.assumptions,
         topo.describe(),
@@ -237,6 +256,19 @@ def plan(
         usable_bytes=usable,
         assumptions=assumptions,
     )
+
+
+def _ckpt_why(e: Evaluation, usable_bytes: int) -> str:
+    fits = "fits" if e.per_gpu_peak_bytes <= usable_bytes else "still does not fit"
+    return f"needs --checkpointing full (not the --checkpointing none given): {fits}"
+
+
+def _check_counts(**counts: int | None) -> None:
+    """Whole-number options that must be at least 1 when given (one line naming the value)."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise LayoutError(f"{flag} must be at least 1, got {value}; leave it out to let gpuplan choose")
 
 
 def _fields(c: Constraints) -> dict[str, Any]:

@@ -205,6 +205,7 @@ def _build_param_info(source: ModelSource, workload: Workload, layers: dict[str,
 def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
     """Trace ``workload`` once (3 repeated blocks) and split it into per-block quantities."""
     from gpuplan.perf import step_time
+    from gpuplan.perf.summary import seq_len_of
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import category_vectors
 
@@ -345,11 +346,9 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
     hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
     heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
-    seq = (
-        workload.seq_len
-        or getattr(source, "_default_seq_len", None)
-        or _cfg_int(cfg, "n_positions", "max_position_embeddings", default=1)
-    )
+    # Tokens per sample as the trace ran them: the one rule estimate uses (the workload's, else
+    # the model's default), never a config's position-table size.
+    seq = seq_len_of(source, workload) or 1
     assumptions = (
         f"traced once: {source.name} with {traced_layers} of {full_layers} blocks at micro-batch "
         f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "

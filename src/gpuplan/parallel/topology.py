@@ -16,6 +16,7 @@ messages): 8×A100-SXM4 over NVSwitch reach busbw 200–208 GB/s of 300 GB/s per
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,14 @@ def make_topology(
     """The cluster for ``gpus`` GPUs; ``nodes`` and ``gpus_per_node`` must multiply to ``gpus``."""
     if gpus < 1:
         raise LayoutError(f"--gpus must be at least 1, got {gpus}")
+    for flag, count in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if count is not None and count < 1:
+            raise LayoutError(f"{flag} must be at least 1, got {count}")
+    if inter_node_gbps is not None and not (math.isfinite(inter_node_gbps) and inter_node_gbps > 0):
+        raise ConfigError(
+            f"--inter-node-gbps must be a positive, finite bandwidth in Gbit/s, got {inter_node_gbps:g} "
+            "(e.g. 400 for NDR InfiniBand); leave it out for the GPU generation's default"
+        )
     if nodes is None and gpus_per_node is None:
         gpus_per_node = min(gpus, 8)
         nodes = -(-gpus // gpus_per_node)
@@ -86,8 +95,6 @@ def make_topology(
     if intra is None and gpus_per_node > 1:
         raise ConfigError(f"{gpu.id} cannot talk to a peer GPU (no NVLink or PCIe peer link in the catalog)")
     nic = inter_node_gbps if inter_node_gbps is not None else _NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
-    if nic <= 0:
-        raise ConfigError(f"--inter-node-gbps must be positive, got {nic:g}")
     return Topology(
         nodes=nodes,
         gpus_per_node=gpus_per_node,

@@ -1,7 +1,9 @@
-"""Terminal text for fit and recommend results (GiB throughout)."""
+"""Terminal text for fit and recommend results (GiB throughout). Result types are imported for
+type checking only: advise/ imports this module, never the other way round."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.report.text import table
@@ -12,7 +14,7 @@ if TYPE_CHECKING:
     from gpuplan.advise.recommend import Recommendation
 
 
-def _tp(tp: dict[str, Any] | None) -> str:
+def _tp(tp: Mapping[str, Any] | None) -> str:
     return f"{tp['value']:,.1f} {tp['unit']}" if tp else "-"
 
 
@@ -100,7 +102,8 @@ def answer_flags(r: FitResult) -> str:
     return " ".join(flags) or "fits as given"
 
 
-def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
+def render_recommendation(r: Recommendation, *, top: int | None = None, show_out: int = 15) -> str:
+    """The text of ``gpuplan recommend``: the ``top`` fastest fitting candidates (all: None)."""
     w = r.workload
     lines = [
         f"{r.model} — {w.mode}, batch {w.batch_size}"
@@ -111,7 +114,8 @@ def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
         "",
     ]
     rows = []
-    for i, c in enumerate(r.candidates_in, 1):
+    shown = r.candidates_in if top is None else r.candidates_in[:top]
+    for i, c in enumerate(shown, 1):
         rows.append(
             [
                 str(i),
@@ -149,6 +153,8 @@ def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
     )
     if not r.candidates_in:
         lines.append("(nothing fits)")
+    elif len(shown) < len(r.candidates_in):
+        lines.append(f"({len(shown)} of {len(r.candidates_in)} that fit shown: --top {len(r.candidates_in)} shows all)")
     if r.by_cost:
         lines += ["", f"cheapest per million {per} (your --prices):"]
         cost_rows = [
@@ -160,7 +166,7 @@ def render_recommendation(r: Recommendation, *, show_out: int = 15) -> str:
                 f"{c.cost_per_million_usd or 0:,.3f}",
                 _time(c.step_time_s),
             ]
-            for i, c in enumerate(r.by_cost[:10], 1)
+            for i, c in enumerate(r.by_cost[: min(10, top or 10)], 1)
         ]
         lines.append(table(cost_rows, ["#", "GPU", "n", "$/h", f"$/1M {per}", "step"]))
     out = r.candidates_out[:show_out]

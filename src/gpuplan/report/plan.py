@@ -1,4 +1,5 @@
-"""Plan → JSON (the DESIGN.md contract) and → a text table."""
+"""``gpuplan plan`` results → JSON (the DESIGN.md contract) and → text. Result types are imported
+for type checking only: the planner imports this module, never the other way round."""
 
 from __future__ import annotations
 
