@@ -36,6 +36,16 @@ def _parser_surface(parser: argparse.ArgumentParser, prefix: str, out: dict[str,
     out[prefix] = {"options": sorted(options), "choices": choices}
 
 
+def workload_values() -> dict[str, list[str]]:
+    """The values each workload flag advertises (validated in gpuplan.workload, not by argparse)."""
+    from gpuplan import workload as w
+
+    flags = {"--mode": w.MODES, "--precision": w.PRECISIONS, "--optimizer": w.OPTIMIZERS,
+             "--checkpointing": w.CHECKPOINTING, "--attention": w.ATTENTIONS, "--optimizer-impl": w.OPTIMIZER_IMPLS,
+             "--zero-grad": w.ZERO_GRADS, "--loss": w.LOSSES}
+    return {flag: sorted(values) for flag, values in flags.items()}
+
+
 def current_surface() -> dict[str, Any]:
     verbs: dict[str, Any] = {}
     top = build_parser()
@@ -49,6 +59,7 @@ def current_surface() -> dict[str, Any]:
         "verbs": sorted(VERBS),
         "top_level_options": sorted(_parser_surface_top),
         "commands": verbs,
+        "workload_values": workload_values(),
     }
 
 
@@ -57,6 +68,9 @@ def _missing(expected: dict[str, Any], current: dict[str, Any]) -> list[str]:
     lost += [f"verb {verb!r} is gone" for verb in expected["verbs"] if verb not in current["verbs"]]
     lost += [f"gpuplan lost the option {opt}" for opt in expected["top_level_options"]
              if opt not in current["top_level_options"]]
+    for flag, values in expected["workload_values"].items():
+        lost += [f"workload flag {flag}: value {value!r} is gone" for value in values
+                 if value not in current["workload_values"].get(flag, [])]
     for command, surface in expected["commands"].items():
         now = current["commands"].get(command)
         if now is None:
