@@ -84,11 +84,34 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return "; did you mean " + " or ".join(hits) + "?"
 
 
+LISTED_CHOICES = 12
+"""Most allowed values an error message lists: an error stays one line a person can read."""
+
+
+def list_choices(choices: Iterable[str], *, limit: int = LISTED_CHOICES, see: str = "") -> str:
+    """``'a, b, c'``, or the first ``limit`` and ``'…and 300 more'`` (``'; see <see>'`` after it)."""
+    values = list(choices)
+    if len(values) <= limit:
+        return ", ".join(values)
+    more = f", …and {len(values) - limit} more"
+    return ", ".join(values[:limit]) + more + (f"; see {see}" if see else "")
+
+
+MESSAGE_CHARS = 400
+"""Longest text quoted from another library's error (its messages can run to pages)."""
+
+
+def one_line(text: object, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` with its whitespace (newlines included) collapsed, cut to ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def require_choice(kind: str, value: str, allowed: Iterable[str]) -> str:
     """Return ``value`` if it is allowed, else raise a ConfigError listing the choices."""
     allowed = list(allowed)
     if value in allowed:
         return value
     raise ConfigError(
-        f"unknown {kind} {value!r}{did_you_mean(value, allowed)} (allowed: {', '.join(allowed)})"
+        f"unknown {kind} {value!r}{did_you_mean(value, allowed)} (allowed: {list_choices(allowed)})"
     )

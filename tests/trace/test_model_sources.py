@@ -45,7 +45,7 @@ def test_safetensors_with_config_beside_it_is_the_full_model(tmp_path: Path) -> 
 def test_garbled_safetensors_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.safetensors"
     path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    with pytest.raises(ModelSourceError, match="not a readable safetensors file"):
+    with pytest.raises(ModelSourceError, match="safetensors header of .* is not valid JSON"):
         resolve_model(str(path))
 
 

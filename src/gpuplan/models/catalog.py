@@ -25,7 +25,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Final
 
-from gpuplan.errors import ModelSourceError, UnknownModelError, did_you_mean
+from gpuplan.errors import ModelSourceError, UnknownModelError, did_you_mean, list_choices
 
 __all__ = [
     "TASKS",
@@ -242,7 +242,8 @@ def get_catalog_model(name: str) -> CatalogModel:
         query = name.strip()
         hint = did_you_mean(query, names) or did_you_mean(query.rsplit("/", 1)[-1], names)
         raise UnknownModelError(
-            f"unknown model {name!r}{hint} (built-in models: {', '.join(names)}; MODEL may also be"
+            f"unknown model {name!r}{hint} (built-in models: {list_choices(names, see='`gpuplan models`')};"
+            " MODEL may also be"
             " a config.json, a .safetensors file or folder, or path/to/file.py:factory)"
         )
     raw = _entries()[key]

@@ -12,18 +12,27 @@ Nothing is downloaded; ``trust_remote_code`` is never used.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
-import json
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import ConfigError, ModelSourceError, UnknownModelError, did_you_mean
+from gpuplan.errors import (
+    ConfigError,
+    ModelSourceError,
+    TraceError,
+    UnknownModelError,
+    did_you_mean,
+    one_line,
+)
+from gpuplan.models.files import SafetensorsSummary, read_config_json, read_safetensors_headers
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -80,6 +89,11 @@ class ModelSource(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "task": self.task}
+
+    def workload_notes(self, workload: Workload) -> tuple[str, ...]:
+        """What an estimate of ``workload`` on this model should say about the model (e.g. a
+        sequence longer than the context it was trained for)."""
+        return ()
 
 
 def default_loss(output: Any, inputs: Inputs, choice: str = "auto") -> torch.Tensor:
@@ -162,9 +176,10 @@ class HFConfigSource(ModelSource):
         self._default_seq_len = default_seq_len
 
     def _infer_task(self) -> str:
-        for arch in self._config.get("architectures") or []:
+        architectures = self._config.get("architectures")
+        for arch in architectures if isinstance(architectures, list) else []:
             for suffix, task in _ARCH_SUFFIX_TASK:
-                if arch.endswith(suffix):
+                if isinstance(arch, str) and arch.endswith(suffix):
                     return task
         model_type = self._config.get("model_type", "")
         if model_type in ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2"):
@@ -183,8 +198,15 @@ class HFConfigSource(ModelSource):
         transformers = _require_transformers()
         cfg = dict(self._config)
         model_type = cfg.pop("model_type", None)
-        if model_type is None:
+        if not isinstance(model_type, str) or not model_type:
             raise ModelSourceError(f"{self.name}: config has no 'model_type'; it is not a transformers config.json")
+        known = list(transformers.CONFIG_MAPPING.keys())
+        if model_type not in known:
+            raise ModelSourceError(
+                f"{self.name}: model_type {model_type!r} is not an architecture transformers "
+                f"{transformers.__version__} knows{did_you_mean(model_type, known)} ({len(known)} are known; "
+                "a newer transformers may know it — gpuplan never runs remote code)")
+        _check_sizes(self.name, cfg)
         for key in ("transformers_version", "_name_or_path", "auto_map"):
             cfg.pop(key, None)
         if layers:
@@ -193,9 +215,16 @@ class HFConfigSource(ModelSource):
                 n = next(iter(layers.values()))
                 cfg["layer_types"] = cfg["layer_types"][:1] * n
         try:
-            return transformers.AutoConfig.for_model(model_type, **cfg)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelSourceError(f"{self.name}: transformers cannot build model_type {model_type!r}: {exc}") from exc
+            hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
+        except Exception as exc:  # transformers' own (strict) validation of the user's values
+            raise ModelSourceError(
+                f"{self.name}: transformers rejects this {model_type} config: {one_line(exc, 240)} — "
+                "correct that field (compare with the model's published config.json)") from exc
+        if cfg.get("tie_word_embeddings") is False and getattr(hf_cfg, "tie_word_embeddings", False):
+            # T5Config (transformers 5) forces tying; flan-t5 / T5 v1.1 checkpoints store a separate
+            # lm_head (77M parameters for flan-t5-small, 60.5M tied): the file's explicit choice wins
+            hf_cfg.tie_word_embeddings = False
+        return hf_cfg
 
     def layer_counts(self) -> dict[str, int]:
         cfg = self.hf_config()
@@ -220,22 +249,59 @@ class HFConfigSource(ModelSource):
         # precision decides the parameter dtype instead.
         dtype = getattr(torch, workload.param_dtype)
         try:
-            model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=dtype)
-        except ValueError:  # architectures without SDPA support (Gemma 2 soft-capping) run eager
-            model = auto_cls.from_config(cfg, attn_implementation="eager", dtype=dtype)
+            try:
+                model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=dtype)
+            except ValueError:  # architectures without SDPA support (Gemma 2 soft-capping) run eager
+                model = auto_cls.from_config(cfg, attn_implementation="eager", dtype=dtype)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the config passed validation but its values cannot make this architecture
+            raise ModelSourceError(
+                f"{self.name}: transformers cannot build {auto_cls.__name__} from this config: "
+                f"{type(exc).__name__}: {one_line(exc, 240)} — check the config's sizes against the "
+                "model's published config.json") from exc
         return model  # type: ignore[no-any-return]
+
+    def _trained_context(self) -> tuple[str, int] | None:
+        """(config key, value) of the longest sequence the model was trained for, if the config says."""
+        for key in _CONTEXT_KEYS:
+            value = self._config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return key, value
+        return None
 
     def default_seq_len(self) -> int:
         if self._default_seq_len:
             return self._default_seq_len
-        cfg = self._config
-        for key in ("max_position_embeddings", "n_positions", "n_ctx"):
-            if isinstance(cfg.get(key), int):
-                return min(int(cfg[key]), 2048)
-        return 512
+        context = self._trained_context()
+        if context is None:
+            return 512
+        limit = context[1]
+        if self._config.get("model_type") in _PADDING_OFFSET_POSITIONS:
+            pad = self._config.get("pad_token_id")
+            limit -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1
+        return max(1, min(limit, 2048))
+
+    def workload_notes(self, workload: Workload) -> tuple[str, ...]:
+        context = self._trained_context()
+        if self.task == "image-classification" or context is None:
+            return ()
+        needed = positions_needed(workload, workload.seq_len or self.default_seq_len())
+        key, trained = context
+        if needed <= trained:
+            return ()
+        # reached only when the trace runs: a learned position table is refused in inputs()
+        return (f"{needed:,} positions exceed the {trained:,} this model was trained for ({key}); its "
+                "positions are computed (no learned table), so the step runs as estimated, but quality "
+                "past the trained context needs a long-context (e.g. RoPE-scaled) checkpoint",)
 
     def image_size(self, workload: Workload) -> int:
-        return workload.image_size or int(self._config.get("image_size", 224))
+        if workload.image_size:
+            return workload.image_size
+        size = self._config.get("image_size", 224)
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise ModelSourceError(f"{self.name}: config field 'image_size' is {one_line(repr(size), 60)}, not one "
+                                   "positive integer; give the image side with --image-size")
+        return size
 
     def inputs(self, module: nn.Module, workload: Workload) -> Inputs:
         import torch
@@ -243,11 +309,12 @@ class HFConfigSource(ModelSource):
         b = workload.batch_size
         if self.task == "image-classification":
             size = self.image_size(workload)
-            channels = int(self._config.get("num_channels", 3))
+            channels = int(getattr(module.config, "num_channels", 3))
             pixels = torch.randn(b, channels, size, size)
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"pixel_values": pixels, "labels": torch.randint(0, num_labels, (b,))})
         s = workload.seq_len or self.default_seq_len()
+        check_position_table(self.name, module, workload, s)
         vocab = int(getattr(module.config, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (b, s))
         if workload.mode != "train":
@@ -267,6 +334,81 @@ class HFConfigSource(ModelSource):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_type": self._config.get("model_type")}
+
+
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
+"""Config keys that state the context a model was trained for, most specific first."""
+
+_PADDING_OFFSET_POSITIONS = frozenset({
+    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "xmod",
+    "roberta-prelayernorm", "ibert", "luke", "mpnet"})
+"""Architectures whose position ids start after ``pad_token_id`` (RoBERTa's scheme): a table of
+514 rows holds 512 positions."""
+
+_SIZE_KEYS = frozenset({
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+    "vocab_size", "head_dim", "n_embd", "n_head", "n_layer", "n_inner", "n_positions", "n_ctx", "d_model",
+    "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers", "max_position_embeddings",
+    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "ffn_dim",
+    "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "num_channels"})
+"""Config fields that are counts or sizes: a positive integer wherever they are given."""
+
+
+def _check_sizes(name: str, config: Mapping[str, Any]) -> None:
+    """Counts and sizes must be positive integers: transformers' own validation lets 0 and negative
+    values through, which later fail deep inside a build or trace with no word about the field."""
+    for key in sorted(_SIZE_KEYS & set(config)):
+        value = config[key]
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            shown = one_line(repr(value), 60)
+            raise ModelSourceError(f"{name}: config field {key!r} is {shown}; it must be a positive integer "
+                                   "(compare with the model's published config.json)")
+
+
+def positions_needed(workload: Workload, seq_len: int) -> int:
+    """Position ids one sequence uses: the prompt and every fed-back token of a generation (the
+    last new token is never fed back)."""
+    return seq_len + (workload.new_tokens - 1 if workload.mode == "generate" else 0)
+
+
+def learned_position_table(module: nn.Module) -> tuple[str, int] | None:
+    """(module name, positions it holds) of the model's learned absolute-position table, if any.
+
+    A table is an ``nn.Embedding`` named for positions (``wpe``, ``position_embeddings``,
+    ``embed_positions``); its usable rows exclude OPT/BART's ``offset`` and RoBERTa's padding rows.
+    """
+    from torch import nn
+
+    for qualified, child in module.named_modules():
+        leaf = qualified.rsplit(".", 1)[-1].lower()
+        if not isinstance(child, nn.Embedding) or not (leaf == "wpe" or "position" in leaf):
+            continue
+        rows = child.num_embeddings - int(getattr(child, "offset", 0) or 0)
+        if child.padding_idx is not None and child.padding_idx >= 0:
+            rows -= child.padding_idx + 1
+        return qualified, rows
+    return None
+
+
+def check_position_table(name: str, module: nn.Module, workload: Workload, seq_len: int) -> None:
+    """Refuse a sequence longer than the model's learned position table: on a GPU it is an
+    out-of-range index (a device-side assert), on fake tensors it would silently "fit"."""
+    table = learned_position_table(module)
+    needed = positions_needed(workload, seq_len)
+    if table is None or needed <= table[1]:
+        return
+    module_name, rows = table
+    config = getattr(module, "config", None)
+    key = next((k for k in _CONTEXT_KEYS if isinstance(getattr(config, k, None), int)), None)
+    stated = f" ({key} = {getattr(config, key):,})" if key else ""
+    longest = rows - (needed - seq_len)
+    what = (f"a prompt of {seq_len:,} tokens + {workload.new_tokens:,} new tokens needs {needed:,} positions"
+            if workload.mode == "generate" else f"sequence length {seq_len:,} needs {needed:,} positions")
+    fix = f"use --seq-len {longest:,} or less" if longest >= 1 else "use fewer --new-tokens"
+    raise ConfigError(f"{name}: {what}, but its learned position table {module_name!r} holds {rows:,}{stated}; "
+                      f"the model cannot run longer sequences — {fix}")
 
 
 # ---------------------------------------------------------------------------- torchvision ----
@@ -317,6 +459,31 @@ def torchvision_names() -> list[str]:
 
 # ------------------------------------------------------------------------------- factories ----
 
+@contextlib.contextmanager
+def user_code(what: str, error: type[ModelSourceError | TraceError] = ModelSourceError) -> Iterator[None]:
+    """Run the user's code (``what`` names it): its prints go to stderr, because stdout carries
+    ``--json``; its ``sys.exit`` becomes a one-line ``error`` instead of setting gpuplan's exit code.
+    (A KeyboardInterrupt is the person at the keyboard, and stays one.)"""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as exc:
+        raise error(f"{what} called sys.exit({one_line(repr(exc.code), 60)}); gpuplan needs it to return "
+                    "— remove the exit (or guard it with `if __name__ == \"__main__\":`)") from None
+
+
+def _guard_forward(model: nn.Module, what: str) -> None:
+    """Run every forward of the user's model under :func:`user_code` (prints, exits)."""
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with user_code(what, TraceError):
+            return forward(*args, **kwargs)
+
+    model.forward = guarded  # type: ignore[method-assign]
+
+
 class FactorySource(ModelSource):
     """The user's own module: ``file.py:factory`` or ``package.module:factory[,inputs_factory]``."""
 
@@ -345,14 +512,26 @@ class FactorySource(ModelSource):
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod
             try:
-                spec.loader.exec_module(mod)
+                with user_code(f"importing {target}"):
+                    spec.loader.exec_module(mod)
+            except ModelSourceError:
+                del sys.modules[spec.name]
+                raise
             except Exception as exc:
-                raise ModelSourceError(f"importing {target} failed: {type(exc).__name__}: {exc}") from exc
+                del sys.modules[spec.name]
+                raise ModelSourceError(
+                    f"importing {target} failed: {type(exc).__name__}: {one_line(exc)}") from exc
         else:
             try:
-                mod = importlib.import_module(target)
+                with user_code(f"importing module {target}"):
+                    mod = importlib.import_module(target)
             except ImportError as exc:
-                raise ModelSourceError(f"cannot import module {target!r}: {exc}") from exc
+                raise ModelSourceError(f"cannot import module {target!r}: {one_line(exc)}") from exc
+            except ModelSourceError:
+                raise
+            except Exception as exc:
+                raise ModelSourceError(
+                    f"importing module {target} failed: {type(exc).__name__}: {one_line(exc)}") from exc
         for attr in filter(None, (self._factory_name, self._inputs_name)):
             if not callable(getattr(mod, attr, None)):
                 public = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
@@ -364,14 +543,18 @@ class FactorySource(ModelSource):
         from torch import nn
 
         factory = getattr(self._load(), self._factory_name)
+        what = f"factory {self._factory_name}() in {self._target}"
         try:
-            model = factory()
+            with user_code(what):
+                model = factory()
+        except ModelSourceError:
+            raise
         except Exception as exc:
-            raise ModelSourceError(
-                f"factory {self._factory_name}() in {self._target} raised {type(exc).__name__}: {exc}") from exc
+            raise ModelSourceError(f"{what} raised {type(exc).__name__}: {one_line(exc)}") from exc
         if not isinstance(model, nn.Module):
             raise ModelSourceError(
                 f"factory {self._factory_name}() returned {type(model).__name__}, not a torch.nn.Module")
+        _guard_forward(model, f"the forward of {self.name}")
         return model
 
     def inputs(self, module: nn.Module, workload: Workload) -> Inputs:
@@ -386,10 +569,14 @@ class FactorySource(ModelSource):
         params = inspect.signature(fn).parameters
         offered = {"batch_size": workload.batch_size, "seq_len": workload.seq_len, "image_size": workload.image_size}
         kwargs = {k: v for k, v in offered.items() if k in params and v is not None}
+        what = f"inputs factory {self._inputs_name}() in {self._target}"
         try:
-            made = fn(**kwargs)
+            with user_code(what):
+                made = fn(**kwargs)
+        except ModelSourceError:
+            raise
         except Exception as exc:
-            raise ModelSourceError(f"inputs factory {self._inputs_name}() raised {type(exc).__name__}: {exc}") from exc
+            raise ModelSourceError(f"{what} raised {type(exc).__name__}: {one_line(exc)}") from exc
         if isinstance(made, torch.Tensor):
             return Inputs(args=(made,), labels=_labels_for(made))
         if isinstance(made, tuple):
@@ -433,58 +620,6 @@ def infer_inputs(module: nn.Module, workload: Workload, name: str) -> Inputs:
 
 
 # ----------------------------------------------------------------------------- safetensors ----
-
-@dataclass(frozen=True, slots=True)
-class SafetensorsSummary:
-    """Parameter count and bytes from safetensors headers alone (no tensor is read)."""
-
-    files: tuple[str, ...]
-    params_count: int
-    weight_bytes: int
-    dtypes: dict[str, int]
-    """dtype -> parameter count."""
-    tensor_bytes: tuple[int, ...] = ()
-    """Bytes of each stored tensor, in file order (what loading them allocates, one by one)."""
-
-
-_ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                   "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1, "F4": 1}
-
-
-def read_safetensors_headers(path: Path) -> SafetensorsSummary:
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    if not files:
-        raise ModelSourceError(f"{path} holds no .safetensors files")
-    count = 0
-    nbytes = 0
-    dtypes: dict[str, int] = {}
-    sizes: list[int] = []
-    for f in files:
-        try:
-            with f.open("rb") as fh:
-                header_len = int.from_bytes(fh.read(8), "little")
-                if not 0 < header_len < 100_000_000:
-                    raise ValueError(f"header length {header_len}")
-                header = json.loads(fh.read(header_len))
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise ModelSourceError(f"{f} is not a readable safetensors file ({exc})") from exc
-        if not isinstance(header, dict):
-            raise ModelSourceError(f"{f} is not a readable safetensors file (header is not a JSON object)")
-        for key, meta in header.items():
-            if key == "__metadata__":
-                continue
-            if not (isinstance(meta, dict) and {"shape", "data_offsets", "dtype"} <= set(meta)):
-                raise ModelSourceError(f"{f}: tensor {key!r} has no shape/dtype/data_offsets in its header")
-            numel = 1
-            for d in meta["shape"]:
-                numel *= int(d)
-            count += numel
-            start, end = meta["data_offsets"]
-            nbytes += int(end) - int(start)
-            sizes.append(int(end) - int(start))
-            dtypes[meta["dtype"]] = dtypes.get(meta["dtype"], 0) + numel
-    return SafetensorsSummary(tuple(str(f) for f in files), count, nbytes, dtypes, tuple(sizes))
-
 
 class SafetensorsSource(ModelSource):
     """Weights from headers; with a config.json beside them it behaves as that config."""
@@ -555,10 +690,11 @@ def resolve_model(spec: str) -> ModelSource:
 def _config_source(path: Path) -> HFConfigSource:
     if not path.exists():
         raise ModelSourceError(f"config file {str(path)!r} does not exist")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelSourceError(f"{path} is not valid JSON ({exc}); pass a Hugging Face config.json") from exc
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise ModelSourceError(f"{path} has no 'model_type'; pass a Hugging Face config.json")
-    return HFConfigSource(str(path), config)
+    return HFConfigSource(str(path), read_config_json(path))
+
+
+__all__ = [
+    "FactorySource", "HFConfigSource", "Inputs", "ModelSource", "SafetensorsSource", "SafetensorsSummary",
+    "TorchvisionSource", "check_position_table", "default_loss", "infer_inputs", "learned_position_table",
+    "positions_needed", "read_safetensors_headers", "resolve_model", "torchvision_names", "user_code",
+]

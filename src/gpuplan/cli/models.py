@@ -1,0 +1,66 @@
+"""``gpuplan models``: the built-in model catalog (names MODEL accepts), with published sizes.
+
+    gpuplan models [--task TASK] [--family FAMILY] [--json]
+
+Exit codes: 0 ok, 1 when no model passes the filters, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from gpuplan.models.catalog import TASKS, CatalogModel, catalog_models
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", choices=TASKS, help="only models of this task")
+    parser.add_argument("--family", metavar="FAMILY",
+                        help="only this architecture (the config's model_type: llama, gpt2, t5, ...)")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def _published(m: CatalogModel) -> str:
+    """The parameter count as its authors publish it: exact, or rounded ("7B")."""
+    if m.published_params_rounding == 1:
+        return f"{m.published_params:,}"
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if m.published_params >= size:
+            return f"{m.published_params / size:,.{1 if m.published_params_rounding < size else 0}f}{unit}"
+    return f"{m.published_params:,}"
+
+
+def to_dict(m: CatalogModel) -> dict[str, Any]:
+    return {"name": m.name, "family": m.model_type, "task": m.task, "hf_id": m.hf_id,
+            "published_params": m.published_params, "published_params_rounding": m.published_params_rounding,
+            "published_params_source": m.published_params_source, "default_seq_len": m.default_seq_len,
+            "aliases": list(m.aliases)}
+
+
+def render(models: list[CatalogModel]) -> str:
+    rows = [("MODEL", "FAMILY", "TASK", "PARAMETERS", "HUGGING FACE ID")]
+    rows += [(m.name, m.model_type, m.task, _published(m), m.hf_id) for m in models]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(r[:4], widths, strict=True)), r[4]]).rstrip()
+             for r in rows]
+    lines.append(f"\n{len(models)} built-in models. MODEL may also be a config.json, a .safetensors file or "
+                 "folder, path/to/file.py:factory, or a torchvision.models builder name.")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    models = catalog_models()
+    if args.task:
+        models = [m for m in models if m.task == args.task]
+    if args.family:
+        models = [m for m in models if m.model_type == args.family.strip().lower()]
+    if args.json:
+        print(json.dumps({"count": len(models), "filters": {"task": args.task, "family": args.family},
+                          "models": [to_dict(m) for m in models]}, indent=2))
+    elif models:
+        print(render(models))
+    else:
+        families = sorted({m.model_type for m in catalog_models()})
+        print(f"no built-in model passes these filters (families: {', '.join(families)})")
+    return 0 if models else 1
