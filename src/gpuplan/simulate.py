@@ -73,7 +73,7 @@ class Simulation:
 
         from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention
         from gpuplan.trace.modules import ModuleScope
-        from gpuplan.trace.runner import _no_weight_init, _transformers_on_fake_tensors
+        from gpuplan.trace.runner import no_weight_init, transformers_on_fake_tensors
         from gpuplan.trace.tracker import Recorder, RecordingMode
 
         cc = (self.gpu.compute_capability if self.gpu is not None and self.gpu.compute_capability
@@ -85,8 +85,8 @@ class Simulation:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.device("cpu"))
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=False))
-        stack.enter_context(_transformers_on_fake_tensors(False))
-        stack.enter_context(_no_weight_init())
+        stack.enter_context(transformers_on_fake_tensors(False))
+        stack.enter_context(no_weight_init())
         stack.enter_context(_cuda_device_calls())
         stack.enter_context(_cuda_autocast())
         stack.enter_context(_foreach_optimizers())

@@ -64,5 +64,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
-    print(json.dumps(m.to_dict(), indent=2) if args.json else m)
+    from gpuplan.report.measure import measurement_to_dict, render_measurement
+
+    print(json.dumps(measurement_to_dict(m), indent=2) if args.json else render_measurement(m))
     return 0

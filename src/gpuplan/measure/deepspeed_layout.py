@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from gpuplan.errors import ConfigError
-from gpuplan.measure.layouts import Layout
-from gpuplan.measure.program import _RealStep
 from gpuplan.trace.optimizers import build_optimizer
+from gpuplan.trace.runner import StepProgram
+from gpuplan.trace.tracker import Recorder
 from gpuplan.workload import Workload
 
 
@@ -39,45 +39,57 @@ class _EngineOptimizer:
         pass  # engine.step() zeroes (or frees) the gradients itself
 
 
-class DeepSpeedStep(_RealStep):
+class DeepSpeedStep(StepProgram):
     """The training step as DeepSpeed requires it: engine.backward / engine.step."""
 
-    def train_step(self, *, record: bool) -> None:
+    def train_step(self, recorder: Recorder | None = None) -> None:
         engine = self.model
+        rec = recorder if recorder is not None else Recorder(record_ops=False)
         for _ in range(self.w.grad_accum):
-            self.rec.phase = "forward"
-            with self._forward_semantics():
-                out = self._forward(**({"use_cache": False} if self._is_hf_lm() else {}))
-                self.rec.phase = "loss"
-                loss = self.runner.source.loss(self.model, out, self.inputs, self.w)
+            rec.phase = "forward"
+            with self.semantics.forward():
+                out = self._forward(rec, **({"use_cache": False} if self.is_hf_lm else {}))
+                rec.phase = "loss"
+                loss = self.source.loss(self.model, out, self.inputs, self.w)
             del out
-            self.rec.phase = "backward"
+            rec.phase = "backward"
             engine.backward(loss)  # type: ignore[operator]
             del loss
-        self.rec.phase = "optimizer"
+        rec.phase = "optimizer"
         engine.step()  # type: ignore[operator]
 
 
 def _zero_config(stage: int, params: int) -> dict[str, Any]:
-    """Bucket sizes as gpuplan's planner emits them (2e8 elements, smaller for small models so a
-    bucket never exceeds an eighth of the parameters); DeepSpeed's default reduce bucket of 5e8
-    elements would allocate 2 GB of fp32 staging even for a toy model."""
-    bucket = int(min(2e8, max(1e6, params / 8)))
+    """Bucket sizes as gpuplan's planner emits them for ZeRO-1/2 (``bucket_elements``: 2e8
+    elements, smaller for small models); DeepSpeed's default reduce bucket of 5e8 elements would
+    allocate 2 GB of fp32 staging even for a toy model."""
+    from gpuplan.parallel.evaluate import bucket_elements
+
+    bucket = bucket_elements(params)
     if stage == 3:
         return {"stage": 3, "reduce_bucket_size": bucket, "stage3_prefetch_bucket_size": int(0.9 * bucket)}
     return {"stage": stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
 
 
-def deepspeed_layout(name: str, workload: Workload, device: torch.device) -> Layout:
-    if workload.precision not in ("fp32", "bf16"):
-        raise ConfigError(f"--layout {name} (DeepSpeed) measures --precision fp32 or bf16, not "
-                          f"{workload.precision}: DeepSpeed's mixed precision is not torch.autocast")
-    stage = int(name[-1])
-    holder: dict[str, Any] = {}
+class DeepSpeedEngine:
+    """The pieces of a ``zero2`` / ``zero3`` layout (``measure.layouts.build_layout`` assembles
+    them): ``wrap`` builds the engine around the model, the optimizer and the step go through it."""
 
-    def wrap(model: nn.Module) -> nn.Module:
+    step_class = DeepSpeedStep
+
+    def __init__(self, name: str, workload: Workload, device: torch.device) -> None:
+        if workload.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"--layout {name} (DeepSpeed) measures --precision fp32 or bf16, not "
+                              f"{workload.precision}: DeepSpeed's mixed precision is not torch.autocast")
+        self.stage = int(name[-1])
+        self.workload = workload
+        self.device = device
+        self.engine: Any = None
+
+    def wrap(self, model: nn.Module) -> nn.Module:
         import deepspeed
 
+        workload, device, stage = self.workload, self.device, self.stage
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_optimizer(workload.optimizer, workload.optimizer_impl, params,
                                     cuda=device.type == "cuda")
@@ -90,19 +102,14 @@ def deepspeed_layout(name: str, workload: Workload, device: torch.device) -> Lay
             "steps_per_print": 1 << 30,
         }
         engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
-        holder["engine"] = engine
+        self.engine = engine
         return engine  # type: ignore[no-any-return]
 
-    def make_optimizer(params: list[nn.Parameter]) -> Any:
-        return _EngineOptimizer(holder["engine"])
+    def make_optimizer(self, params: list[nn.Parameter]) -> Any:
+        return _EngineOptimizer(self.engine)
 
-    def live_extra() -> list[torch.Tensor]:
+    def live_extra(self) -> list[torch.Tensor]:
         # ZeRO-3 parameters keep their shard in ds_tensor (param.data is emptied)
-        engine = holder.get("engine")
-        if engine is None:
+        if self.engine is None:
             return []
-        return [p.ds_tensor for p in engine.module.parameters() if getattr(p, "ds_tensor", None) is not None]
-
-    layout = Layout(name=name, wrap=wrap, make_optimizer=make_optimizer, step_class=DeepSpeedStep)
-    layout.extra = live_extra
-    return layout
+        return [p.ds_tensor for p in self.engine.module.parameters() if getattr(p, "ds_tensor", None) is not None]

@@ -156,6 +156,11 @@ def measure_distributed(model: str | ModelSource, *, workload: Workload, options
     ranks, env = run_ranks(spec, workload, name, nproc, options, timeout_s)
     estimated = {**est.to_dict(), "per_rank": rank_est.to_dict(), "planner": planner}
     notes.extend(rank_est.notes)
+    if name in ("ddp", "zero1"):
+        from gpuplan.measure.layouts import GRADIENT_AS_BUCKET_VIEW
+
+        notes.append(f"DDP ran with gradient_as_bucket_view={GRADIENT_AS_BUCKET_VIEW}, as the planner plans "
+                     "and plan --emit writes it (gradients are views into DDP's buckets)")
     if planner is not None and "per_rank_bytes" in planner and here is not None:
         notes.append(f"planner rows: CUDA-semantics profile on {planner['gpu']} (a stand-in on this CPU)")
     return Measurement(model=source.name, workload=workload, environment=env, ranks=tuple(ranks),

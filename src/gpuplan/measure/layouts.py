@@ -1,8 +1,10 @@
 """Parallel layouts built with the real PyTorch (and DeepSpeed) APIs, one per rank.
 
-* ``ddp``: ``DistributedDataParallel``. Its gradient buckets live for the whole run next to the
-  gradients (``gradient_as_bucket_view=False``, the default); a communication hook captures them
-  so the recorder counts them as live from the start of the step.
+* ``ddp``: ``DistributedDataParallel`` with ``gradient_as_bucket_view=True``, the setting the
+  planner plans and ``plan --emit`` writes (not torch's default, False, which keeps a second,
+  bucket copy of every gradient). The gradients are views into the buckets, which live for the
+  whole run; a communication hook captures them so the recorder counts them as live from the
+  start of the step.
 * ``fsdp``: FSDP2 ``fully_shard`` on every repeated block, then on the root (the pattern of the
   PyTorch FSDP2 tutorial and torchtitan), ``reshard_after_forward=True``.
 * ``zero1``: DDP plus ``ZeroRedundancyOptimizer`` (optimizer state sharded across ranks).
@@ -21,10 +23,12 @@ from torch import nn
 
 from gpuplan.errors import ConfigError, MissingDependencyError, require_choice
 from gpuplan.trace.optimizers import LEARNING_RATE
-from gpuplan.trace.runner import _block_modules, find_containers
+from gpuplan.trace.runner import block_modules, find_containers
 from gpuplan.workload import Workload
 
 LAYOUTS: tuple[str, ...] = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+GRADIENT_AS_BUCKET_VIEW = True
+"""DDP's setting in every measured DDP run (ddp, zero1): the one the planner plans."""
 DEEPSPEED_LAYOUTS = frozenset({"zero2", "zero3"})
 
 
@@ -71,7 +75,9 @@ def _ddp(device: torch.device, layout: Layout) -> Callable[[nn.Module], nn.Modul
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # as planned and emitted (gpuplan.parallel.evaluate, emit): gradients are bucket views
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                  gradient_as_bucket_view=GRADIENT_AS_BUCKET_VIEW)
 
         # no annotations: DDP compares them with dist.GradBucket at runtime, and postponed
         # (string) annotations fail that check
@@ -95,7 +101,7 @@ def _fsdp(device: torch.device, source_counts: dict[str, int]) -> Callable[[nn.M
 
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         containers = find_containers(model, source_counts) if source_counts else {}
-        for _, block in _block_modules(model, containers):
+        for _, block in block_modules(model, containers):
             fully_shard(block, mesh=mesh, reshard_after_forward=True)
         fully_shard(model, mesh=mesh, reshard_after_forward=True)
         return model
@@ -124,7 +130,9 @@ def build_layout(name: str, workload: Workload, device: torch.device, source_cou
     elif name == "fsdp":
         layout.wrap = _fsdp(device, source_counts)
     else:
-        from gpuplan.measure.deepspeed_layout import deepspeed_layout
+        from gpuplan.measure.deepspeed_layout import DeepSpeedEngine
 
-        layout = deepspeed_layout(name, workload, device)
+        ds = DeepSpeedEngine(name, workload, device)
+        layout = Layout(name=name, wrap=ds.wrap, make_optimizer=ds.make_optimizer, step_class=ds.step_class,
+                        extra=ds.live_extra)
     return layout

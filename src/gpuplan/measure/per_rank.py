@@ -5,8 +5,10 @@ before any GPU-specific term (allocator, context, workspaces). It starts from th
 single-process trace with the same micro-batch (activations and temporaries are per rank and
 unchanged by these layouts) and changes the model states the way each layout's real API does:
 
-* ``ddp``: everything replicated, plus DDP's gradient buckets (one flat copy of every trainable
-  gradient, alive for the whole run since ``gradient_as_bucket_view=False`` by default).
+* ``ddp``: everything replicated; the gradients live in DDP's buckets (one flat gradient of every
+  trainable parameter, alive for the whole run). The measured run uses
+  ``gradient_as_bucket_view=True`` as the planner plans (measure/layouts.py), so the gradients
+  are views into the buckets: the trace's gradients at the peak are replaced by the whole buckets.
 * ``zero1``: DDP, with the optimizer state of only the parameters ``ZeroRedundancyOptimizer``
   assigns to the rank (largest parameters first, each to the least-loaded rank).
 * ``fsdp`` (FSDP2, every repeated block wrapped, then the root): parameters, gradients and
@@ -33,8 +35,6 @@ from gpuplan.workload import Workload
 if TYPE_CHECKING:
     from gpuplan.models.sources import ModelSource
 
-_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
 
 @dataclass(frozen=True, slots=True)
 class ParamLayout:
@@ -52,13 +52,13 @@ class ParamLayout:
 
 def param_layout(source: ModelSource, workload: Workload) -> ParamLayout:
     """Build the model on the meta device (no memory) and read its parameter shapes."""
-    from gpuplan.trace.runner import _block_modules, _quiet, find_containers
+    from gpuplan.trace.runner import DTYPES, block_modules, find_containers, quiet
 
-    with _quiet(), torch.device("meta"):
+    with quiet(), torch.device("meta"):
         model = source.build(workload)
     counts = source.layer_counts()
     containers = find_containers(model, counts) if counts else {}
-    blocks = _block_modules(model, containers)
+    blocks = block_modules(model, containers)
     in_blocks: set[int] = set()
     block_numels = []
     for _, block in blocks:
@@ -71,7 +71,7 @@ def param_layout(source: ModelSource, workload: Workload) -> ParamLayout:
     unique = {id(p): p for p in model.parameters() if p.requires_grad}
     root = sum(p.numel() for k, p in unique.items() if k not in in_blocks)
     return ParamLayout(shapes=tuple(tuple(p.shape) for p in unique.values()), root_numel=root,
-                       block_numels=tuple(block_numels), element_bytes=_ELEMENT_BYTES[workload.param_dtype])
+                       block_numels=tuple(block_numels), element_bytes=DTYPES[workload.param_dtype].itemsize)
 
 
 def fsdp_shard_numel(shape: tuple[int, ...], rank: int, nproc: int) -> int:
@@ -119,13 +119,17 @@ def account(layout: str, nproc: int, host_peak: int, components: dict[str, int],
     per_rank: list[int] = []
     terms: dict[str, Any] = {"single_process_peak_bytes": host_peak, "param_bytes": p_bytes,
                              "optimizer_state_at_peak_bytes": opt, "gradients_at_peak_bytes": grads}
+    # DDP (ddp, zero1) with gradient_as_bucket_view=True: the gradients alive at the peak are views
+    # into the buckets, which hold every trainable gradient for the whole run
+    bucketed = host_peak - grads + p_bytes
     if layout == "ddp":
         terms["ddp_bucket_bytes"] = p_bytes
-        per_rank = [host_peak + p_bytes] * nproc
+        per_rank = [bucketed] * nproc
     elif layout == "zero1":
         loads = zero1_partition(params.shapes, nproc)
+        terms["ddp_bucket_bytes"] = p_bytes
         terms["zero1_elements_per_rank"] = loads
-        per_rank = [host_peak + p_bytes - opt + round(opt * n / params.numel) for n in loads]
+        per_rank = [bucketed - opt + round(opt * n / params.numel) for n in loads]
     elif layout == "fsdp":
         working = (params.root_numel + max(params.block_numels, default=0)) * params.element_bytes
         terms["fsdp_unsharded_working_set_bytes"] = working

@@ -1,18 +1,17 @@
 """The real step: the estimator's own step program, built on a real device.
 
-The estimate traces ``gpuplan.trace.runner``'s ``_Step`` on fake tensors; a measurement must
+The estimate traces ``gpuplan.trace.runner.StepProgram`` on fake tensors; a measurement must
 run that same program (same inputs, loss, optimizer, checkpointing, zero_grad) on real tensors,
 or the comparison would measure two programs. Only what is host-specific changes here: the model
-and its inputs are built on ``device``, and autocast is the real ``torch.autocast`` of that device
-(the trace's CUDA autocast emulation exists only because the trace runs on the CPU).
+and its inputs are built on ``device``, and the program's semantics are the device's own
+(``DeviceSemantics``: real ``torch.autocast``; the trace's CUDA emulation exists only because
+the trace runs on the CPU).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,43 +20,23 @@ from torch import nn
 
 from gpuplan.measure.recorder import LocalRecordingMode, ResizingRecorder, following_resizes, local_tensor
 from gpuplan.models.sources import Inputs, ModelSource
-from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention
 from gpuplan.trace.optimizers import build_optimizer
 from gpuplan.trace.records import RawTrace
 from gpuplan.trace.runner import (
-    _DTYPES,
+    DTYPES,
+    DeviceSemantics,
+    StepProgram,
     StepRunner,
     Target,
-    _apply_checkpointing,
-    _block_modules,
-    _quiet,
-    _recompute_semantics,
-    _Step,
+    apply_checkpointing,
+    block_modules,
     find_containers,
+    quiet,
 )
-from gpuplan.trace.tracker import Recorder
 from gpuplan.workload import Workload
 
 Wrap = Callable[[nn.Module], nn.Module]
 MakeOptimizer = Callable[[list[nn.Parameter]], Any]
-
-
-class _RealStep(_Step):
-    """``_Step`` with the device's real autocast instead of the CUDA emulation."""
-
-    device_type = "cpu"
-
-    @contextlib.contextmanager
-    def _forward_semantics(self) -> Iterator[None]:
-        if self.amp_dtype is None:
-            yield
-            return
-        with torch.autocast(self.device_type, dtype=self.amp_dtype):
-            yield
-
-    def _is_hf_lm(self) -> bool:
-        inner = getattr(self.model, "module", self.model)  # DDP wraps the model in .module
-        return hasattr(inner, "config") and hasattr(inner, "get_output_embeddings")
 
 
 @dataclass(slots=True)
@@ -67,7 +46,7 @@ class Program:
     model: nn.Module
     optimizer: Any
     inputs: Inputs
-    step: _RealStep
+    step: StepProgram
     device: torch.device
     workload: Workload
     live_extra: Callable[[], list[torch.Tensor]] | None = None
@@ -75,18 +54,12 @@ class Program:
 
     def run_step(self) -> None:
         """One unrecorded step (a training step, a forward, or a whole generation)."""
-        if self.workload.trains:
-            self.step.train_step(record=False)
-        elif self.workload.mode == "infer":
-            self.step.infer_step()
-        else:
-            self.step.generate()
+        self.step.run(None)
 
     def record_step(self) -> RawTrace:
         """One step under the storage recorder: the tracked bytes of this rank/process."""
         rec = ResizingRecorder()
         self._register_existing(rec)
-        self.step.rec = rec
         # as the runner does: no cyclic GC inside the recorded step except where the step collects
         gc.collect()
         was_enabled = gc.isenabled()
@@ -94,12 +67,11 @@ class Program:
         try:
             # no module attribution: a measurement needs the bytes, not which module holds them
             with LocalRecordingMode(rec), following_resizes(rec):
-                self.step.run()
+                self.step.run(rec)
         finally:
             rec.close()
             if was_enabled:
                 gc.enable()
-            self.step.rec = Recorder(record_ops=False)
         return rec.trace
 
     def _register_existing(self, rec: ResizingRecorder) -> None:
@@ -135,7 +107,7 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
                   compute_capability: tuple[int, int] | None = None, wrap: Wrap | None = None,
                   make_optimizer: MakeOptimizer | None = None,
                   live_extra: Callable[[], list[torch.Tensor]] | None = None,
-                  step_class: type[_RealStep] | None = None) -> Program:
+                  step_class: type[StepProgram] | None = None) -> Program:
     """Build ``source`` for ``workload`` on ``device``; ``wrap`` applies a parallel layout to the
     model (after checkpointing, before the optimizer), ``make_optimizer`` replaces the workload's
     optimizer (ZeRO-1 wraps it)."""
@@ -146,17 +118,16 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
         torch.backends.cudnn.allow_tf32 = True
     target = Target(cuda=cuda, compute_capability=compute_capability or (9, 0))
     runner = StepRunner(source, workload, target, fake=False)
-    with _quiet(), torch.device(device):
-        model = runner._build().to(device)
+    with quiet(), torch.device(device):
+        model = runner.build_model().to(device)
         counts = source.layer_counts()
         containers = find_containers(model, counts) if counts else {}
-        amp_dtype = _DTYPES[workload.autocast_dtype] if workload.autocast_dtype else None
-        attention = CudaAttention(AttentionPolicy(workload.attention, target.compute_capability))
+        amp_dtype = DTYPES[workload.autocast_dtype] if workload.autocast_dtype else None
+        semantics = DeviceSemantics(device.type, amp_dtype)
         if workload.trains and workload.checkpointing != "none":
-            # cuda=False: autocast is real here and torch.utils.checkpoint re-enters it itself
-            _apply_checkpointing(_block_modules(model, containers), workload.checkpointing,
-                                 functools.partial(_recompute_semantics, attention, amp_dtype, False))
+            apply_checkpointing(block_modules(model, containers), workload.checkpointing, semantics.recompute)
         inputs = _to_device(source.inputs(model, workload), device)
+        unwrapped = model
         if wrap is not None:
             model = wrap(model)
         optimizer = None
@@ -164,15 +135,7 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = (make_optimizer(params) if make_optimizer is not None
                          else build_optimizer(workload.optimizer, workload.optimizer_impl, params, cuda=cuda))
-    step = (step_class or _RealStep)(runner, model, optimizer, inputs, Recorder(record_ops=False), attention,
-                                     amp_dtype)
-    step.device_type = device.type
+    step = (step_class or StepProgram)(source, workload, model, optimizer, inputs, semantics, wrapped=unwrapped)
     return Program(model=model, optimizer=optimizer, inputs=inputs, step=step, device=device,
                    workload=workload, live_extra=live_extra)
 
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """transformers/torch warnings irrelevant to a measurement, silenced as the runner does."""
-    with _quiet():
-        yield

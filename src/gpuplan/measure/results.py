@@ -92,24 +92,12 @@ class Measurement:
         return self.ranks[0]
 
     def to_dict(self) -> dict[str, Any]:
-        measured: dict[str, Any] = self.measured.to_dict()
-        if len(self.ranks) > 1:
-            measured["ranks"] = [r.to_dict() for r in self.ranks]
-        return {
-            "model": self.model,
-            "workload": self.workload.to_dict(),
-            "environment": self.environment.to_dict(),
-            "layout": self.layout,
-            "nproc": len(self.ranks),
-            "measured": measured,
-            "estimated": self.estimated,
-            "comparison": [c.to_dict() for c in self.comparisons],
-            "notes": list(self.notes),
-            "store": {"path": self.store_path, "id": self.store_id} if self.store_path else None,
-        }
+        from gpuplan.report.measure import measurement_to_dict
+
+        return measurement_to_dict(self)
 
     def __str__(self) -> str:
-        from gpuplan.measure.render import render_measurement
+        from gpuplan.report.measure import render_measurement
 
         return render_measurement(self)
 

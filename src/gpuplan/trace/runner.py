@@ -10,6 +10,10 @@ With ``fake=True`` (the estimate) everything runs on fake CPU tensors — no wei
 and CUDA's behaviour is emulated (trace/cuda_semantics.py). With ``fake=False`` and
 ``cuda=False`` the same step runs for real on the CPU: the exact accounting the tests compare
 against.
+
+The step itself is :class:`StepProgram`, public because ``gpuplan.measure`` runs the very same
+program on a real device: only its :class:`Semantics` differ (:class:`CudaEmulation` on fake
+tensors here, :class:`DeviceSemantics` — the device's own autocast — for a real run).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import gc
 import logging
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -37,7 +42,8 @@ from gpuplan.trace.records import RawTrace
 from gpuplan.trace.tracker import Recorder, RecordingMode
 from gpuplan.workload import Workload
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""Workload dtype name -> torch dtype."""
 # Decode steps traced before extrapolating the rest (two are needed for the slope; the first
 # steps can differ from later ones while the cache warms up).
 DECODE_STEPS_TRACED = 4
@@ -65,24 +71,55 @@ class RunResult:
     attention_backends: dict[str, int] = field(default_factory=dict)
     decode_steps_traced: int = 0
     decode_steps_full: int = 0
+    module_params: dict[str, int] = field(default_factory=dict)
+    """module path -> elements of the parameters it owns (a tied weight counted once, at its first
+    owner): the planner's split of parameters per block and outside the blocks."""
+    module_param_sizes: dict[str, frozenset[int]] = field(default_factory=dict)
+    """module path -> element counts of its own parameters, a tied weight under every module using
+    it: how the planner recognises autocast's 16-bit copy of a module's weight."""
+
+
+def own_parameters(model: nn.Module) -> tuple[dict[str, int], dict[str, frozenset[int]]]:
+    """(:attr:`RunResult.module_params`, :attr:`RunResult.module_param_sizes`) of ``model``."""
+    counts: dict[str, int] = {}
+    sizes: dict[str, frozenset[int]] = {}
+    seen: set[int] = set()
+    for name, mod in model.named_modules():
+        own = list(mod.parameters(recurse=False))
+        n = sum(p.numel() for p in own if id(p) not in seen)
+        seen.update(id(p) for p in own)
+        if n:
+            counts[name] = n
+        weight = getattr(mod, "weight", None)
+        if own:
+            sizes[name] = frozenset(p.numel() for p in own)
+        elif isinstance(weight, nn.Parameter):  # a head reusing a weight registered elsewhere
+            sizes[name] = frozenset({weight.numel()})
+    return counts, sizes
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """transformers and torch warn about things irrelevant under fake tensors."""
     tf_logger = logging.getLogger("transformers")
     old = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
+    # a failing meta kernel logs its whole traceback (ERROR) before raising; the failure itself
+    # reaches the user as one TraceError line
+    fake_logger = logging.getLogger("torch._subclasses.fake_tensor")
+    old_fake = fake_logger.level
+    fake_logger.setLevel(logging.CRITICAL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             yield
         finally:
             tf_logger.setLevel(old)
+            fake_logger.setLevel(old_fake)
 
 
 @contextlib.contextmanager
-def _transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
+def transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
     """transformers treats FakeTensors as graph tracing (``is_tracing``) and then never detects
     that position ids hold one sequence per row: it materialises a causal mask, which rules out
     flash attention and forces ``repeat_kv`` for GQA — not what a real GPU run does. gpuplan's
@@ -104,7 +141,7 @@ def _transformers_on_fake_tensors(uses_transformers: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _no_weight_init() -> Iterator[None]:
+def no_weight_init() -> Iterator[None]:
     """Weight values mean nothing on fake tensors, and some initialisers read them
     (``trunc_normal_`` rejection-samples with ``.item()`` since torch 2.14): skip them all."""
     init = torch.nn.init
@@ -141,7 +178,7 @@ def find_containers(module: nn.Module, counts: Mapping[str, int]) -> dict[str, s
     return found
 
 
-def _block_modules(module: nn.Module, containers: Mapping[str, str]) -> list[tuple[str, nn.Module]]:
+def block_modules(module: nn.Module, containers: Mapping[str, str]) -> list[tuple[str, nn.Module]]:
     """Blocks to checkpoint: those of the layer containers, else of every uniform container."""
     if containers:
         paths = set(containers.values())
@@ -171,10 +208,11 @@ def _selective_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
-                         semantics: Any) -> None:
-    """Wrap each block in non-reentrant checkpointing; ``semantics()`` re-enters the CUDA
-    emulation for the recompute, as torch.utils.checkpoint re-enters torch.autocast."""
+def apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
+                        recompute: Callable[[], AbstractContextManager[None]]) -> None:
+    """Wrap each block in non-reentrant checkpointing; ``recompute()`` (``Semantics.recompute``)
+    re-enters the step's semantics for the recompute, as torch.utils.checkpoint re-enters
+    torch.autocast."""
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
     context_fn = (functools.partial(create_selective_checkpoint_contexts, _selective_policy)
@@ -183,7 +221,7 @@ def _apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
         original = block.forward
 
         def run(*args: Any, __orig: Any = original, **kwargs: Any) -> Any:
-            with semantics():
+            with recompute():
                 return __orig(*args, **kwargs)
 
         def forward(*args: Any, __run: Any = run, **kwargs: Any) -> Any:
@@ -193,13 +231,55 @@ def _apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
         block.forward = forward  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def _recompute_semantics(attention: CudaAttention, amp_dtype: torch.dtype | None, cuda: bool) -> Iterator[None]:
-    if not cuda:
-        yield  # host semantics: torch.autocast is re-entered by torch.utils.checkpoint itself
-        return
-    with attention.resume(), CudaAutocast.resume(amp_dtype):
-        yield
+class Semantics(Protocol):
+    """Whose behaviour the step's forward follows: the kernels chosen and what autocast casts."""
+
+    def forward(self) -> AbstractContextManager[None]:
+        """Entered around each forward and its loss."""
+        ...
+
+    def recompute(self) -> AbstractContextManager[None]:
+        """Re-entered around a checkpointed block's recompute during backward."""
+        ...
+
+
+class CudaEmulation:
+    """CUDA's behaviour on fake CPU tensors: its attention kernel choice and autocast lists
+    (the estimate; trace/cuda_semantics.py)."""
+
+    def __init__(self, attention: CudaAttention, amp_dtype: torch.dtype | None) -> None:
+        self.attention = attention
+        self.amp_dtype = amp_dtype
+
+    @contextlib.contextmanager
+    def forward(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.attention)
+            if self.amp_dtype is not None:
+                stack.enter_context(CudaAutocast(self.amp_dtype))
+            yield
+
+    @contextlib.contextmanager
+    def recompute(self) -> Iterator[None]:
+        with self.attention.resume(), CudaAutocast.resume(self.amp_dtype):
+            yield
+
+
+class DeviceSemantics:
+    """The device's own behaviour: real ``torch.autocast`` of ``device_type`` (the host-semantics
+    trace on the CPU, and every real run of ``gpuplan.measure``)."""
+
+    def __init__(self, device_type: str, amp_dtype: torch.dtype | None) -> None:
+        self.device_type = device_type
+        self.amp_dtype = amp_dtype
+
+    def forward(self) -> AbstractContextManager[None]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype)
+
+    def recompute(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # torch.utils.checkpoint re-enters torch.autocast itself
 
 
 class StepRunner:
@@ -214,22 +294,23 @@ class StepRunner:
         self.layers = dict(layers or {})
 
     def run(self) -> RunResult:
-        with _quiet(), torch.device("cpu"):
+        with quiet(), torch.device("cpu"):
             fake_mode: Any = FakeTensorMode(allow_non_fake_inputs=False) if self.fake else contextlib.nullcontext()
-            patches: Any = (_transformers_on_fake_tensors(self.source.kind in ("catalog", "hf-config"))
+            patches: Any = (transformers_on_fake_tensors(self.source.kind in ("catalog", "hf-config"))
                             if self.fake else contextlib.nullcontext())
             with fake_mode, patches:
                 return self._run()
 
     # -- building ---------------------------------------------------------------------------
-    def _build(self) -> nn.Module:
-        dtype = _DTYPES[self.workload.param_dtype]
+    def build_model(self) -> nn.Module:
+        """The model in the workload's parameter dtype and train/eval mode (fake weights when ``fake``)."""
+        dtype = DTYPES[self.workload.param_dtype]
         previous = torch.get_default_dtype()
         # Build in the parameter dtype: converting afterwards (module.to) must swap fake
         # parameters, which fails while the fake mode holds weak references to them.
         torch.set_default_dtype(dtype)
         try:
-            with _no_weight_init() if self.fake else contextlib.nullcontext():
+            with no_weight_init() if self.fake else contextlib.nullcontext():
                 model = self.source.build(self.workload, self.layers or None)
         except TraceError:
             raise
@@ -249,19 +330,22 @@ class StepRunner:
     # -- the step ---------------------------------------------------------------------------
     def _run(self) -> RunResult:
         w = self.workload
-        model = self._build()
+        model = self.build_model()
         counts = self.layers or self.source.layer_counts()
         containers = find_containers(model, counts) if counts else {}
         recorder = Recorder(block_containers=containers.values())
-        amp_dtype = _DTYPES[w.autocast_dtype] if w.autocast_dtype else None
+        amp_dtype = DTYPES[w.autocast_dtype] if w.autocast_dtype else None
         attention = CudaAttention(AttentionPolicy(w.attention, self.target.compute_capability))
+        semantics: Semantics = (CudaEmulation(attention, amp_dtype) if self.target.cuda
+                                else DeviceSemantics("cpu", amp_dtype))
         if w.trains and w.checkpointing != "none":
-            _apply_checkpointing(_block_modules(model, containers), w.checkpointing,
-                                 functools.partial(_recompute_semantics, attention, amp_dtype, self.target.cuda))
+            apply_checkpointing(block_modules(model, containers), w.checkpointing, semantics.recompute)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_optimizer(w.optimizer, w.optimizer_impl, params, cuda=self.target.cuda) if w.trains else None
         inputs = self.source.inputs(model, w)
-        step = _Step(self, model, optimizer, inputs, recorder, attention, amp_dtype)
+        # on fake tensors a few decode steps are traced and the rest extrapolated (trace/decode.py)
+        step = StepProgram(self.source, w, model, optimizer, inputs, semantics,
+                           decode_steps_limit=DECODE_STEPS_TRACED if self.fake else None)
         if w.trains:
             step.warm_up()
         self._register_existing(recorder, model, optimizer, inputs)
@@ -271,13 +355,14 @@ class StepRunner:
         recorder.module_scope = ModuleScope(model)
         with RecordingMode(recorder), recorder.module_scope:
             try:
-                step.run()
+                step.run(recorder)
             finally:
                 recorder.close()
                 if gc_was_enabled:
                     gc.enable()
         unique = {id(p.untyped_storage()): p for p in model.parameters()}
         params_count = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        module_params, module_param_sizes = own_parameters(model)
         return RunResult(
             trace=recorder.trace,
             params_count=params_count,
@@ -287,6 +372,8 @@ class StepRunner:
             attention_backends=dict(attention.choices),
             decode_steps_traced=step.decode_steps_traced,
             decode_steps_full=max(0, w.new_tokens - 1) if w.mode == "generate" else 0,
+            module_params=module_params,
+            module_param_sizes=module_param_sizes,
         )
 
     def _register_existing(self, recorder: Recorder, model: nn.Module, optimizer: Any, inputs: Inputs) -> None:
@@ -318,20 +405,32 @@ def _on_device_step(optimizer: Any) -> bool:
     return bool(group.get("fused") or group.get("capturable"))
 
 
-class _Step:
-    """The user-visible program of one step, written as people write it."""
+class StepProgram:
+    """The user-visible program of one steady-state step, written as people write it, built once:
+    ``grad_accum`` × (forward, loss, backward), optimizer step, zero_grad; or one forward under
+    ``no_grad``; or a prefill and decode steps. The estimator runs it on fake tensors with
+    :class:`CudaEmulation`; ``gpuplan.measure`` runs it on a real device with
+    :class:`DeviceSemantics` (so the two compare one program, not two).
 
-    def __init__(self, runner: StepRunner, model: nn.Module, optimizer: Any, inputs: Inputs, recorder: Recorder,
-                 attention: CudaAttention, amp_dtype: torch.dtype | None) -> None:
-        self.runner = runner
+    Each run takes the recorder that watches it (None: an unrecorded run, e.g. a timed step); the
+    program sets the recorder's phase as it goes. ``wrapped`` is the model a parallel layout
+    wrapped (DDP, a DeepSpeed engine keep it in ``.module``); what kind of model it is is read
+    from it, while ``model`` is what the step calls.
+    """
+
+    def __init__(self, source: ModelSource, workload: Workload, model: nn.Module, optimizer: Any, inputs: Inputs,
+                 semantics: Semantics, *, wrapped: nn.Module | None = None,
+                 decode_steps_limit: int | None = None) -> None:
+        self.source = source
+        self.w = workload
         self.model = model
         self.optimizer = optimizer
         self.inputs = inputs
-        self.rec = recorder
-        self.attention = attention
-        self.amp_dtype = amp_dtype
-        self.w = runner.workload
-        self.cuda = runner.target.cuda
+        self.semantics = semantics
+        self.decode_steps_limit = decode_steps_limit
+        """Decode steps to run at most (None: all ``new_tokens - 1``)."""
+        inner = wrapped if wrapped is not None else model
+        self.is_hf_lm = hasattr(inner, "config") and hasattr(inner, "get_output_embeddings")
         self.decode_steps_traced = 0
 
     def warm_up(self) -> None:
@@ -345,32 +444,22 @@ class _Step:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
 
-    def run(self) -> None:
+    def run(self, rec: Recorder | None = None) -> None:
+        """One step of the workload's mode (a whole generation in generate mode)."""
         if self.w.mode == "train":
-            self.train_step(record=True)
+            self.train_step(rec)
         elif self.w.mode == "infer":
-            self.infer_step()
+            self.infer_step(rec)
         else:
-            self.generate()
+            self.generate(rec)
 
-    @contextlib.contextmanager
-    def _forward_semantics(self) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            if self.cuda:
-                stack.enter_context(self.attention)
-                if self.amp_dtype is not None:
-                    stack.enter_context(CudaAutocast(self.amp_dtype))
-            elif self.amp_dtype is not None:
-                stack.enter_context(torch.autocast("cpu", dtype=self.amp_dtype))
-            yield
-
-    def _forward(self, **extra: Any) -> Any:
+    def _forward(self, rec: Recorder, **extra: Any) -> Any:
         try:
             return self.model(*self.inputs.args, **{**self.inputs.kwargs, **extra})
         except TraceError:
             raise
         except Exception as exc:
-            module = self.rec.current_module() or type(self.model).__name__
+            module = rec.current_module() or type(self.model).__name__
             first = str(exc).splitlines()[0] if str(exc) else ""
             if "DataDependent" in type(exc).__name__ or "data-dependent" in first.lower():
                 advice = ("it reads tensor values (`if tensor:`, `.item()`), which fake tensors cannot answer; "
@@ -378,21 +467,24 @@ class _Step:
             else:
                 advice = "check the inputs its forward expects, or give an inputs factory (file.py:model,inputs)"
             raise TraceError(
-                f"forward of {self.runner.source.name} failed under fake tensors in module {module!r}: "
+                f"forward of {self.source.name} failed under fake tensors in module {module!r}: "
                 f"{type(exc).__name__}: {first} — {advice}"
             ) from exc
 
-    def train_step(self, *, record: bool) -> None:
-        rec = self.rec
+    def train_step(self, recorder: Recorder | None = None) -> None:
+        record = recorder is not None
+        rec = _phase_sink(recorder)
         for _ in range(self.w.grad_accum):
             rec.phase = "forward"
-            with self._forward_semantics():
+            with self.semantics.forward():
                 # Training keeps no KV cache (transformers turns it off under checkpointing; a cache
                 # built in a checkpointed forward would pin the K/V the checkpoint meant to drop).
-                out = self._forward(**({"use_cache": False} if self._is_hf_lm() else {}))
+                out = self._forward(rec, **({"use_cache": False} if self.is_hf_lm else {}))
                 rec.phase = "loss"
-                loss = self.runner.source.loss(self.model, out, self.inputs, self.w)
-            del out
+                loss = self.source.loss(self.model, out, self.inputs, self.w)
+            live_with_output = rec.live_bytes
+            del out  # a trainer-style loop: what only the output held is freed before backward
+            rec.trace.released_output_bytes = live_with_output - rec.live_bytes
             if self.w.grad_accum > 1:
                 loss = loss / self.w.grad_accum
             if self.w.precision == "amp-fp16":
@@ -422,52 +514,59 @@ class _Step:
             rec.phase = "zero_grad"
             self.model.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
 
-    def infer_step(self) -> None:
-        extra = {"use_cache": False} if self._is_hf_lm() else {}
-        self.rec.phase = "forward"
-        with torch.no_grad(), self._forward_semantics():
-            out = self._forward(**extra)
+    def infer_step(self, recorder: Recorder | None = None) -> None:
+        rec = _phase_sink(recorder)
+        extra = {"use_cache": False} if self.is_hf_lm else {}
+        rec.phase = "forward"
+        with torch.no_grad(), self.semantics.forward():
+            out = self._forward(rec, **extra)
         del out
 
-    def _is_hf_lm(self) -> bool:
-        return hasattr(self.model, "config") and hasattr(self.model, "get_output_embeddings")
-
-    def generate(self) -> None:
-        if not self.runner.source.generates:
+    def generate(self, recorder: Recorder | None = None) -> None:
+        if not self.source.generates:
             from gpuplan.errors import ConfigError
 
-            raise ConfigError(f"--mode generate needs a causal language model; {self.runner.source.name} is a "
-                              f"{self.runner.source.task} model (use --mode infer)")
+            raise ConfigError(f"--mode generate needs a causal language model; {self.source.name} is a "
+                              f"{self.source.task} model (use --mode infer)")
         import inspect
 
         from transformers import DynamicCache
 
-        rec = self.rec
+        rec = _phase_sink(recorder)
         cache = DynamicCache(config=self.model.config)  # type: ignore[arg-type]
         keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
         ids = self.inputs.kwargs["input_ids"]
         rec.phase = "prefill"
-        with torch.no_grad(), self._forward_semantics():
+        with torch.no_grad(), self.semantics.forward():
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **keep)
             token = out.logits[:, -1:].argmax(-1)
             del out
-            self._mark_cache(cache)
+            self._mark_cache(recorder, cache)
             rec.phase = "decode"
             # Decode steps differ only by the cache length, so live bytes are affine in the step
             # index: a few steps are traced and the rest extrapolated (gpuplan.trace.decode).
-            steps = min(self.w.new_tokens - 1, DECODE_STEPS_TRACED) if self.runner.fake else self.w.new_tokens - 1
+            steps = self.w.new_tokens - 1
+            if self.decode_steps_limit is not None:
+                steps = min(steps, self.decode_steps_limit)
             for index in range(steps):
                 rec.repeat = index
                 out = self.model(input_ids=token, past_key_values=cache, use_cache=True, **keep)
                 token = out.logits[:, -1:].argmax(-1)
                 del out
-                self._mark_cache(cache)
+                self._mark_cache(recorder, cache)
             rec.repeat = -1
             self.decode_steps_traced = steps
 
-    def _mark_cache(self, cache: Any) -> None:
+    def _mark_cache(self, recorder: Recorder | None, cache: Any) -> None:
+        if recorder is None:
+            return
         for layer in getattr(cache, "layers", []):
             for name in ("keys", "values"):
                 t = getattr(layer, name, None)
                 if isinstance(t, torch.Tensor):
-                    self.rec.register(t, category="kv_cache")
+                    recorder.register(t, category="kv_cache")
+
+
+def _phase_sink(recorder: Recorder | None) -> Recorder:
+    """The recorder whose phase the step sets: a detached one when nothing records (it sees no op)."""
+    return recorder if recorder is not None else Recorder(record_ops=False)

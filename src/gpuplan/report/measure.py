@@ -1,14 +1,34 @@
-"""Text rendering of a measurement: estimate and measurement side by side, with errors."""
+"""``gpuplan measure`` results → JSON (the ``measured`` / ``estimated`` / ``comparison`` contract of
+DESIGN.md) and → text: estimate and measurement side by side, with errors. Result types are
+imported for type checking only: ``gpuplan.measure`` imports this module, never the other way round."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.report.text import table
 from gpuplan.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.measure.results import Comparison, Measurement
+
+
+def measurement_to_dict(m: Measurement) -> dict[str, Any]:
+    measured: dict[str, Any] = m.measured.to_dict()
+    if len(m.ranks) > 1:
+        measured["ranks"] = [r.to_dict() for r in m.ranks]
+    return {
+        "model": m.model,
+        "workload": m.workload.to_dict(),
+        "environment": m.environment.to_dict(),
+        "layout": m.layout,
+        "nproc": len(m.ranks),
+        "measured": measured,
+        "estimated": m.estimated,
+        "comparison": [c.to_dict() for c in m.comparisons],
+        "notes": list(m.notes),
+        "store": {"path": m.store_path, "id": m.store_id} if m.store_path else None,
+    }
 
 
 def _value(c: Comparison, v: float | None) -> str:
