@@ -7,7 +7,8 @@ that need them.
 
 from __future__ import annotations
 
-from gpuplan import estimate
+from typing import TYPE_CHECKING
+
 from gpuplan.errors import (
     ConfigError,
     GpuplanError,
@@ -18,14 +19,22 @@ from gpuplan.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from gpuplan.estimate import Estimate
+from gpuplan.estimate import Calibration, Estimate
 from gpuplan.simulate import Simulation, simulate
 from gpuplan.trace.step import TracedStep, trace_step
 from gpuplan.workload import Workload
 
+if TYPE_CHECKING:
+    # for type checkers ``gpuplan.estimate`` is the function (what users call); at run time it is the
+    # module, made callable (estimate.py), so ``gpuplan.estimate.Estimate`` keeps working too
+    from gpuplan.estimate import estimate
+else:
+    from gpuplan import estimate
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Calibration",
     "ConfigError",
     "Estimate",
     "GpuplanError",

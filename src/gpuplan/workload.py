@@ -18,6 +18,11 @@ Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["auto", "eager", "sdpa-math", "sdpa-efficient", "flash"]
 OptimizerImpl = Literal["auto", "foreach", "fused", "for-loop"]
 ZeroGrad = Literal["set-to-none", "zeros"]
+Loss = Literal["auto", "cross-entropy", "mean"]
+WeightQuant = Literal["none", "int8", "fp8", "int4"]
+"""Weight-only quantization of inference weights (layout: gpuplan.memory.weight_quant)."""
+ModuleLoading = Literal["lazy", "eager"]
+"""CUDA module loading: lazy (CUDA >= 11.7, the default) or eager (older stacks)."""
 
 MODES: tuple[str, ...] = ("train", "infer", "generate")
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16")
@@ -27,6 +32,8 @@ ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa-math", "sdpa-efficient", "
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "for-loop")
 ZERO_GRADS: tuple[str, ...] = ("set-to-none", "zeros")
 LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean")
+WEIGHT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "int4")
+MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
 
 # Upper bounds that no real workload reaches: they turn typos (an extra 000) into clear errors
 # instead of a trace that allocates symbolic exabytes or runs for hours.
@@ -53,7 +60,7 @@ class Workload:
     steps once every k micro-batches (effective batch k·batch_size).
     """
 
-    mode: str = "train"
+    mode: Mode = "train"
     batch_size: int = 1
     seq_len: int | None = None
     """Tokens per sample (prompt length for generate); None: the model's default."""
@@ -61,14 +68,14 @@ class Workload:
     """Image side in pixels for vision models; None: the model's default."""
     new_tokens: int = 128
     """Decode steps after the prompt in generate mode."""
-    precision: str = "fp32"
-    optimizer: str = "adamw"
-    checkpointing: str = "none"
+    precision: Precision = "fp32"
+    optimizer: Optimizer = "adamw"
+    checkpointing: Checkpointing = "none"
     grad_accum: int = 1
-    attention: str = "auto"
-    optimizer_impl: str = "auto"
-    zero_grad: str = "set-to-none"
-    loss: str = "auto"
+    attention: Attention = "auto"
+    optimizer_impl: OptimizerImpl = "auto"
+    zero_grad: ZeroGrad = "set-to-none"
+    loss: Loss = "auto"
 
     def __post_init__(self) -> None:
         require_choice("mode", self.mode, MODES)
@@ -109,3 +116,12 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def make_workload(**fields: Any) -> Workload:
+    """A Workload from keyword fields; an unknown field is a one-line ConfigError."""
+    known = set(Workload.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(f"unknown workload field(s) {', '.join(unknown)} (allowed: {', '.join(sorted(known))})")
+    return Workload(**fields)

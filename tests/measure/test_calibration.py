@@ -1,5 +1,6 @@
-"""``gpuplan calibrate``: medians per (GPU, torch, CUDA) from the store; ``estimate`` applies a
-matching calibration and says so."""
+"""``gpuplan calibrate``: medians per (GPU, torch, CUDA) from the store; the command line loads the
+matching entry and ``estimate(..., calibration=...)`` applies it inside the computation and says so.
+The library never reads the calibration file by itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import pytest
 import torch
 
 from gpuplan.cli.main import main
-from gpuplan.measure.calibration import CalibrationEntry, apply_calibration, calibration_for, fit, load, write
+from dataclasses import replace
+
+from gpuplan.errors import ConfigError
+from gpuplan.estimate import estimate
+from gpuplan.hardware import resolve_gpu
+from gpuplan.measure.calibration import MAX_FILE_BYTES, CalibrationEntry, calibration_for, fit, load, write
 from gpuplan.measure.store import Store
 from gpuplan.units import MIB
 
@@ -57,19 +63,117 @@ def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path,
     assert main(["calibrate", "--store", str(store_path), "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["measurements"] == 7 and report["calibration_file"] == str(out)
-    assert calibration_for("H100-SXM", path=out) is not None
+    entry = calibration_for("H100-SXM", path=out)
+    assert entry is not None
     assert calibration_for("A100-80GB-SXM", path=out) is None  # fitted on torch 2.0.0, not this torch
-    from gpuplan.estimate import estimate
 
     base = estimate(tiny_gpt2, batch_size=1, seq_len=16, gpu="H100-SXM")
-    cal = apply_calibration(base, path=out)
+    cal = estimate(tiny_gpt2, batch_size=1, seq_len=16, gpu="H100-SXM", calibration=entry)
     assert cal.components["cuda_context"] == 510 * MIB
-    assert cal.total_required_bytes - base.total_required_bytes == 510 * MIB - base.components["cuda_context"]
+    delta = 510 * MIB - base.components["cuda_context"]
+    assert cal.total_required_bytes - base.total_required_bytes == delta
+    assert cal.min_required_bytes - base.min_required_bytes == delta
     assert cal.assumptions[-1].startswith("calibration applied for H100-SXM")
-    assert not any(a.startswith("CUDA context ") for a in cal.assumptions)  # the assumed figure is gone
+    assert not any(a.startswith("CUDA context 426") for a in cal.assumptions)  # the assumed figure is gone
     assert cal.to_dict()["calibration"]["cuda_context_bytes"] == 510 * MIB
-    if base.step_time_s is not None:
-        assert cal.step_time_s == pytest.approx(base.step_time_s * 1.2)
+    assert base.step_time_s is not None and cal.step_time_s == pytest.approx(base.step_time_s * 1.2)
+
+
+def _entry(context_bytes: int | None, factor: float | None, gpu: str = "H100-SXM") -> CalibrationEntry:
+    return CalibrationEntry(gpu, torch.__version__, torch.version.cuda or "none", context_bytes, factor, 3, 3)
+
+
+def test_a_calibration_that_changes_nothing_changes_nothing(tiny_gpt2: str) -> None:
+    """Issue #9 item 2: old main recomputed ``fits`` from total_required_bytes after a calibration,
+    while the fit is decided on min_required_bytes: on a GPU between the two, a calibration equal
+    to the assumed figures flipped "fits" to "does not fit"."""
+    h100 = resolve_gpu("H100-SXM")
+    assert h100 is not None
+    workload = {"mode": "infer", "batch_size": 64, "seq_len": 128}
+    probe = estimate(tiny_gpt2, gpu=h100, **workload)  # type: ignore[arg-type]
+    assert probe.min_required_bytes < probe.total_required_bytes  # the cache released under pressure
+    between = replace(h100, cuda_total_memory_bytes=(probe.min_required_bytes + probe.total_required_bytes) // 2)
+    base = estimate(tiny_gpt2, gpu=between, **workload)  # type: ignore[arg-type]
+    same = _entry(base.components["cuda_context"], 1.0)
+    cal = estimate(tiny_gpt2, gpu=between, calibration=same, **workload)  # type: ignore[arg-type]
+    assert base.fits is True and cal.fits is True
+    for name in ("total_required_bytes", "min_required_bytes", "headroom_bytes", "components", "step_time_s",
+                 "throughput", "mfu"):
+        assert getattr(cal, name) == getattr(base, name), name
+
+
+def test_step_time_calibration_moves_every_time_figure(tiny_gpt2: str) -> None:
+    """Issue #9 item 3: old main scaled step_time_s but left the JSON's time split and tokens/s at the
+    uncalibrated values. Every time figure is one calculation: the kernel times scaled by the factor."""
+    base = estimate(tiny_gpt2, batch_size=2, seq_len=32, gpu="H100-SXM")
+    cal = estimate(tiny_gpt2, batch_size=2, seq_len=32, gpu="H100-SXM", calibration=_entry(None, 2.0))
+    b, c = base.to_dict(), cal.to_dict()
+    assert c["step_time_s"] == pytest.approx(2 * b["step_time_s"])
+    assert sum(c["time"]["by_phase_s"].values()) == pytest.approx(c["step_time_s"])
+    for key in ("compute_s", "memory_s", "overhead_s"):
+        assert c["time"][key] == pytest.approx(2 * b["time"][key])
+    assert c["time"]["kernels"] == b["time"]["kernels"]
+    assert c["tokens_per_s"] == pytest.approx(b["tokens_per_s"] / 2)
+    assert c["tokens_per_s"] == pytest.approx(c["throughput"]["value"])  # one figure, one answer
+    assert c["samples_per_s"] == pytest.approx(2 / c["step_time_s"])
+    assert c["mfu"] == pytest.approx(b["mfu"] / 2)
+    assert c["components"] == b["components"]  # no context in the entry: memory untouched
+
+
+def test_the_library_never_reads_the_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      tiny_gpt2: str) -> None:
+    """Issue #9 item 2: old main applied the user's calibration file inside every estimate(gpu=...)."""
+    path = tmp_path / "c.json"
+    write([_entry(510 * MIB, 3.0)], path, store="x")
+    monkeypatch.setenv("GPUPLAN_CALIBRATION", str(path))
+    est = estimate(tiny_gpt2, batch_size=1, seq_len=16, gpu="H100-SXM")
+    assert est.components["cuda_context"] != 510 * MIB and est.calibration is None
+    assert not any("calibration applied" in a for a in est.assumptions)
+
+
+def test_a_calibration_for_another_gpu_is_refused(tiny_gpt2: str) -> None:
+    with pytest.raises(ConfigError, match="calibration is for A100-80GB-SXM, not H100-SXM"):
+        estimate(tiny_gpt2, batch_size=1, seq_len=16, gpu="H100-SXM", calibration=_entry(None, 1.1, "A100-80GB-SXM"))
+
+
+_GOOD = {"gpu": "H100-SXM", "torch_version": "2.4.0", "cuda_version": "12.4", "cuda_context_bytes": 500 * MIB,
+         "step_time_factor": 1.1, "context_samples": 3, "step_time_samples": 3, "driver_versions": ["570.86"]}
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"step_time_factor": -1.0}, "step_time_factor"),
+    ({"step_time_factor": float("nan")}, "step_time_factor"),
+    ({"step_time_factor": "fast"}, "step_time_factor"),
+    ({"cuda_context_bytes": -5}, "cuda_context_bytes"),
+    ({"cuda_context_bytes": 1.5}, "cuda_context_bytes"),
+    ({"context_samples": True}, "context_samples"),
+    ({"gpu": 7}, ".gpu"),
+    ({"driver_versions": "570"}, "driver_versions"),
+    ({"colour": "blue"}, "unknown field 'colour'"),
+])
+def test_bad_calibration_values_are_one_line_errors(tmp_path: Path, change: dict[str, object], needle: str,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str) -> None:
+    """Issue #9 item 20: a calibration file with bad values was an internal error (or silently used)."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"version": 1, "entries": [{**_GOOD, **change}]}))
+    with pytest.raises(ConfigError, match="entries\\[0\\]") as info:
+        load(path)
+    message = str(info.value)
+    assert str(path) in message and needle in message and "\n" not in message
+    monkeypatch.setenv("GPUPLAN_CALIBRATION", str(path))
+    assert main(["estimate", tiny_gpt2, "--batch-size", "1", "--seq-len", "16", "--gpu", "H100-SXM", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and needle in captured.err
+
+
+@pytest.mark.parametrize("content", ["[]", '{"entries": 3}', "x" * (MAX_FILE_BYTES + 1), "[" * 100000])
+def test_calibration_files_that_are_not_one_are_one_line_errors(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="is not a gpuplan calibration") as info:
+        load(path)
+    assert "\n" not in str(info.value)
 
 
 def test_estimate_uses_the_default_calibration_file(store_path: Path, isolated_dirs: Path, tiny_gpt2: str,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from gpuplan.cli._workload import add_json_argument, add_model_argument, add_workload_arguments, workload_from_args
+
+if TYPE_CHECKING:
+    from gpuplan.measure.calibration import CalibrationEntry
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +19,21 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-module-loading", default="lazy", choices=("lazy", "eager"),
                         help="CUDA context size: lazy (CUDA >= 11.7, default) or eager (older stacks)")
     parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4"),
-                        help="weight-only quantization: decode reads quantized weights (time with --gpu, "
-                             "generate mode); the weight memory it would save is reported, not subtracted")
+                        help="weight-only quantized weights (--mode infer|generate): counted in the memory "
+                             "figures and the fit, and in the matmuls' weight reads (time with --gpu)")
     add_json_argument(parser)
+
+
+def load_calibration(gpu: str | None) -> CalibrationEntry | None:
+    """The user's calibration for ``gpu`` and the installed torch/CUDA, read once here (the library
+    never reads it by itself): ``$GPUPLAN_CALIBRATION`` or the default file, if there is one."""
+    if gpu is None:
+        return None
+    from gpuplan.hardware import resolve_gpu
+    from gpuplan.measure.calibration import calibration_for
+
+    target = resolve_gpu(gpu)
+    return calibration_for(target.id) if target is not None else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     workload = workload_from_args(args)
     est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
-                   weight_quant=args.weight_quant)
+                   weight_quant=args.weight_quant, calibration=load_calibration(args.gpu))
     if args.json:
         print(json.dumps(est.to_dict(), indent=2))
     else:

@@ -1,5 +1,7 @@
 """Calibration from stored measurements: the CUDA context size and a step-time factor per
-(GPU, torch, CUDA), fitted by ``gpuplan calibrate`` and applied by ``estimate`` on a match.
+(GPU, torch, CUDA), fitted by ``gpuplan calibrate``. The command line loads the matching entry once
+(:func:`calibration_for`) and passes it to ``estimate(..., calibration=...)``, which applies it
+inside the computation; the library never reads the file unless asked.
 
 Only single-process CUDA measurements count (a multi-process run's context also holds NCCL's
 buffers, which are outside PyTorch's allocator). Each figure is the median over the matching
@@ -11,42 +13,28 @@ measurements, so one disturbed run cannot move it far. The file is JSON, written
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.estimate import Calibration
 
 FILE_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
-class CalibrationEntry:
-    gpu: str
-    torch_version: str
-    cuda_version: str
-    cuda_context_bytes: int | None
-    """Median measured context (process GPU memory outside the caching allocator)."""
-    step_time_factor: float | None
-    """Median of measured / estimated step time; estimates multiply their step time by it."""
-    context_samples: int
-    step_time_samples: int
-    driver_versions: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        parts = []
-        if self.cuda_context_bytes is not None:
-            mib = self.cuda_context_bytes / 2**20
-            parts.append(f"CUDA context {mib:.0f} MiB (median of {self.context_samples})")
-        if self.step_time_factor is not None:
-            parts.append(f"step time ×{self.step_time_factor:.3f} (median of {self.step_time_samples})")
-        return (f"calibration applied for {self.gpu}, torch {self.torch_version}, CUDA {self.cuda_version}: "
-                + "; ".join(parts))
+CalibrationEntry = Calibration
+"""One entry of the file: the typed input ``gpuplan.estimate(..., calibration=...)`` takes."""
+MAX_FILE_BYTES = 1 << 20
+"""A calibration file holds a few entries per GPU and software stack; anything larger is not one."""
+_MAX_CONTEXT_BYTES = 64 << 30
+_MAX_STEP_TIME_FACTOR = 1000.0
 
 
 def default_calibration_path() -> Path | None:
@@ -104,16 +92,60 @@ def write(entries: list[CalibrationEntry], path: Path, *, store: str) -> None:
 
 
 def load(path: Path) -> list[CalibrationEntry]:
+    """The entries of a calibration file; anything else is a one-line ConfigError naming the file and
+    the field."""
+    where = f"calibration file {str(path)!r}"
+    fix = "rerun gpuplan calibrate or set GPUPLAN_CALIBRATION=off"
     try:
-        data = json.loads(path.read_text())
-        out = []
-        for e in data["entries"]:
-            e["driver_versions"] = tuple(e.get("driver_versions", ()))
-            out.append(CalibrationEntry(**e))
-        return out
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"calibration file {str(path)!r} is not a gpuplan calibration ({exc}); "
-                          "rerun gpuplan calibrate or set GPUPLAN_CALIBRATION=off") from exc
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {where}: {exc.strerror or exc}; {fix}") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{where} is not a gpuplan calibration (larger than {MAX_FILE_BYTES // 1024} KiB); {fix}")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{where} is not a gpuplan calibration (not JSON: {str(exc)[:80]}); {fix}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise ConfigError(f"{where} is not a gpuplan calibration (no \"entries\" list); {fix}")
+    return [_entry(e, f"{where}: entries[{i}]", fix) for i, e in enumerate(data["entries"])]
+
+
+def _entry(raw: object, where: str, fix: str) -> CalibrationEntry:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} is not an object; {fix}")
+    allowed = {f.name for f in fields(CalibrationEntry)}
+    unknown = sorted(str(k) for k in raw if k not in allowed)
+    if unknown:
+        raise ConfigError(f"{where} has unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))}); {fix}")
+
+    def bad(name: str, what: str) -> ConfigError:
+        return ConfigError(f"{where}.{name} = {str(raw.get(name))[:40]!r} is not {what}; {fix}")
+
+    for name in ("gpu", "torch_version", "cuda_version"):
+        if not isinstance(raw.get(name), str) or not raw[name] or len(raw[name]) > 200:
+            raise bad(name, "a non-empty name")
+    for name in ("context_samples", "step_time_samples"):
+        v = raw.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 31:
+            raise bad(name, "a count of measurements")
+    context = raw.get("cuda_context_bytes")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int)
+                                or not 0 < context <= _MAX_CONTEXT_BYTES):
+        raise bad("cuda_context_bytes", f"null or a whole number of bytes in 1..{_MAX_CONTEXT_BYTES}")
+    factor = raw.get("step_time_factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                               or not math.isfinite(factor) or not 0 < factor <= _MAX_STEP_TIME_FACTOR):
+        raise bad("step_time_factor", f"null or a finite number in (0, {_MAX_STEP_TIME_FACTOR:g}]")
+    drivers = raw.get("driver_versions", [])
+    if not isinstance(drivers, list) or not all(isinstance(d, str) for d in drivers):
+        raise bad("driver_versions", "a list of driver versions")
+    return CalibrationEntry(
+        gpu=raw["gpu"], torch_version=raw["torch_version"], cuda_version=raw["cuda_version"],
+        cuda_context_bytes=context, step_time_factor=float(factor) if factor is not None else None,
+        context_samples=raw["context_samples"], step_time_samples=raw["step_time_samples"],
+        driver_versions=tuple(drivers))
 
 
 def calibration_for(gpu_id: str, torch_version: str | None = None, cuda_version: str | None = None,
@@ -130,37 +162,3 @@ def calibration_for(gpu_id: str, torch_version: str | None = None, cuda_version:
         if (e.gpu, e.torch_version, e.cuda_version) == (gpu_id, torch_version, cuda_version or "none"):
             return e
     return None
-
-
-def apply_calibration(est: Any, path: Path | None = None) -> Any:
-    """``est`` (a :class:`gpuplan.estimate.Estimate`) with the matching calibration applied: the
-    measured context replaces the assumed one, the step time is scaled by the fitted factor, and
-    an assumption line says so. Unchanged without a GPU or a matching entry."""
-    from dataclasses import replace
-
-    if est.gpu is None:
-        return est
-    entry = calibration_for(est.gpu.id, path=path)
-    if entry is None:
-        return est
-    changes: dict[str, Any] = {}
-    components = dict(est.components)
-    total = est.total_required_bytes
-    if entry.cuda_context_bytes is not None:
-        total += entry.cuda_context_bytes - components.get("cuda_context", 0)
-        components["cuda_context"] = entry.cuda_context_bytes
-        headroom = est.gpu.usable_memory_bytes - total
-        changes.update(components=components, total_required_bytes=total, headroom_bytes=headroom,
-                       fits=headroom >= 0)
-    if entry.step_time_factor is not None and est.step_time_s is not None:
-        f = entry.step_time_factor
-        changes["step_time_s"] = est.step_time_s * f
-        if est.throughput is not None:
-            changes["throughput"] = {**est.throughput, "value": est.throughput["value"] / f}
-        if est.mfu is not None:
-            changes["mfu"] = est.mfu / f
-    extra = dict(est.extra)
-    extra["json"] = {**extra.get("json", {}), "calibration": asdict(entry)}
-    assumptions = tuple(a for a in est.assumptions
-                        if not (entry.cuda_context_bytes is not None and a.startswith("CUDA context ")))
-    return replace(est, **changes, assumptions=(*assumptions, entry.describe()), extra=extra)

@@ -65,8 +65,14 @@ def cuda_context_bytes(arch: str, module_loading: str = "lazy") -> tuple[int, st
 
 
 def overheads_for(*, arch: str, vendor: str, compute_capability: tuple[int, int] | None, trains: bool,
-                  module_loading: str = "lazy") -> Overheads:
-    context, context_note = cuda_context_bytes(arch, module_loading)
+                  module_loading: str = "lazy", measured_context_bytes: int | None = None) -> Overheads:
+    """``measured_context_bytes`` (a calibration from real runs on this GPU and software) replaces the
+    published figure."""
+    if measured_context_bytes is not None:
+        context, context_note = measured_context_bytes, (f"{measured_context_bytes / MIB:.0f} MiB: calibrated from "
+                                                         "measurements on this GPU and software (gpuplan calibrate)")
+    else:
+        context, context_note = cuda_context_bytes(arch, module_loading)
     per_handle = cublas_workspace_bytes(compute_capability, vendor, arch)
     handles = 2 if trains else 1
     notes = (

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
+from gpuplan.memory.weight_quant import WEIGHT_QUANT_BITS as WEIGHT_QUANT_BITS  # re-exported for callers
+from gpuplan.memory.weight_quant import bits_per_weight
 from gpuplan.perf.efficiency import Efficiency
 
 if TYPE_CHECKING:
@@ -70,10 +72,6 @@ _DTYPE_RATE = {
     "int8": "int8",
 }
 
-WEIGHT_QUANT_BITS: dict[str, float] = {"none": 16.0, "int8": 8.0, "fp8": 8.0, "int4": 4.0}
-"""Bits per weight element read by decode kernels; int4 adds group scales (see weight_bytes_factor)."""
-
-
 def short_name(op_name: str) -> str:
     """``aten.mm.default`` -> ``mm``."""
     parts = op_name.split(".")
@@ -124,12 +122,9 @@ def compute_dtype_key(precision: str) -> str:
 
 
 def weight_bytes_factor(weight_quant: str) -> float:
-    """Bytes of a quantized weight relative to 16-bit. int4 (GPTQ/AWQ-style, group size 128) also
-    reads one fp16 scale and zero point per 128 weights: +2·16/128 bits per weight."""
-    bits = WEIGHT_QUANT_BITS[weight_quant]
-    if weight_quant == "int4":
-        bits += 2 * 16 / 128
-    return bits / 16.0
+    """Bytes of a quantized weight relative to 16-bit, group scales included: the layout the memory
+    total counts (gpuplan.memory.weight_quant), so time and memory read the same weights."""
+    return bits_per_weight(weight_quant) / 16.0
 
 
 @dataclass(frozen=True, slots=True)

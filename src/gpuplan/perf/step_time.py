@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
+from gpuplan.memory.weight_quant import quantize_weights
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from gpuplan.perf.roofline import (
     WEIGHT_QUANT_BITS,
+    NoRateError,
     compute_dtype_key,
     launches_kernel,
     op_time,
@@ -106,28 +108,36 @@ def step_time(
     *,
     efficiency: Efficiency | None = None,
     weight_quant: str = "none",
+    time_factor: float = 1.0,
 ) -> StepTime:
     """Time of ``step`` (a trace of ``workload``) on ``gpu``.
 
     ``weight_quant`` (none | int8 | fp8 | int4) applies weight-only quantization to the weight reads
-    of decode matmuls (generate mode): their bytes shrink, their compute stays in the activation dtype.
+    of the matmuls of an inference step (infer, prefill and decode): their bytes shrink to the layout
+    the memory total counts, their compute stays in the activation dtype. ``time_factor`` is a
+    calibration (measured / estimated step time on this GPU and software): it scales every kernel's
+    time, so the split by phase, the throughput and the MFU all follow from the calibrated time.
     """
+    if not (time_factor > 0 and time_factor != float("inf")):
+        raise ConfigError(f"step-time factor must be a positive finite number, got {time_factor!r}")
     if weight_quant not in WEIGHT_QUANT_BITS:
         raise ConfigError(
             f"unknown weight quantization {weight_quant!r} (allowed: {', '.join(WEIGHT_QUANTS)})"
         )
+    if not step.ops:  # a checkpoint without config.json: weights from headers, no operation to time
+        raise NoRateError("the step runs no operation (weights only, no config.json beside the checkpoint), "
+                          "so it has no step time; put the model's config.json next to it")
     eff = efficiency or DEFAULT_EFFICIENCY
     generate = workload.mode == "generate"
     compute = memory = overhead = 0.0
     by_phase: dict[str, float] = {}
     by_class: dict[str, float] = {}
     kernels = 0
+    quant = "none" if workload.trains else weight_quant
     for op in step.ops:
         decode = generate and op.phase == "decode"
-        t = op_time(
-            op, gpu, workload.precision, eff, graph=decode, weight_quant=weight_quant if decode else "none"
-        )
-        n = op.count
+        t = op_time(op, gpu, workload.precision, eff, graph=decode, weight_quant=quant)
+        n = op.count * time_factor
         if t.compute_bound:
             compute += t.compute_s * n
         else:
@@ -135,7 +145,7 @@ def step_time(
         overhead += t.overhead_s * n
         by_phase[op.phase] = by_phase.get(op.phase, 0.0) + t.total_s * n
         by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
-        kernels += n if launches_kernel(op) else 0
+        kernels += op.count if launches_kernel(op) else 0
     total = compute + memory + overhead
     hw_flops = step.flops
     m_flops = model_flops(step, workload)
@@ -152,6 +162,9 @@ def step_time(
     assumptions.append(
         f"step = sum of kernel times on one stream (no overlap between kernels); {kernels:,} kernel launches"
     )
+    if time_factor != 1.0:
+        assumptions.append(f"every kernel time ×{time_factor:.3f}: calibrated (measured / estimated step time "
+                           "on this GPU and software)")
     if workload.precision == "fp32":
         assumptions.append(
             "fp32 matmuls on CUDA cores: TF32 off, PyTorch's default (--precision tf32 allows it)"
@@ -163,12 +176,11 @@ def step_time(
             "decode loop costed as a CUDA-graph replay (vLLM / TensorRT-LLM / torch.compile); "
             "eager model.generate() is slower, bound by Python dispatch"
         )
-        if weight_quant != "none":
-            assumptions.append(
-                f"weight-only {weight_quant}: decode matmuls read "
-                f"{weight_bytes_factor(weight_quant):.3g}× the 16-bit weight bytes, "
-                "compute unchanged"
-            )
+    if quant != "none":
+        assumptions.append(
+            f"weight-only {quant}: 16-bit matmuls read {weight_bytes_factor(quant):.3g}× the weight bytes, "
+            "compute unchanged"
+        )
     return StepTime(
         total_s=total,
         compute_s=compute,
@@ -206,7 +218,9 @@ def _inference(
     total_len = prompt + workload.new_tokens
     # KV read by a decode step grows from the prompt to the full length: use the mean context.
     kv_mean = kv_final * (prompt + workload.new_tokens / 2) / total_len if total_len else 0
-    weights = step.param_bytes * (weight_bytes_factor(weight_quant) if weight_quant != "none" else 1.0)
+    # the weights as the memory total counts them (one layout: gpuplan.memory.weight_quant)
+    weights = (step.param_bytes if weight_quant == "none"
+               else quantize_weights(step.params_count, step.param_bytes, weight_quant).weight_bytes)
     per_step_bytes = int(weights + kv_mean)
     bound = b * gpu.memory_bandwidth_bytes_per_s / per_step_bytes if per_step_bytes else 0.0
     return InferenceTime(

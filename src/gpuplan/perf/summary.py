@@ -1,14 +1,14 @@
-"""The timing fields of an Estimate: step time, throughput {value, unit}, MFU, and for generation
-the prefill/decode split with the bandwidth bound, all from one ``step_time`` call."""
+"""The timing of an Estimate: step time, its split, throughput {value, unit}, MFU and, for
+generation, the prefill/decode split with the bandwidth bound — all from one ``step_time`` call, so
+no number of a result can disagree with another."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from gpuplan.perf.roofline import NoRateError, weight_bytes_factor
-from gpuplan.perf.step_time import StepTime, step_time
-from gpuplan.units import format_bytes, format_seconds
+from gpuplan.perf.step_time import InferenceTime, StepTime, step_time
+from gpuplan.units import format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -18,19 +18,53 @@ if TYPE_CHECKING:
 # Tasks whose throughput is counted in tokens (the rest in samples).
 TOKEN_TASKS: frozenset[str] = frozenset({"causal-lm", "masked-lm", "seq2seq-lm"})
 
+ThroughputUnit = Literal["tokens/s", "samples/s"]
+
+
+class Throughput(TypedDict):
+    """Throughput as the JSON contract writes it: ``{"value": ..., "unit": "tokens/s" | "samples/s"}``."""
+
+    value: float
+    unit: ThroughputUnit
+
 
 @dataclass(frozen=True, slots=True)
-class TimeSummary:
-    step_time_s: float | None
-    """None when the catalog has no rate to time the step with (the reason is in ``assumptions``)."""
-    throughput: dict[str, Any] | None
-    mfu: float | None
-    assumptions: tuple[str, ...]
-    json: dict[str, Any] = field(default_factory=dict)
-    time: StepTime | None = None
+class Timing:
+    """Every time figure of one result, derived from one :class:`StepTime`."""
+
+    time: StepTime
+    throughput: Throughput
+    samples_per_s: float
+    tokens_per_s: float | None
+    """Tokens of the step per second (training/inference with a sequence length), else None."""
+    weight_quant: str = "none"
+
+    @property
+    def step_time_s(self) -> float:
+        return self.time.total_s
+
+    @property
+    def mfu(self) -> float:
+        return self.time.mfu
+
+    @property
+    def generation(self) -> InferenceTime | None:
+        return self.time.inference
+
+    def notes(self, gpu: GPU, batch_size: int) -> tuple[str, ...]:
+        """The assumptions behind these figures, the generation split first."""
+        inf = self.time.inference
+        if inf is None:
+            return self.time.assumptions
+        split = (f"generation: time to first token {format_seconds(inf.ttft_s)}, decode "
+                 f"{format_seconds(inf.decode_per_token_s)}/step = {inf.decode_tokens_per_s:,.1f} tokens/s; "
+                 f"bandwidth bound {inf.bandwidth_bound_tokens_per_s:,.1f} tokens/s "
+                 f"({gpu.memory_bandwidth_gb_per_s:,.0f} GB/s ÷ {inf.bytes_per_decode_step / 1e9:.2f} GB read per step "
+                 f"× batch {batch_size}) — {inf.fraction_of_bound:.0%} of the bound")
+        return (split, *self.time.assumptions)
 
 
-def throughput_of(st: StepTime, workload: Workload, *, task: str, seq_len: int | None) -> dict[str, Any]:
+def throughput_of(st: StepTime, workload: Workload, *, task: str, seq_len: int | None) -> Throughput:
     """tokens/s for language models (generate: new tokens/s), samples/s otherwise."""
     w = workload
     if w.mode == "generate" and st.inference is not None:
@@ -41,6 +75,18 @@ def throughput_of(st: StepTime, workload: Workload, *, task: str, seq_len: int |
     return {"value": samples / st.total_s, "unit": "samples/s"}
 
 
+def timing_of(st: StepTime, workload: Workload, *, task: str, seq_len: int | None,
+              weight_quant: str = "none") -> Timing:
+    samples = workload.batch_size * workload.grad_accum
+    return Timing(
+        time=st,
+        throughput=throughput_of(st, workload, task=task, seq_len=seq_len),
+        samples_per_s=samples / st.total_s if st.total_s else 0.0,
+        tokens_per_s=samples * seq_len / st.total_s if seq_len and st.total_s else None,
+        weight_quant=weight_quant,
+    )
+
+
 def summarize(
     step: TracedStep,
     gpu: GPU,
@@ -49,70 +95,12 @@ def summarize(
     task: str,
     seq_len: int | None,
     weight_quant: str = "none",
-) -> TimeSummary:
-    try:
-        st = step_time(step, gpu, workload, weight_quant=weight_quant)
-    except NoRateError as exc:
-        return TimeSummary(step_time_s=None, throughput=None, mfu=None, assumptions=(f"no step time: {exc}",))
-    tp = throughput_of(st, workload, task=task, seq_len=seq_len)
-    out: dict[str, Any] = {
-        "time": {
-            "compute_s": st.compute_s,
-            "memory_s": st.memory_s,
-            "overhead_s": st.overhead_s,
-            "by_phase_s": st.by_phase_s,
-            "kernels": st.kernels,
-            "model_flops": st.model_flops,
-            "tflops_achieved": st.tflops_achieved,
-            "peak_tflops": st.peak_tflops,
-            "compute_dtype": st.compute_dtype,
-        },
-        "samples_per_s": workload.batch_size * workload.grad_accum / st.total_s if st.total_s else 0.0,
-    }
-    if seq_len and st.total_s:
-        out["tokens_per_s"] = workload.batch_size * workload.grad_accum * seq_len / st.total_s
-    notes = list(st.assumptions)
-    if weight_quant != "none":
-        # Weight-only quantization keeps every other tensor as traced; the weights shrink by the
-        # factor (embeddings included: an upper bound on the saving, GPTQ/AWQ keep them 16-bit).
-        saved = int(step.param_bytes * (1.0 - weight_bytes_factor(weight_quant)))
-        out["weight_quant"] = {
-            "scheme": weight_quant,
-            "weight_bytes": step.param_bytes - saved,
-            "memory_saved_bytes": saved,
-        }
-        notes.append(
-            f"weight-only {weight_quant}: weights would take {format_bytes(step.param_bytes - saved)} "
-            f"instead of {format_bytes(step.param_bytes)} (up to {format_bytes(saved)} less; "
-            "not subtracted from the memory totals, which are traced with 16-bit weights)"
-        )
-    inf = st.inference
-    if inf is not None:
-        out["generation"] = {
-            "ttft_s": inf.ttft_s,
-            "prefill_s": inf.prefill_s,
-            "decode_per_token_s": inf.decode_per_token_s,
-            "decode_tokens_per_s": inf.decode_tokens_per_s,
-            "new_tokens_per_s": inf.new_tokens_per_s,
-            "bytes_per_decode_step": inf.bytes_per_decode_step,
-            "bandwidth_bound_tokens_per_s": inf.bandwidth_bound_tokens_per_s,
-            "fraction_of_bandwidth_bound": inf.fraction_of_bound,
-            "weight_quant": weight_quant,
-        }
-        notes.insert(
-            0,
-            (
-                f"generation: time to first token {format_seconds(inf.ttft_s)}, decode "
-                f"{format_seconds(inf.decode_per_token_s)}/step = {inf.decode_tokens_per_s:,.1f} tokens/s; "
-                f"bandwidth bound {inf.bandwidth_bound_tokens_per_s:,.1f} tokens/s "
-                f"({gpu.memory_bandwidth_gb_per_s:,.0f} GB/s ÷ {inf.bytes_per_decode_step / 1e9:.2f} GB read "
-                "per step "
-                f"× batch {workload.batch_size}) — {inf.fraction_of_bound:.0%} of the bound"
-            ),
-        )
-    return TimeSummary(
-        step_time_s=st.total_s, throughput=tp, mfu=st.mfu, assumptions=tuple(notes), json=out, time=st
-    )
+    time_factor: float = 1.0,
+) -> Timing:
+    """The timing of ``step`` on ``gpu``; raises :class:`gpuplan.perf.roofline.NoRateError` when the
+    catalog has no rate to time it with. ``time_factor``: a calibration (see ``step_time``)."""
+    st = step_time(step, gpu, workload, weight_quant=weight_quant, time_factor=time_factor)
+    return timing_of(st, workload, task=task, seq_len=seq_len, weight_quant=weight_quant)
 
 
 def seq_len_of(source: Any, workload: Workload) -> int | None:
@@ -126,15 +114,8 @@ def seq_len_of(source: Any, workload: Workload) -> int | None:
     return None
 
 
-def summarize_source(
-    source: Any, step: TracedStep, gpu: GPU, workload: Workload, *, weight_quant: str = "none"
-) -> TimeSummary:
+def summarize_source(source: Any, step: TracedStep, gpu: GPU, workload: Workload, *, weight_quant: str = "none",
+                     time_factor: float = 1.0) -> Timing:
     """:func:`summarize` with the task and sequence length read from a ModelSource."""
-    return summarize(
-        step,
-        gpu,
-        workload,
-        task=str(getattr(source, "task", "custom")),
-        seq_len=seq_len_of(source, workload),
-        weight_quant=weight_quant,
-    )
+    return summarize(step, gpu, workload, task=str(getattr(source, "task", "custom")),
+                     seq_len=seq_len_of(source, workload), weight_quant=weight_quant, time_factor=time_factor)

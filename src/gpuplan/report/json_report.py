@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuplan.estimate import Estimate
+    from gpuplan.perf.summary import Timing
 
 
 def estimate_to_dict(est: Estimate) -> dict[str, Any]:
@@ -32,7 +34,50 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
         out["fits"] = est.fits
         out["headroom_bytes"] = est.headroom_bytes
         out["step_time_s"] = est.step_time_s
-        out["throughput"] = est.throughput
+        out["throughput"] = dict(est.throughput) if est.throughput is not None else None
         out["mfu"] = est.mfu
-    out.update(est.extra.get("json", {}))
+    if est.timing is not None:
+        out.update(timing_to_dict(est.timing))
+    if est.quantized_weights is not None:
+        q = est.quantized_weights
+        out["weight_quant"] = {"scheme": q.scheme, "weight_bytes": q.weight_bytes,
+                               "traced_weight_bytes": q.traced_weight_bytes, "memory_saved_bytes": q.memory_saved_bytes}
+    if est.calibration is not None:
+        out["calibration"] = {**asdict(est.calibration), "driver_versions": list(est.calibration.driver_versions)}
+    return out
+
+
+def timing_to_dict(timing: Timing) -> dict[str, Any]:
+    """``time`` (the split of the step), ``samples_per_s``, ``tokens_per_s`` and ``generation``."""
+    st = timing.time
+    out: dict[str, Any] = {
+        "time": {
+            "compute_s": st.compute_s,
+            "memory_s": st.memory_s,
+            "overhead_s": st.overhead_s,
+            "by_phase_s": dict(st.by_phase_s),
+            "by_op_class_s": dict(st.by_op_class_s),
+            "kernels": st.kernels,
+            "model_flops": st.model_flops,
+            "tflops_achieved": st.tflops_achieved,
+            "peak_tflops": st.peak_tflops,
+            "compute_dtype": st.compute_dtype,
+        },
+        "samples_per_s": timing.samples_per_s,
+    }
+    if timing.tokens_per_s is not None:
+        out["tokens_per_s"] = timing.tokens_per_s
+    inf = st.inference
+    if inf is not None:
+        out["generation"] = {
+            "ttft_s": inf.ttft_s,
+            "prefill_s": inf.prefill_s,
+            "decode_per_token_s": inf.decode_per_token_s,
+            "decode_tokens_per_s": inf.decode_tokens_per_s,
+            "new_tokens_per_s": inf.new_tokens_per_s,
+            "bytes_per_decode_step": inf.bytes_per_decode_step,
+            "bandwidth_bound_tokens_per_s": inf.bandwidth_bound_tokens_per_s,
+            "fraction_of_bandwidth_bound": inf.fraction_of_bound,
+            "weight_quant": timing.weight_quant,
+        }
     return out

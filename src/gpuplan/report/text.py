@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuplan.units import GIB, format_bytes, format_count, format_flops, format_seconds
+from gpuplan.units import GIB, KIB, MIB, format_bytes, format_count, format_flops, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.estimate import Estimate
@@ -37,8 +37,18 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str], align: str = "")
     return "\n".join([fmt(header), rule, *(fmt(r) for r in rows)])
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f}"
+def table_unit(values: Sequence[int]) -> tuple[str, int]:
+    """The largest binary unit in which every non-zero value of a table shows at least 0.01 (so no
+    row of a small model reads 0.00): GiB, MiB, KiB, else bytes."""
+    smallest = min((abs(v) for v in values if v), default=0)
+    for name, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if smallest >= scale // 100:
+            return name, scale
+    return "B", 1
+
+
+def _in(n: int, scale: int) -> str:
+    return f"{n / scale:.2f}" if scale > 1 else f"{n:,}"
 
 
 def render_estimate(est: Estimate) -> str:
@@ -61,9 +71,10 @@ def render_estimate(est: Estimate) -> str:
         "",
     ]
     total = est.total_required_bytes or 1
-    rows = [[_COMPONENT_LABELS[k], _gib(v), f"{100 * v / total:.1f}%"]
-            for k, v in est.components.items() if v > 0 or k in ("parameters", "activations")]
-    lines.append(table(rows, ["component", "GiB", "share"]))
+    shown = [(k, v) for k, v in est.components.items() if v > 0 or k in ("parameters", "activations")]
+    unit, scale = table_unit([v for _, v in shown])
+    rows = [[_COMPONENT_LABELS[k], _in(v, scale), f"{100 * v / total:.1f}%"] for k, v in shown]
+    lines.append(table(rows, ["component", unit, "share"]))
     lines += [
         "",
         f"peak allocated  {format_bytes(est.peak_allocated_bytes)}   (torch.cuda.max_memory_allocated)",
@@ -74,17 +85,32 @@ def render_estimate(est: Estimate) -> str:
         lines.append(f"least needed    {format_bytes(est.min_required_bytes)}   "
                      "(cached blocks released under pressure)")
     if est.gpu is not None:
-        verdict = "fits" if est.fits else "does NOT fit"
-        lines.append(f"{est.gpu.id}: {format_bytes(est.gpu.usable_memory_bytes)} usable — {verdict} "
-                     f"(headroom {format_bytes(est.headroom_bytes or 0)})")
-        if est.step_time_s is not None:
-            tp = est.throughput or {}
-            lines.append(f"step time {format_seconds(est.step_time_s)}   throughput {tp.get('value', 0):,.1f} "
-                         f"{tp.get('unit', '')}" + (f"   MFU {100 * est.mfu:.1f}%" if est.mfu is not None else ""))
+        lines.append(verdict_line(est))
+        if est.timing is not None:
+            tp = est.timing.throughput
+            lines.append(f"step time {format_seconds(est.timing.step_time_s)}   throughput {tp['value']:,.1f} "
+                         f"{tp['unit']}   MFU {100 * est.timing.mfu:.1f}%")
     if est.step.top_activation_modules:
         where = "end of forward" if est.workload.trains else "the peak"
         lines += ["", f"activation memory at {where}, by module (top 10):"]
-        lines.append(table([[m, _gib(b)] for m, b in est.step.top_activation_modules], ["module", "GiB"]))
+        unit, scale = table_unit([b for _, b in est.step.top_activation_modules])
+        lines.append(table([[m, _in(b, scale)] for m, b in est.step.top_activation_modules], ["module", unit]))
     if est.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
+
+
+def verdict_line(est: Estimate) -> str:
+    """The fit verdict with its own reconciliation: what the step needs (the least it runs in, which
+    decides), of how much is usable, and what the allocator would cache beyond it given room."""
+    if est.gpu is None:
+        return ""
+    usable = est.gpu.usable_memory_bytes
+    needs = est.min_required_bytes or est.total_required_bytes
+    headroom = est.headroom_bytes if est.headroom_bytes is not None else usable - needs
+    line = (f"{est.gpu.id}: {'fits' if est.fits else 'does NOT fit'}: needs {format_bytes(needs)} of "
+            f"{format_bytes(usable)} usable")
+    if needs < est.total_required_bytes:
+        room = "on a larger GPU" if est.total_required_bytes > usable else "with room to spare"
+        line += f" (the allocator would cache up to {format_bytes(est.total_required_bytes)} {room})"
+    return line + (f"; headroom {format_bytes(headroom)}" if headroom >= 0 else f"; short by {format_bytes(-headroom)}")
