@@ -34,7 +34,9 @@ def _read_bounded(stream: IO[bytes], limit_bytes: int) -> bytes | None:
     return None if len(data) > limit_bytes else data
 
 
-def _decode(data: bytes, what: str, error: type[GpuplanError]) -> str:
+def _decode(data: bytes, what: str, error: type[GpuplanError], lenient: bool = False) -> str:
+    if lenient:  # a log with a stray byte is still worth reading
+        return data.decode("utf-8", errors="replace")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -60,8 +62,9 @@ def read_user_text(path: str | Path, *, what: str, limit_bytes: int = MAX_USER_T
 
 
 def read_user_stdin(*, what: str = "standard input", limit_bytes: int = MAX_USER_TEXT_BYTES,
-                    error: type[GpuplanError] = ConfigError, hint: str = "") -> str:
-    """Standard input as text, read no further than ``limit_bytes``."""
+                    error: type[GpuplanError] = ConfigError, hint: str = "", lenient: bool = False) -> str:
+    """Standard input as text, read no further than ``limit_bytes``; ``lenient``: bytes that are not
+    UTF-8 become U+FFFD instead of an error."""
     stream = getattr(sys.stdin, "buffer", None)
     try:
         if stream is None:  # replaced by a text-only object (tests, embedding): same bound, in characters
@@ -74,7 +77,7 @@ def read_user_stdin(*, what: str = "standard input", limit_bytes: int = MAX_USER
         raise error(f"cannot read {what}: {exc.strerror or exc}") from None
     if data is None:
         raise error(_too_large(what, limit_bytes, hint))
-    return _decode(data, what, error)
+    return _decode(data, what, error, lenient)
 
 
 def check_nesting(value: Any, *, what: str, max_depth: int = MAX_NESTING_DEPTH,

@@ -8,7 +8,8 @@ from importlib import resources
 import pytest
 
 from gpuplan.compat import dataload
-from gpuplan.compat.archs import ArchSupport, parse_arch_setting, support
+from gpuplan.compat.archcodes import parse_arch_setting
+from gpuplan.compat.archs import ArchSupport, support
 from gpuplan.compat.drivers import DriverFit, driver_max_cuda, fit, floor_for, full_support_driver
 from gpuplan.compat.gpunames import cc_from_name, cc_from_text
 from gpuplan.compat.versions import cuda_from_driver_int, cuda_from_tag, local_tag, version_at_least
@@ -165,3 +166,22 @@ def test_cuda_visible_devices(value: str, count: int, visible: int | None, reaso
 
     seen = visibility(value, count)
     assert (seen.visible, seen.reason) == (visible, reason)
+
+
+def test_data_loader_does_not_import_the_arch_rules() -> None:
+    """Issue 9: the runtime cycle compat.archs <-> compat.dataload is gone (the loader needs only the
+    arch-list text functions, now in compat.archcodes, which import nothing of gpuplan)."""
+    import ast
+    from pathlib import Path
+
+    import gpuplan.compat
+
+    root = Path(gpuplan.compat.__file__).parent
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    assert "gpuplan.compat.archs" not in imported("dataload")
+    assert not {m for m in imported("archcodes") if m.startswith("gpuplan")}

@@ -134,3 +134,25 @@ def test_conda_command_only_while_the_channel_shipped() -> None:
     assert old.conda_command == conda
     new = plan_install(InstallRequest("linux", "x86_64", "3.12", "H100", "9.0", "580.95.05"))
     assert new.conda_command is None and any("2.5" in n for n in new.notes)
+
+
+def test_driver_older_than_the_gpu_architecture_gets_no_build() -> None:
+    """Issue 9 item 13: RTX 5090 (sm_120) on 560.35.03. sm_120 first appears in CUDA 12.8 (S-LLVM-CUDA), whose
+    driver branch is R570 (Table 3: 570.26, S-NV-RN132U2); R560 cannot run the card with any wheel. Old main
+    recommended torch 2.11 cu128 'through minor-version compatibility'."""
+    plan = plan_install(InstallRequest("linux", "x86_64", "3.12", "RTX 5090", "12.0", "560.35.03"))
+    assert not plan.ok and plan.command is None
+    assert "predates" in plan.reason and ">= 570.26" in plan.reason and "CUDA 12.8" in plan.reason
+    # only the reported CUDA version known (nvidia-smi 'CUDA Version: 12.6', no driver string)
+    plan = plan_install(InstallRequest("linux", "x86_64", "3.12", "RTX 5090", "12.0", None, driver_cuda="12.6"))
+    assert not plan.ok and "predates" in plan.reason
+
+
+@pytest.mark.parametrize(("name", "cc", "driver"), [
+    ("RTX 5090", "12.0", "570.86.16"),  # first Linux driver of the RTX 50 launch: same branch as the 12.8 row
+    ("RTX 4090", "8.9", "520.56.06"),   # RTX 4090 launch driver: earlier than the 11.8 row 520.61.05, same branch
+    ("H100", "9.0", "515.65.01"),       # Hopper is left out of first_cuda (not verified): never refused
+])
+def test_first_release_of_the_architecture_branch_is_not_refused(name: str, cc: str, driver: str) -> None:
+    plan = plan_install(InstallRequest("linux", "x86_64", "3.11", name, cc, driver))
+    assert "predates" not in plan.reason

@@ -13,6 +13,11 @@ import sys
 from gpuplan.compat.explain import explain_error
 from gpuplan.compat.render import explain_json, explain_text
 from gpuplan.errors import ConfigError
+from gpuplan.units import MIB
+from gpuplan.userio import read_user_stdin
+
+# A pasted traceback is kilobytes; a whole training log a few MiB. More is the wrong stream (`yes |`).
+MAX_ERROR_TEXT_BYTES = 4 * MIB
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
         if sys.stdin is None or sys.stdin.isatty():
             raise ConfigError("no error text: pass it as an argument (quoted) or pipe it in, "
                               "e.g. `pbpaste | gpuplan explain -`")
-        text = sys.stdin.read()
+        text = read_user_stdin(limit_bytes=MAX_ERROR_TEXT_BYTES, lenient=True,
+                               hint="; pipe the end of the log, e.g. `tail -c 100000 log | gpuplan explain -`")
     else:
         text = " ".join(words)
     if not text.strip():

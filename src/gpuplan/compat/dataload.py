@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gpuplan.compat.archcodes import parse_arch_setting
 from gpuplan.compat.versions import parse_version
 
 
@@ -92,6 +93,7 @@ class GpuData:
     igpu_only: tuple[str, ...]
     names: tuple[tuple[re.Pattern[str], str], ...]
     examples: tuple[str, ...]
+    first_cuda: dict[str, str]  # cc -> first CUDA toolkit that knows it (sets the oldest driver branch)
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,6 @@ class ErrorFamily:
 
 
 def _arch(setting: str | None) -> tuple[str, ...]:
-    from gpuplan.compat.archs import parse_arch_setting
-
     return tuple(parse_arch_setting(setting)) if setting else ()
 
 
@@ -186,7 +186,8 @@ def gpu_data() -> GpuData:
     names = tuple((re.compile(pattern, re.IGNORECASE), cc) for pattern, cc in raw["names"])
     families = {str(k): str(v) for k, v in raw["families"].items()}
     return GpuData(
-        families=families, igpu_only=tuple(raw["igpu_only"]), names=names, examples=tuple(raw["examples"])
+        families=families, igpu_only=tuple(raw["igpu_only"]), names=names, examples=tuple(raw["examples"]),
+        first_cuda={str(k): str(v) for k, v in raw["first_cuda"].items()},
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from gpuplan.compat.dataload import driver_data
+from gpuplan.compat.dataload import driver_data, gpu_data
 from gpuplan.compat.versions import parse_version, version_at_least
 
 
@@ -85,3 +85,31 @@ def full_support_driver(cuda: str, windows: bool = False) -> str | None:
     if row is None:
         return None
     return (row.windows or row.linux) if windows else row.linux
+
+
+def arch_driver_floor(cc: str | None, windows: bool = False) -> tuple[str, str] | None:
+    """(oldest driver, CUDA) for a GPU of compute capability ``cc``: the toolkit-table driver of the first
+    CUDA that knows the architecture ('12.0' -> ('570.26', '12.8') on Linux); None when not in the data."""
+    cuda = gpu_data().first_cuda.get(cc or "")
+    driver = full_support_driver(cuda, windows) if cuda else None
+    return (driver, cuda) if cuda and driver else None
+
+
+def predates_arch(cc: str | None, driver_version: str | None, driver_cuda: str | None = None,
+                  windows: bool = False) -> tuple[str, str] | None:
+    """(oldest driver, CUDA) when this driver is of a branch older than the GPU's architecture, so no
+    build can run the GPU on it; None when it is new enough or nothing is known.
+
+    Compared by branch (570 of 570.26): a branch's first release can come before the toolkit's row.
+    Without a driver version, the CUDA version the driver reported decides.
+    """
+    floor = arch_driver_floor(cc, windows)
+    if floor is None:
+        return None
+    need_driver, need_cuda = floor
+    have, need = parse_version(driver_version), parse_version(need_driver)
+    if have is not None and need is not None:
+        return floor if have[0] < need[0] else None
+    if driver_cuda is not None and version_at_least(driver_cuda, need_cuda) is False:
+        return floor
+    return None

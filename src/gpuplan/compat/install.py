@@ -10,9 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.compat import dataload
-from gpuplan.compat.archs import ArchSupport, architecture, cc_to_code, support
+from gpuplan.compat.archcodes import cc_to_code
+from gpuplan.compat.archs import ArchSupport, architecture, support
 from gpuplan.compat.dataload import Release, WheelVariant
-from gpuplan.compat.drivers import DriverFit, driver_max_cuda, fit, floor_for, full_support_driver
+from gpuplan.compat.drivers import (
+    DriverFit,
+    driver_max_cuda,
+    fit,
+    floor_for,
+    full_support_driver,
+    predates_arch,
+)
 from gpuplan.compat.environment import Environment
 from gpuplan.compat.versions import major_minor, parse_version
 
@@ -200,8 +208,26 @@ def _score(rel: Release, c: _Choice) -> tuple[bool, bool, bool, tuple[int, ...]]
     )
 
 
+def driver_predates_gpu(req: InstallRequest) -> str | None:
+    """Why no build can run: the driver's branch is older than the GPU's architecture; None if not so."""
+    windows = req.os == "windows"
+    floor = predates_arch(req.cc, req.driver_version, req.driver_cuda, windows)
+    if floor is None or req.cc is None:
+        return None
+    need_driver, need_cuda = floor
+    have = f"driver {req.driver_version}" if req.driver_version else f"the driver (CUDA {req.driver_cuda})"
+    arch = f"sm_{cc_to_code(req.cc)}, {architecture(req.cc) or 'unknown architecture'}"
+    gpu = f"{req.gpu_name} ({arch})" if req.gpu_name else f"{arch} GPUs"
+    return (f"{have} predates {gpu}: "
+            f"its first driver branch is R{need_driver.split('.')[0]} (CUDA {need_cuda}), so no PyTorch build "
+            f"can use the GPU on this driver; upgrade the driver to >= {need_driver}")
+
+
 def _plan_cuda(req: InstallRequest, rels: list[Release]) -> InstallPlan:
     excluded: list[Excluded] = []
+    too_old = driver_predates_gpu(req)
+    if too_old is not None:
+        return _no_plan(req, too_old, excluded)
     if req.cc is None and req.gpu_name is not None:
         why = f"compute capability of {req.gpu_name!r} unknown: not checked"
         excluded.append(Excluded("arch check", why))

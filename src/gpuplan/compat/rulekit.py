@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuplan.compat.archs import architecture, cc_to_code
+from gpuplan.compat.archcodes import cc_to_code
+from gpuplan.compat.archs import architecture
 from gpuplan.compat.environment import Environment, GpuInfo
 from gpuplan.compat.findings import Finding
 from gpuplan.compat.install import plan_install, request_from_environment

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 
 from gpuplan.compat import dataload
-from gpuplan.compat.drivers import DriverFit, fit, floor_for, full_support_driver
+from gpuplan.compat.drivers import DriverFit, fit, floor_for, full_support_driver, predates_arch
 from gpuplan.compat.environment import Environment
 from gpuplan.compat.findings import Finding, Severity, sort_findings
-from gpuplan.compat.rulekit import Rule, gpu_label, install_hint, is_windows
+from gpuplan.compat.rulekit import Rule, distinct_gpus, gpu_label, install_hint, is_windows
 from gpuplan.compat.rules_arch import rule_arch, rule_arch_data_check
 from gpuplan.compat.versions import local_tag, major_minor, parse_version
 from gpuplan.compat.visible import visibility
@@ -146,6 +146,27 @@ def rule_driver(env: Environment) -> list[Finding]:
             ("S-NV-MVC", "S-NV-RN132U2"),
         )]
     return []
+
+
+def rule_driver_predates_gpu(env: Environment) -> list[Finding]:
+    """A driver branch older than a GPU's architecture runs it with no build at all (RTX 50 on R560)."""
+    nv = env.nvidia
+    windows = is_windows(env)
+    out = []
+    for gpu, indices in distinct_gpus(nv.gpus):
+        floor = predates_arch(gpu.cc, nv.driver_version, nv.driver_cuda, windows)
+        if floor is None:
+            continue
+        need_driver, need_cuda = floor
+        have = f"driver {nv.driver_version}" if nv.driver_version else f"the driver (CUDA {nv.driver_cuda})"
+        out.append(Finding(
+            Severity.ERROR, "DRIVER_PREDATES_GPU",
+            f"{have} is of a branch older than {gpu_label(gpu, indices)}: its architecture arrived with CUDA "
+            f"{need_cuda} and driver branch R{need_driver.split('.')[0]}, so no PyTorch build can use it here.",
+            f"Upgrade the NVIDIA driver to >= {need_driver}.",
+            ("S-LLVM-CUDA", "S-NV-RN132U2", "S-ISS-RTX50-DRIVER"),
+        ))
+    return out
 
 
 def rule_companions(env: Environment) -> list[Finding]:
@@ -393,6 +414,7 @@ RULES: tuple[Rule, ...] = (
     rule_torch_missing,
     rule_wrong_build,
     rule_driver,
+    rule_driver_predates_gpu,
     rule_arch,
     rule_arch_data_check,
     rule_companions,
