@@ -235,7 +235,7 @@ def _check_precision(workload: Workload, gpu: GPU | None) -> None:
         return
     if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
-                          f"{'.'.join(map(str, gpu.compute_capability or ()))}); use --precision amp-fp16")
+                          f"{gpu.compute_capability_label}); use --precision amp-fp16")
 
 
 class _CallableModule(types.ModuleType):

@@ -139,3 +139,26 @@ def test_gpus_verb_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_compute_capability_is_never_shown_empty(capsys: Capture) -> None:
+    """Issue 9 item 13: Apple parts printed 'compute capability )' (old main joined an empty tuple)."""
+    without = [g for g in all_gpus() if g.compute_capability is None]
+    assert {g.vendor_key for g in without} >= {"apple"}
+    for gpu in all_gpus():
+        label = gpu.compute_capability_label
+        assert label and "()" not in label and not label.startswith(")")
+        assert (label == f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}" if gpu.compute_capability
+                else label == f"none: {gpu.vendor}, not a CUDA GPU")
+    code, out, _ = run(capsys, "show", "M4-Max")
+    assert code == 0 and "compute capability none: Apple, not a CUDA GPU" in out
+
+
+def test_bf16_refusal_on_an_apple_part_names_what_it_is(capsys: Capture) -> None:
+    from pathlib import Path
+
+    tiny = Path(__file__).parent.parent / "fixtures" / "tiny_models.py"
+    code = main(["estimate", f"{tiny}:mlp,mlp_inputs", "--gpu", "M4-Max", "--precision", "bf16"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "M4-Max has no bfloat16 support (compute capability none: Apple, not a CUDA GPU)" in err

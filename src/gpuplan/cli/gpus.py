@@ -101,7 +101,8 @@ def _usd(value: int | None) -> str:
 
 
 def _cc(g: GPU) -> str:
-    return "-" if g.compute_capability is None else f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+    """Table cells stay short: '-' where there is none (the card spells it out)."""
+    return "-" if g.compute_capability is None else g.compute_capability_label
 
 
 def _link_name(g: GPU) -> str:
@@ -143,7 +144,8 @@ def render_list(gpus: Sequence[GPU], *, dtype: str | None = None) -> str:
 
 def render_card(g: GPU) -> str:
     lines = [f"{g.id}  {g.name}", ""]
-    lines += [f"  vendor / arch      {g.vendor} / {g.arch} ({g.chip or '-'}), compute capability {_cc(g)}",
+    lines += [f"  vendor / arch      {g.vendor} / {g.arch} ({g.chip or '-'}), "
+              f"compute capability {g.compute_capability_label}",
               f"  segment / tier     {g.segment} / {g.tier}",
               f"  form factor        {g.form_factor or '-'}, TDP {_num(g.tdp_w)} W, "
               f"released {g.release_year or '-'}, launch price {_usd(g.launch_price_usd)}",

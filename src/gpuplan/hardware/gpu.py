@@ -188,6 +188,15 @@ class GPU:
 
     # ---- identity and classification -----------------------------------------------------------
     @property
+    def compute_capability_label(self) -> str:
+        """'8.0', or for a GPU without one what it is instead ('none: Apple, not a CUDA GPU'):
+        every message and table shows this, never an empty '()'."""
+        if self.compute_capability is None:
+            return f"none: {self.vendor}, not a CUDA GPU"
+        major, minor = self.compute_capability
+        return f"{major}.{minor}"
+
+    @property
     def vendor_key(self) -> str:
         """``nvidia`` / ``amd`` / ``intel`` / ``apple``: the first word of ``vendor``, lowercased."""
         return self.vendor.split()[0].lower()
