@@ -91,7 +91,7 @@ def render_estimate(est: Estimate) -> str:
             lines.append(f"step time {format_seconds(est.timing.step_time_s)}   throughput {tp['value']:,.1f} "
                          f"{tp['unit']}   MFU {100 * est.timing.mfu:.1f}%")
     if est.step.top_activation_modules:
-        where = "end of forward" if est.workload.trains else "the peak"
+        where = f"the peak ({est.step.peak_phase}), as in the activations component"
         lines += ["", f"activation memory at {where}, by module (top 10):"]
         unit, scale = table_unit([b for _, b in est.step.top_activation_modules])
         lines.append(table([[m, _in(b, scale)] for m, b in est.step.top_activation_modules], ["module", unit]))

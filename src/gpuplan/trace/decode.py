@@ -19,6 +19,8 @@ from gpuplan.trace.records import CATEGORIES, OpRecord, StepPoint
 class DecodePeak:
     peak_bytes: int
     components: dict[str, int]
+    point_index: int = -1
+    """The op of the last traced decode step the peak is extrapolated from."""
 
 
 def extend_decode(points: Sequence[StepPoint], traced: int, full: int, value: Callable[[int], float],
@@ -36,7 +38,7 @@ def extend_decode(points: Sequence[StepPoint], traced: int, full: int, value: Ca
     peak = value(i) + extra * (value(i) - value(h))
     ci, ch = components(i), components(h)
     comps = {c: max(0, round(ci[c] + extra * (ci[c] - ch[c]))) for c in CATEGORIES}
-    return DecodePeak(round(peak), comps)
+    return DecodePeak(round(peak), comps, i)
 
 
 def scale_decode_ops(ops: Sequence[OpRecord], traced: int, full: int) -> list[OpRecord]:

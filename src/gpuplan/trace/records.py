@@ -98,3 +98,9 @@ class RawTrace:
     peak_event_index: int = -1
     """Index into ``events`` of the allocation that reached the peak."""
     peak_phase: str = ""
+    worst_case_ops: dict[str, int] = field(default_factory=dict)
+    """Ops with a data-dependent output shape (``aten.nonzero``, boolean-mask indexing) traced at
+    their worst case, every element selected: op name -> calls."""
+    released_output_bytes: int = 0
+    """Training: bytes freed when the step drops the model's output before backward (what a loop
+    keeping ``out`` alive through backward would hold on to)."""

@@ -9,7 +9,7 @@ a ``TracedStep``; none of them traces again with other constants.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,9 @@ class TracedStep:
     """Every gradient storage of the step (steady state, all micro-batches accumulated)."""
     optimizer_state_bytes: int = 0
     notes: tuple[str, ...] = ()
+    run: RunResult | None = None
+    """The traced run this record was made from (3 repeated blocks, or the whole model): what the
+    planner splits per block and per module (parallel/profile.py). None for weights-only steps."""
 
     @property
     def model_state_bytes(self) -> int:
@@ -98,7 +101,7 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         return _weights_only_step(source, workload)
     target = Target(cuda=cuda, compute_capability=cc)
     counts = source.layer_counts() if fake and scale else {}
-    notes: list[str] = []
+    notes: list[str] = list(source.workload_notes(workload))
     if counts and all(n > TRACED_BLOCKS for n in counts.values()):
         reduced = dict.fromkeys(counts, TRACED_BLOCKS)
         run_a = StepRunner(source, workload, target, fake=fake, layers=reduced).run()
@@ -109,7 +112,7 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         except ScalingMismatch as exc:
             notes.append(f"traced whole: {exc}")
         else:
-            return _scaled_step(run_a, runs_b, scaler, counts, notes)
+            return _scaled_step(run_a, runs_b, scaler, counts, notes + trace_notes(run_a, workload))
     run = StepRunner(source, workload, target, fake=fake).run()
     stats = replay(run.trace.events)
     needed = min_capacity(run.trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes)
@@ -125,17 +128,19 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         # what the untraced decode steps add on top of the traced ones raises every allocator figure
         extra = decode.peak_bytes - peak_bytes
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
+        peak_point = decode.point_index
         stats = _with_extra_peak(stats, extra)
         needed += extra
+    notes.extend(trace_notes(run, workload))
     step = TracedStep(
         ops=tuple(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full)),
         tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
         params_count=run.params_count, param_bytes=run.param_bytes,
         block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
         reserved_peak_bytes=stats.peak_reserved_bytes, min_reserved_bytes=needed,
-        top_activation_modules=_top_modules(run, peak_point, {}),
+        top_activation_modules=_top_modules(run, peak_point, components.get("activations", 0), ()),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
-        optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes))
+        optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes), run=run)
     return step
 
 
@@ -184,10 +189,12 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
 
     peak = scaler.peak()
     peak_bytes, peak_phase, components = peak.peak_bytes, peak.peak_phase, peak.components
+    peak_point = peak.point_index
     decode = extend_decode(run_a.trace.points, run_a.decode_steps_traced, run_a.decode_steps_full,
                            scaler.value, scaler.components_at)
     if decode is not None and decode.peak_bytes > peak_bytes:
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
+        peak_point = decode.point_index
     stats_a = replay(run_a.trace.events)
     stats_b = {k: replay(r.trace.events) for k, r in runs_b.items()}
     rounding = scaler.scale_scalar(stats_a.peak_allocated_bytes - run_a.trace.peak_bytes,
@@ -212,30 +219,27 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
         reserved_peak_bytes=rounded + int(rounded * slack_ratio),
         min_reserved_bytes=rounded + int(rounded * needed_ratio),
-        top_activation_modules=_top_modules(run_a, peak.point_index,
-                                            {run_a.containers[k]: n for k, n in counts.items()}),
+        top_activation_modules=_top_modules(run_a, peak_point, components.get("activations", 0),
+                                            list(run_a.containers.values())),
         attention_backends=run_a.attention_backends,
         gradient_bytes=int(scaler.scale_scalar(_category_total(run_a, "gradients"),
                                                {k: _category_total(r, "gradients") for k, r in runs_b.items()})),
         optimizer_state_bytes=int(scaler.scale_scalar(
             _category_total(run_a, "optimizer_state"),
             {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
-        notes=tuple(notes))
+        notes=tuple(notes), run=run_a)
 
 
-def _activation_point(run: RunResult, peak_point: int) -> int:
-    """Where activations are largest: the end of the (last) forward when training, else the peak."""
-    forward = [i for i, p in enumerate(run.trace.points) if p.phase in ("forward", "loss")]
-    if run.trace.points and any(p.phase == "backward" for p in run.trace.points) and forward:
-        return forward[-1]
-    return peak_point
-
-
-def _top_modules(run: RunResult, peak_point: int, full_blocks: Mapping[str, int], n: int = 10
+def _top_modules(run: RunResult, point: int, activation_bytes: int, containers: Sequence[str], n: int = 10
                  ) -> tuple[tuple[str, int], ...]:
-    """Activation bytes by module where activations are largest (the end of forward when training);
-    block indices folded to '*' and scaled to the full depth."""
-    point = _activation_point(run, peak_point)
+    """Activation bytes by module at the op where the activation component is taken (the peak,
+    or the traced decode op the decode peak is extrapolated from), block indices of the scaled
+    ``containers`` folded to '*'. The table apportions ``activation_bytes`` exactly: whatever
+    scaling added to the traced bytes (deeper models, untraced decode steps) belongs to the
+    repeated blocks, so their rows are scaled by (component − other rows) / traced block bytes.
+    A fixed blocks/traced factor is right only where every block holds activations (end of a
+    training forward); during inference one block's working set is live at a time, and that
+    factor made the table 2.6× the component (issue 9, item 12: llama-3.1-8b generate)."""
     if point < 0:
         return ()
     trace = run.trace
@@ -245,22 +249,43 @@ def _top_modules(run: RunResult, peak_point: int, full_blocks: Mapping[str, int]
             live[ev.storage_id] = ev.size_bytes
         else:
             live.pop(ev.storage_id, None)
-    # per container: the pattern of its block paths, and full-depth blocks per traced block
-    folds = [(re.compile(rf"^{re.escape(container)}\.\d+"), f"{container}.*",
-              blocks / run.block_counts.get(next((k for k, c in run.containers.items() if c == container), ""), 1))
-             for container, blocks in full_blocks.items()]
-    by_module: dict[str, float] = {}
+    folds = [(re.compile(rf"^{re.escape(container)}\.\d+"), f"{container}.*") for container in containers]
+    in_blocks: dict[str, int] = {}
+    others: dict[str, int] = {}
     for sid, size in live.items():
         info = trace.storages[sid]
         if info.category != "activations":
             continue
         name = info.module or "(inputs and top level)"
-        for pattern, folded_name, factor in folds:
+        for pattern, folded_name in folds:
             folded = pattern.sub(folded_name, name)
             if folded != name:
-                by_module[folded] = by_module.get(folded, 0.0) + size * factor
+                in_blocks[folded] = in_blocks.get(folded, 0) + size
                 break
         else:
-            by_module[name] = by_module.get(name, 0.0) + size
-    ranked = sorted(by_module.items(), key=lambda kv: -kv[1])[:n]
+            others[name] = others.get(name, 0) + size
+    traced_blocks, traced_others = sum(in_blocks.values()), sum(others.values())
+    if traced_blocks and activation_bytes >= traced_others:
+        block_factor, other_factor = (activation_bytes - traced_others) / traced_blocks, 1.0
+    else:  # nothing to scale in blocks, or the component is below the traced rows: shrink all alike
+        block_factor = other_factor = min(1.0, activation_bytes / max(1, traced_blocks + traced_others))
+    rows = {**{k: v * block_factor for k, v in in_blocks.items()}, **{k: v * other_factor for k, v in others.items()}}
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1])[:n]
     return tuple((k, int(v)) for k, v in ranked)
+
+
+def trace_notes(run: RunResult, workload: Workload) -> list[str]:
+    """Assumptions a traced run makes that the user should read with the figures."""
+    notes: list[str] = []
+    bounded = run.trace.worst_case_ops
+    if bounded:
+        ops = ", ".join(f"aten.{name} ×{count}" for name, count in sorted(bounded.items()))
+        notes.append(f"data-dependent shapes ({ops}) traced at their worst case, every element selected: "
+                     "the memory of what they select is an upper bound")
+    if workload.trains and run.trace.released_output_bytes > 0:
+        notes.append(
+            f"training loop modelled: the model's output is released before backward (loss = loss_fn(model(x)); "
+            f"loss.backward(), as transformers' Trainer does); a loop that keeps the output alive through backward "
+            f"holds {run.trace.released_output_bytes:,} bytes more at a backward peak (the output, e.g. logits) — "
+            "trace your own loop as written with gpuplan.simulate")
+    return notes

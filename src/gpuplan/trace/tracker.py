@@ -111,11 +111,68 @@ def _grouped_mm_any_dtype(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.
     return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)  # type: ignore[no-any-return]
 
 
-def _fake_kernel(name: str, args: tuple[Any, ...]) -> Callable[..., Any] | None:
-    """A stand-in for an op whose meta kernel refuses inputs its real kernels take."""
-    if name == "_grouped_mm" and args and isinstance(args[0], FakeTensor) and args[0].dtype != torch.bfloat16:
-        return _grouped_mm_any_dtype
-    return None
+# Data-dependent output shapes (how many elements a mask selects) have no answer on fake tensors.
+# They are traced at their worst case, every element selected, so the memory is an upper bound;
+# the trace counts them (``RawTrace.worst_case_ops``) and the estimate says so.
+def _nonzero_worst_case(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
+
+
+def _masked_select_worst_case(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.empty(torch.broadcast_shapes(x.shape, mask.shape).numel(), dtype=x.dtype, device=x.device)
+
+
+def _long_indices(indices: Any) -> list[Any]:
+    """Boolean masks among ``indices`` as the long index tensors the kernel derives from them."""
+    out: list[Any] = []
+    for index in indices:
+        if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
+            out.extend(_nonzero_worst_case(index).unbind(1))
+        else:
+            out.append(index)
+    return out
+
+
+def _index_worst_case(x: torch.Tensor, indices: Any) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(x, _long_indices(indices))  # type: ignore[no-any-return]
+
+
+def _index_put_worst_case(x: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False
+                          ) -> torch.Tensor:
+    return torch.ops.aten.index_put.default(x, _long_indices(indices), values, accumulate)  # type: ignore[no-any-return]
+
+
+def _index_put_inplace_worst_case(x: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False
+                                  ) -> torch.Tensor:
+    return torch.ops.aten.index_put_.default(x, _long_indices(indices), values, accumulate)  # type: ignore[no-any-return]
+
+
+_WORST_CASE_KERNELS: dict[str, Callable[..., Any]] = {
+    "nonzero": _nonzero_worst_case, "masked_select": _masked_select_worst_case,
+}
+_MASK_INDEX_KERNELS: dict[str, Callable[..., Any]] = {
+    "index": _index_worst_case, "index_put": _index_put_worst_case, "_index_put_impl": _index_put_worst_case,
+    "index_put_": _index_put_inplace_worst_case,
+}
+
+
+def _has_mask_index(args: tuple[Any, ...]) -> bool:
+    indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+def _fake_kernel(name: str, args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, bool]:
+    """A stand-in for an op whose meta kernel cannot answer on fake tensors, and whether it
+    assumes the worst case of a data-dependent shape."""
+    if not args or not isinstance(args[0], FakeTensor):
+        return None, False
+    if name == "_grouped_mm" and args[0].dtype != torch.bfloat16:
+        return _grouped_mm_any_dtype, False
+    if name in _WORST_CASE_KERNELS:
+        return _WORST_CASE_KERNELS[name], True
+    if name in _MASK_INDEX_KERNELS and _has_mask_index(args):
+        return _MASK_INDEX_KERNELS[name], True
+    return None, False
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -237,7 +294,9 @@ class Recorder:
             in_block = self._block_from_args(args)
         live_before = self._live_bytes
         events_before = len(self.trace.events)
-        stand_in = _fake_kernel(name, args)
+        stand_in, worst_case = _fake_kernel(name, args)
+        if worst_case:
+            self.trace.worst_case_ops[name] = self.trace.worst_case_ops.get(name, 0) + 1
         out = stand_in(*args, **kwargs) if stand_in is not None else run()
         peak = self._live_bytes
         for t in tree_leaves(out):
