@@ -46,5 +46,5 @@ def test_topology_errors() -> None:
         make_topology(get_gpu("H100-SXM"), 12, nodes=5)
     with pytest.raises(LayoutError, match=r"nodes\(2\)·gpus-per-node\(8\) = 16 ≠ 12 GPUs"):
         make_topology(get_gpu("H100-SXM"), 12, nodes=2, gpus_per_node=8)
-    with pytest.raises(ConfigError, match="must be positive"):
+    with pytest.raises(ConfigError, match="must be a positive, finite bandwidth"):
         make_topology(get_gpu("H100-SXM"), 16, nodes=2, inter_node_gbps=0)

@@ -40,11 +40,16 @@ def test_zero_table1_rows(row_id: str) -> None:
 
 def _t53b_params() -> tuple[int, int]:
     """t5-3b's parameter count and largest layer, from the model built on fake tensors."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     from gpuplan.estimate import make_workload
     from gpuplan.models.sources import resolve_model
-    from gpuplan.parallel.profile import _param_map
+    from gpuplan.trace.runner import own_parameters
 
-    pmap = _param_map(resolve_model("t5-3b"), make_workload(mode="train"), None)
+    with torch.device("cpu"), FakeTensorMode():
+        model = resolve_model("t5-3b").build(make_workload(mode="train"), None)
+    pmap, _ = own_parameters(model)  # what a trace records as parameters by module
     return sum(pmap.values()), max(pmap.values())
 
 

@@ -1,10 +1,11 @@
 """What the planner needs from one traced step: per-block and outside-block quantities.
 
-The model is traced ONCE, with 3 repeated blocks (``gpuplan.trace.runner.StepRunner``), at one
-micro-batch ``m0``. Everything a layout changes is then arithmetic on that trace:
+The planner reads the trace record ``estimate`` reads (``gpuplan.trace.step.TracedStep``, traced
+once at one micro-batch ``m0``): its run at 3 repeated blocks (``TracedStep.run``) is split here,
+and nothing is traced or built again. Everything a layout changes is then arithmetic on it:
 
 * model states (parameters, gradients, optimizer state) per block and outside the blocks, from
-  the parameter tensors of the built model and the storages the trace recorded;
+  the run's parameters by module and the storages the trace recorded;
 * activations live at the end of the forward, by module: those of the middle block are one
   block's worth, the rest (embeddings, logits, loss) sit on the first/last pipeline stage; the
   largest excess over that during backward (recompute working set, loss gradients) is the
@@ -23,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.trace.scaling import TRACED_BLOCKS
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -31,8 +33,8 @@ if TYPE_CHECKING:
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
-TRACED_BLOCKS = 3
 MIDDLE = 1
+"""Index of the traced block that stands for every block (the first and last may differ)."""
 _TRAIN_PHASES = ("forward", "loss", "backward")
 # Activations Megatron-style tensor parallelism leaves replicated on every TP rank (without
 # sequence parallelism): the block's residual stream, layer norms, and the dropouts after the
@@ -150,64 +152,10 @@ def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
     return live
 
 
-_ParamInfo = tuple[dict[str, int], dict[str, frozenset[int]]]
-_PARAM_MAPS: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], _ParamInfo] = {}
-
-
-def _param_map(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, int]:
-    """Own-parameter count of every module of the (reduced-depth) model, built on fake tensors
-    (memoised per source and depth: a second trace of the same model reuses it)."""
-    import json
-
-    config = json.dumps(getattr(source, "config_dict", None) or {}, sort_keys=True, default=str)
-    key = (source.name, config, workload.param_dtype, tuple(sorted((layers or {}).items())))
-    if key not in _PARAM_MAPS:
-        _PARAM_MAPS[key] = _build_param_info(source, workload, layers)
-    return _PARAM_MAPS[key][0]
-
-
-def _param_sizes(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> dict[str, frozenset[int]]:
-    """Element counts of each module's own parameters (tied ones under every module using them)."""
-    _param_map(source, workload, layers)
-    import json
-
-    config = json.dumps(getattr(source, "config_dict", None) or {}, sort_keys=True, default=str)
-    return _PARAM_MAPS[(source.name, config, workload.param_dtype, tuple(sorted((layers or {}).items())))][1]
-
-
-def _build_param_info(source: ModelSource, workload: Workload, layers: dict[str, int] | None) -> _ParamInfo:
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with torch.device("cpu"), FakeTensorMode():
-        model = source.build(workload, layers or None)
-        out: dict[str, int] = {}
-        sizes: dict[str, frozenset[int]] = {}
-        seen: set[int] = set()
-        for mod_name, mod in model.named_modules():
-            n = 0
-            own = list(mod.parameters(recurse=False))
-            for p in own:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    n += p.numel()
-            if n:
-                out[mod_name] = n
-            if own:
-                sizes[mod_name] = frozenset(p.numel() for p in own)
-        # a head tied to the embedding reuses its weight: give the head module that size too
-        for mod_name, mod in model.named_modules():
-            if mod_name not in sizes and hasattr(mod, "weight") and isinstance(mod.weight, torch.nn.Parameter):
-                sizes[mod_name] = frozenset({mod.weight.numel()})
-    return out, sizes
-
-
-def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
-    """Trace ``workload`` once (3 repeated blocks) and split it into per-block quantities."""
-    from gpuplan.perf import step_time
-    from gpuplan.perf.summary import seq_len_of
-    from gpuplan.trace.runner import StepRunner, Target
-    from gpuplan.trace.scaling import category_vectors
+def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: TracedStep | None = None) -> ModelProfile:
+    """Split the traced step of ``workload`` (``step``, else traced here exactly as ``estimate``
+    traces it) into per-block quantities timed on ``gpu``."""
+    from gpuplan.trace.step import trace_step
 
     if not workload.trains:
         raise ConfigError(f"gpuplan plan covers training (--mode train), got --mode {workload.mode}")
@@ -217,19 +165,32 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
             f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
             "the planner splits single-stack models (decoder-only/encoder-only) only"
         )
-    cc = gpu.compute_capability or (9, 0)
+    if step is None:
+        step = trace_step(source, workload, compute_capability=gpu.compute_capability or (9, 0))
+    return profile_from_step(step, source, workload, gpu)
+
+
+def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
+    """Per-block quantities of one traced step, timed on ``gpu`` (arithmetic only: the record's
+    run at 3 repeated blocks is split by module, nothing is traced or built again)."""
+    from gpuplan.perf import step_time
+    from gpuplan.perf.summary import seq_len_of
+    from gpuplan.trace.scaling import category_vectors
+
+    run = step.run
+    if run is None:
+        raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
+    counts = source.layer_counts()
     key = next(iter(counts), None)
     full_layers = counts[key] if key else 1
-    reduced = {key: min(TRACED_BLOCKS, full_layers)} if key else None
-    run = StepRunner(source, workload, Target(cuda=True, compute_capability=cc), layers=reduced).run()
     trace = run.trace
     container = run.containers.get(key or "", "")
-    traced_layers = reduced[key] if (reduced and key) else 1
-    middle_prefix = f"{container}.{MIDDLE}" if container and traced_layers == TRACED_BLOCKS else None
+    traced_layers = run.block_counts.get(key, 1) if key else 1
+    middle_prefix = f"{container}.{MIDDLE}" if container and traced_layers >= TRACED_BLOCKS else None
     block_re = re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None
 
     # ---- parameters by module -----------------------------------------------------------------
-    pmap = _param_map(source, workload, reduced)
+    pmap = run.module_params
     traced_params = sum(pmap.values())
     if block_re is not None:
         block_params_traced = sum(n for m, n in pmap.items() if block_re.match(m))
@@ -257,7 +218,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU) -> ModelPro
     # Under torch.autocast the 16-bit copies of fp32 weights stay alive from their first use to the
     # end of the forward (autocast's weight-cast cache) or to their backward (saved for it): per-rank
     # memory for engines that keep fp32 weights, absent when weights are held in 16 bits.
-    sizes = _param_sizes(source, workload, reduced) if workload.autocast_dtype else {}
+    sizes = run.module_param_sizes if workload.autocast_dtype else {}
     half = 2
     for sid, size in live.items():
         info = trace.storages[sid]
