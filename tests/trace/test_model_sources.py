@@ -32,7 +32,7 @@ def test_safetensors_headers_alone_give_weights_memory(tmp_path: Path) -> None:
     assert est.params_count == 1000 * 64 + 64 * 64
     assert est.components["parameters"] == 1000 * 64 * 2 + 64 * 64 * 4
     assert est.peak_reserved_bytes >= est.peak_allocated_bytes >= est.components["parameters"]
-    with pytest.raises(ModelSourceError, match="no config.json beside it"):
+    with pytest.raises(ModelSourceError, match=r"no config\.json beside it"):
         estimate(str(path), mode="train")
 
 
@@ -45,10 +45,10 @@ def test_safetensors_with_config_beside_it_is_the_full_model(tmp_path: Path) -> 
 def test_garbled_safetensors_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.safetensors"
     path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    with pytest.raises(ModelSourceError, match="safetensors header of .* is not valid JSON"):
+    with pytest.raises(ModelSourceError, match=r"safetensors header of .* is not valid JSON"):
         resolve_model(str(path))
 
 
 def test_unknown_model_lists_close_names() -> None:
-    with pytest.raises(UnknownModelError, match="llama-3.1-8b"):
+    with pytest.raises(UnknownModelError, match=r"llama-3\.1-8b"):
         resolve_model("llama-3.1-8")

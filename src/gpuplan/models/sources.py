@@ -17,6 +17,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -218,12 +219,8 @@ class HFConfigSource(ModelSource):
             hf_cfg = transformers.AutoConfig.for_model(model_type, **cfg)
         except Exception as exc:  # transformers' own (strict) validation of the user's values
             raise ModelSourceError(
-                f"{self.name}: transformers rejects this {model_type} config: {one_line(exc, 240)} — "
+                f"{self.name}: transformers rejects this {model_type} config: {_validation_message(exc)} — "
                 "correct that field (compare with the model's published config.json)") from exc
-        if cfg.get("tie_word_embeddings") is False and getattr(hf_cfg, "tie_word_embeddings", False):
-            # T5Config (transformers 5) forces tying; flan-t5 / T5 v1.1 checkpoints store a separate
-            # lm_head (77M parameters for flan-t5-small, 60.5M tied): the file's explicit choice wins
-            hf_cfg.tie_word_embeddings = False
         return hf_cfg
 
     def layer_counts(self) -> dict[str, int]:
@@ -259,6 +256,8 @@ class HFConfigSource(ModelSource):
                 f"{self.name}: transformers cannot build {auto_cls.__name__} from this config: "
                 f"{type(exc).__name__}: {one_line(exc, 240)} — check the config's sizes against the "
                 "model's published config.json") from exc
+        if self._config.get("tie_word_embeddings") is False:
+            _untie_output_embeddings(model)
         return model  # type: ignore[no-any-return]
 
     def _trained_context(self) -> tuple[str, int] | None:
@@ -314,7 +313,7 @@ class HFConfigSource(ModelSource):
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"pixel_values": pixels, "labels": torch.randint(0, num_labels, (b,))})
         s = workload.seq_len or self.default_seq_len()
-        check_position_table(self.name, module, workload, s)
+        check_position_table(self.name, module, workload, s, self._trained_context())
         vocab = int(getattr(module.config, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (b, s))
         if workload.mode != "train":
@@ -352,6 +351,27 @@ _SIZE_KEYS = frozenset({
     "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "ffn_dim",
     "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "num_channels"})
 """Config fields that are counts or sizes: a positive integer wherever they are given."""
+
+
+def _untie_output_embeddings(model: Any) -> None:
+    """Give the LM head its own weight when the config file says ``tie_word_embeddings: false``.
+
+    transformers 5's T5Config forces tying (it reads the flag only to choose output scaling), but
+    flan-t5 / T5 v1.1 checkpoints store a separate lm_head: 77M parameters for flan-t5-small, not
+    60.5M. Untying in the config would also untie the encoder/decoder embeddings from ``shared``."""
+    import torch
+    from torch import nn
+
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embedding is not None and head.weight is embedding.weight:
+        head.weight = nn.Parameter(torch.empty_like(head.weight))
+
+
+def _validation_message(exc: Exception) -> str:
+    """transformers' (huggingface_hub's strict dataclass) message, readable on one line: class
+    reprs shortened to their names, the per-type detail after "Errors:" dropped."""
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", str(exc)).split(" Errors:", 1)[0]
+    return one_line(text, 240)
 
 
 def _check_sizes(name: str, config: Mapping[str, Any]) -> None:
@@ -392,22 +412,22 @@ def learned_position_table(module: nn.Module) -> tuple[str, int] | None:
     return None
 
 
-def check_position_table(name: str, module: nn.Module, workload: Workload, seq_len: int) -> None:
+def check_position_table(name: str, module: nn.Module, workload: Workload, seq_len: int,
+                         stated: tuple[str, int] | None = None) -> None:
     """Refuse a sequence longer than the model's learned position table: on a GPU it is an
-    out-of-range index (a device-side assert), on fake tensors it would silently "fit"."""
+    out-of-range index (a device-side assert), on fake tensors it would silently "fit".
+    ``stated``: (config key, value) the config file gives for the table, quoted in the message."""
     table = learned_position_table(module)
     needed = positions_needed(workload, seq_len)
     if table is None or needed <= table[1]:
         return
     module_name, rows = table
-    config = getattr(module, "config", None)
-    key = next((k for k in _CONTEXT_KEYS if isinstance(getattr(config, k, None), int)), None)
-    stated = f" ({key} = {getattr(config, key):,})" if key else ""
+    said = f" ({stated[0]} = {stated[1]:,})" if stated else ""
     longest = rows - (needed - seq_len)
     what = (f"a prompt of {seq_len:,} tokens + {workload.new_tokens:,} new tokens needs {needed:,} positions"
             if workload.mode == "generate" else f"sequence length {seq_len:,} needs {needed:,} positions")
     fix = f"use --seq-len {longest:,} or less" if longest >= 1 else "use fewer --new-tokens"
-    raise ConfigError(f"{name}: {what}, but its learned position table {module_name!r} holds {rows:,}{stated}; "
+    raise ConfigError(f"{name}: {what}, but its learned position table {module_name!r} holds {rows:,}{said}; "
                       f"the model cannot run longer sequences — {fix}")
 
 
