@@ -1,44 +1,53 @@
 """``fit``: the largest batch that fits a GPU, and the cheapest memory techniques for a target batch.
 
 Search from the trace's scaling, not by re-tracing per candidate: for a fixed model and technique
-set, the memory a step needs is affine in the batch size (activations, KV cache and temporaries grow
-with it; parameters, gradients and optimizer state do not), so two traces give the line and the
-answer is read off it. The answer is then confirmed by the tool's own trace: the reported batch
-fits and batch + 1 does not (a miss moves along the secant through the traced points).
+set, the memory a step needs is close to affine in the batch size (activations, KV cache and
+temporaries grow with it; parameters, gradients and optimizer state do not), so two traces give
+the line and the answer is read off it. The answer is then confirmed by the tool's own trace: the
+reported batch fits and batch + 1 does not (a miss moves along the secant through the traced
+points). Whether a traced step fits is ``estimate``'s verdict, which is memory/on_gpu.py's fit
+rule (``min_required_bytes`` against the GPU's usable memory): fit has no arithmetic of its own.
 
-Techniques, cheapest in speed first (each step keeps the previous ones):
+Techniques for a target (effective) batch, cheapest in speed first (each step keeps the previous ones):
 
 1. mixed precision (AMP bf16, or fp16 where the GPU has no bf16): halves activations, usually faster;
 2. 8-bit AdamW (bitsandbytes): optimizer state 8 → ~2 bytes per parameter, same speed;
 3. selective activation checkpointing: keeps matmul/attention outputs, recomputes elementwise ops;
 4. full activation checkpointing: keeps block inputs only, recomputes each block's forward (~+33%);
-5. gradient accumulation at the same effective batch: micro-batch target/k, k micro-steps per step;
-6. CPU offload of the optimizer (DeepSpeed ZeRO-Offload style): modelled as removing the optimizer
-   state and its step from GPU memory; time adds gradients to the host and parameters back over
-   PCIe and the CPU Adam update.
+5. gradient accumulation: the largest micro-batch m that fits *with accumulation* (the accumulated
+   gradients stay alive through every later forward, so m is searched at k = 2, whose steady-state
+   memory is that of any k ≥ 2), then the smallest k with m·k ≥ target, and the micro-batch
+   ceil(target / k) — exactly target when k divides it, at no extra cost. With ``exact_batch`` the
+   smallest k ≥ that which divides the target, so that micro-batch × k = target exactly;
+6. CPU offload of the optimizer (DeepSpeed ZeRO-Offload style): the step traced without optimizer
+   state on the GPU, time from memory/offload.py (the planner's DeepSpeed offload uses the same).
+
+Every search is a bounded number of traces (at most ``MAX_SEARCH_TRACES`` + 2 each), so the number
+of traces does not depend on the target: ``--target-batch-size 1000000`` costs what 1000 does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import isqrt
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
-from gpuplan.workload import MAX_BATCH_SIZE, Workload
+from gpuplan.memory.offload import describe_model, optimizer_offload_time
+from gpuplan.units import format_bytes
+from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, Workload
 
 if TYPE_CHECKING:
     from gpuplan.estimate import Estimate
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
+    from gpuplan.perf.summary import Throughput
 
-# CPU offload model (priors, printed with the result): PCIe transfers at 80% of the link's
-# per-direction rate; the CPU Adam update streams ~16 bytes per parameter (fp32 param, grad, two
-# moments, read and written) at 40 GB/s of host memory bandwidth (a dual-channel-per-socket DDR
-# server sustains 40-100 GB/s; DeepSpeed's CPU Adam is bandwidth-bound).
-PCIE_EFFICIENCY = 0.8
-CPU_ADAM_BYTES_PER_PARAM = 32
-CPU_MEMORY_BANDWIDTH_BYTES_PER_S = 40e9
 MAX_SEARCH_TRACES = 12
+"""Traces one largest-batch search may spend after its two scaling traces."""
+TRACED_ACCUMULATION = 2
+"""Accumulation steps traced for any k ≥ 2: the steady state (gradients accumulated and alive
+through the next forward) is reached at the second micro-batch and does not grow after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,27 +58,29 @@ class Point:
     total_required_bytes: int
     peak_allocated_bytes: int
     fits: bool
+    """``estimate``'s verdict (memory/on_gpu.py's fit rule on ``min_required_bytes``)."""
     step_time_s: float | None
-    throughput: dict[str, Any] | None
+    throughput: Throughput | None
     tensor_peak_bytes: int = 0
     """Exact live-tensor peak (before allocator rounding)."""
     min_required_bytes: int = 0
-    """What estimate() decides the fit on: the least the step needs (the caching allocator releases
-    cached blocks under pressure); 0 when unknown, then ``total_required_bytes`` is used."""
+    """What the fit is decided on: the least the step needs (the caching allocator releases
+    cached blocks under pressure)."""
 
     @property
     def need_bytes(self) -> int:
-        return self.min_required_bytes or self.total_required_bytes
+        return self.min_required_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch_size": self.workload.batch_size,
             "grad_accum": self.workload.grad_accum,
+            "effective_batch_size": self.workload.batch_size * self.workload.grad_accum,
             "precision": self.workload.precision,
             "optimizer": self.workload.optimizer,
             "checkpointing": self.workload.checkpointing,
             "total_required_bytes": self.total_required_bytes,
-            "min_required_bytes": self.need_bytes,
+            "min_required_bytes": self.min_required_bytes,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "fits": self.fits,
             "step_time_s": self.step_time_s,
@@ -116,6 +127,8 @@ class FitResult:
     assumptions: tuple[str, ...] = ()
     largest_gpu: str | None = None
     needed_bytes: int | None = None
+    exact_batch: bool = False
+    """True: gradient accumulation keeps micro-batch × k = target exactly; False: at least target."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,6 +136,27 @@ class FitResult:
         if self.target_batch_size is not None and self.techniques:
             return self.techniques[-1].point.peak_allocated_bytes
         return self.max_point.peak_allocated_bytes if self.max_point else None
+
+    @property
+    def effective_batch_size(self) -> int | None:
+        """Samples per optimizer step of the answer for the target (micro-batch × accumulation)."""
+        if self.target_batch_size is None or not self.techniques:
+            return None
+        w = self.techniques[-1].point.workload
+        return w.batch_size * w.grad_accum
+
+    @property
+    def reason(self) -> str | None:
+        """Why the answer is "no", in one line (None when something fits)."""
+        if self.ok:
+            return None
+        batch = self.target_batch_size or 1
+        usable = format_bytes(self.gpu.usable_memory_bytes)
+        return (
+            f"batch {batch} does not fit {self.gpu.id} ({usable} usable) even with every technique: it needs at "
+            f"least {format_bytes(self.needed_bytes or 0)}; the largest catalog GPU is {self.largest_gpu} "
+            "— try `gpuplan recommend` or `gpuplan plan` for multi-GPU layouts"
+        )
 
     @property
     def ok(self) -> bool:
@@ -142,7 +176,10 @@ class FitResult:
             "max_batch_plus_one": self.over_point.to_dict() if self.over_point else None,
             "bytes_per_sample": self.bytes_per_sample,
             "target_batch_size": self.target_batch_size,
+            "exact_batch": self.exact_batch,
+            "effective_batch_size": self.effective_batch_size,
             "target_fits": self.target_fits,
+            "reason": self.reason,
             "techniques": [t.to_dict() for t in self.techniques],
             "traces": self.traces,
             "largest_gpu": self.largest_gpu,
@@ -151,57 +188,91 @@ class FitResult:
         }
 
     def __str__(self) -> str:
-        from gpuplan.advise.render import render_fit
+        from gpuplan.report.advise import render_fit
 
         return render_fit(self)
 
 
-def _min_required(est: Estimate) -> int:
-    return int(getattr(est, "min_required_bytes", 0) or 0)
-
-
 class _Tracer:
-    """Runs estimate() for workloads of one model on one GPU, counting traces."""
+    """Runs estimate() for workloads of one model on one GPU, each workload once, counting traces."""
 
     def __init__(self, source: ModelSource, gpu: GPU) -> None:
         self.source = source
         self.gpu = gpu
         self.traces = 0
         self.assumptions: tuple[str, ...] = ()
+        self._done: dict[Workload, Estimate] = {}
 
-    def point(self, workload: Workload) -> Point:
+    def estimate(self, workload: Workload) -> Estimate:
         from gpuplan.estimate import estimate
 
-        self.traces += 1
-        est: Estimate = estimate(self.source, workload=workload, gpu=self.gpu)
-        if not self.assumptions:
-            self.assumptions = est.assumptions
+        est = self._done.get(workload)
+        if est is None:
+            self.traces += 1
+            est = self._done[workload] = estimate(self.source, workload=workload, gpu=self.gpu)
+            if not self.assumptions:
+                self.assumptions = est.assumptions
+        return est
+
+    def point(self, workload: Workload, *, timed: bool = True) -> Point:
+        """``workload`` traced; with accumulation k > 2, its memory is that of k = 2 (see
+        TRACED_ACCUMULATION) and its time (when ``timed``) :meth:`accumulated_time`."""
+        k = workload.grad_accum
+        est = self.estimate(workload.with_(grad_accum=min(k, TRACED_ACCUMULATION)))
+        time_s, throughput = est.step_time_s, est.throughput
+        if k > TRACED_ACCUMULATION:
+            time_s, throughput = self.accumulated_time(workload, est) if timed else (None, None)
         return Point(
             workload,
             est.total_required_bytes,
             est.peak_allocated_bytes,
             bool(est.fits),
-            est.step_time_s,
-            est.throughput,
+            time_s,
+            throughput,
             est.tensor_peak_bytes,
-            _min_required(est),
+            est.min_required_bytes,
         )
 
+    def accumulated_time(self, workload: Workload, traced: Estimate) -> tuple[float | None, Throughput | None]:
+        """Step time and throughput of ``workload`` (accumulation k) from its k = 2 trace and a
+        k = 1 trace of the same micro-batch: one accumulating micro-batch costs T(2) − T(1), so
+        T(k) = T(1) + (k − 1)·(T(2) − T(1)). Only ``step_time_s`` and ``throughput`` are read, so a
+        calibration scales every term alike."""
+        one = self.estimate(workload.with_(grad_accum=1))
+        if traced.step_time_s is None or one.step_time_s is None:
+            return None, None
+        k = workload.grad_accum
+        micro_s = traced.step_time_s - one.step_time_s
+        time_s = one.step_time_s + (k - 1) * micro_s
+        throughput: Throughput | None = None
+        if traced.throughput is not None:
+            per_micro = traced.throughput["value"] * traced.step_time_s / TRACED_ACCUMULATION
+            throughput = {"value": per_micro * k / time_s, "unit": traced.throughput["unit"]}
+        return time_s, throughput
 
-def _largest_batch(
-    tracer: _Tracer, base: Workload, first: Point | None = None
-) -> tuple[int, Point | None, Point | None, int]:
-    """(largest fitting batch, its point, the point at +1, bytes per sample) for ``base``'s config.
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """A largest-batch search: the batch, the confirming points at it and at batch + 1, the slope."""
+
+    batch: int
+    point: Point | None
+    over: Point | None
+    bytes_per_sample: int
+
+
+def _largest_batch(tracer: _Tracer, base: Workload) -> _Search:
+    """The largest batch of ``base``'s config that fits, in at most MAX_SEARCH_TRACES + 2 traces.
 
     The slope comes from the exact tensor peaks at batch 1 and 2 (allocator rounding makes the
     reserved totals step-like at small batches); each guess is anchored on the nearest traced
     point and kept inside the bracket of known fitting / failing batches (bisection as fallback).
     """
     usable = tracer.gpu.usable_memory_bytes
-    p1 = first or tracer.point(base.with_(batch_size=1))
+    p1 = tracer.point(base.with_(batch_size=1), timed=False)
     if not p1.fits:
-        return 0, None, p1, 0
-    p2 = tracer.point(base.with_(batch_size=2))
+        return _Search(0, None, p1, 0)
+    p2 = tracer.point(base.with_(batch_size=2), timed=False)
     slope = max(p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.need_bytes - p1.need_bytes, 1)
     known: dict[int, Point] = {1: p1, 2: p2}
 
@@ -221,22 +292,26 @@ def _largest_batch(
             s = float(slope)
         return lo + int((usable - a.need_bytes) // s)
 
+    def confirmed(lo: int, hi: int | None) -> _Search:
+        over = tracer.point(known[hi].workload) if hi is not None else None
+        return _Search(lo, tracer.point(known[lo].workload), over, slope)
+
     guess = 2 + int((usable - p2.need_bytes) // slope)
     last_fit: bool | None = None
     same_side = 0
     for _ in range(MAX_SEARCH_TRACES):
         lo, hi = bracket()
         if hi == lo + 1:
-            return lo, known[lo], known[hi], slope
+            return confirmed(lo, hi)
         if lo >= MAX_BATCH_SIZE:
-            return lo, known[lo], None, slope
+            return confirmed(lo, None)
         top = (hi - 1) if hi is not None else MAX_BATCH_SIZE
         g = min(max(guess, lo + 1), top)
         if hi is not None and (g in known or same_side >= 3):
             # bisect when the secant stalls: three traces in a row on the same side of the boundary
             # (allocator segments make the totals piecewise constant near it)
             g, same_side = (lo + hi) // 2, 0
-        pt = known[g] = tracer.point(base.with_(batch_size=g))
+        pt = known[g] = tracer.point(base.with_(batch_size=g), timed=False)
         check = pt.fits and g == lo + 1  # the "+1" check after a fit is not a stall
         same_side = same_side + 1 if pt.fits is last_fit and not check else 1
         last_fit = pt.fits
@@ -245,7 +320,31 @@ def _largest_batch(
         if guess <= lo:
             guess = lo + 1
     lo, hi = bracket()
-    return lo, known[lo], known.get(lo + 1), slope
+    return confirmed(lo, hi if hi == lo + 1 else None)
+
+
+def accumulation_split(
+    target: int, max_micro_batch: int, *, min_steps: int = 2, exact: bool = False
+) -> tuple[int, int]:
+    """(micro-batch, accumulation steps k) for an effective batch of ``target`` when at most
+    ``max_micro_batch`` samples fit in one micro-batch.
+
+    k is the smallest with micro·k ≥ target (and k ≥ ``min_steps``); the micro-batch is the smallest
+    that reaches the target at that k, ceil(target / k), so it is exactly target whenever k divides
+    it, at no cost. ``exact``: the smallest such k that divides target, micro·k = target exactly
+    (k = target, micro-batch 1, always qualifies)."""
+    if target < 1 or max_micro_batch < 1:
+        raise ValueError(f"need target ≥ 1 and a micro-batch ≥ 1, got {target}, {max_micro_batch}")
+    k = max(min_steps, -(-target // max_micro_batch))
+    if exact:
+        k = min((d for d in _divisors(target) if d >= k), default=k)
+    return -(-target // k), k
+
+
+def _divisors(n: int) -> list[int]:
+    """Divisors of ``n`` in O(√n) arithmetic."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def _amp_precision(gpu: GPU) -> str:
@@ -291,158 +390,163 @@ def fit(
     workload: Workload | None = None,
     *,
     target_batch_size: int | None = None,
+    exact_batch: bool = False,
 ) -> FitResult:
-    """The largest batch of ``workload`` that fits ``gpu``; with ``target_batch_size``, the cheapest
-    technique ladder that makes that batch fit (see the module docstring)."""
+    """The largest batch of ``workload`` that fits ``gpu``; with ``target_batch_size`` (samples per
+    optimizer step), the cheapest technique ladder that makes that batch fit. Gradient accumulation
+    reaches at least the target, or exactly it with ``exact_batch`` (see the module docstring)."""
     from gpuplan.hardware import GPU as GPUType
     from gpuplan.hardware import get_gpu
     from gpuplan.models.sources import ModelSource as SourceType
     from gpuplan.models.sources import resolve_model
 
+    if target_batch_size is not None and not 1 <= target_batch_size <= MAX_BATCH_SIZE:
+        raise ConfigError(
+            f"--target-batch-size {target_batch_size} is out of range: allowed 1..{MAX_BATCH_SIZE} "
+            "(samples per optimizer step)"
+        )
     source = model if isinstance(model, SourceType) else resolve_model(model)
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
-    if target_batch_size is not None:
-        if target_batch_size < 1 or target_batch_size > MAX_BATCH_SIZE:
-            raise ConfigError(f"--target-batch-size {target_batch_size} is out of range: allowed 1..{MAX_BATCH_SIZE}")
     tracer = _Tracer(source, target_gpu)
-    best, max_pt, over_pt, slope = _largest_batch(tracer, base.with_(grad_accum=1))
+    search = _largest_batch(tracer, base)
     techniques: list[TechniqueStep] = []
     target_fits: bool | None = None
-    target = target_batch_size if target_batch_size is not None else (1 if best == 0 else None)
+    notes: list[str] = []
+    target = target_batch_size if target_batch_size is not None else (1 if search.batch == 0 else None)
     if target is not None:
-        techniques, target_fits = _make_target_fit(tracer, base, target, best, max_pt, over_pt)
+        techniques, target_fits, notes = _make_target_fit(tracer, base, target, search, exact_batch)
     largest = needed = None
-    if not (target_fits if target is not None else best >= 1):
-        largest, needed = _largest_gpu_and_need(techniques, over_pt)
-    notes = list(tracer.assumptions)
-    notes.insert(
-        0,
+    if not (target_fits if target is not None else search.batch >= 1):
+        largest, needed = _largest_gpu_and_need(techniques, search.over)
+    assumptions = [
         "memory affine in batch size (two traces), answer confirmed by tracing the reported batch and batch + 1",
-    )
+        *tracer.assumptions,
+        *notes,
+    ]
     if any(t.name == "cpu-offload" for t in techniques):
-        notes.append(
-            f"CPU offload: optimizer state and step moved to the host; PCIe at {PCIE_EFFICIENCY:.0%} of the "
-            f"link, CPU Adam at {CPU_MEMORY_BANDWIDTH_BYTES_PER_S / 1e9:.0f} GB/s host memory bandwidth"
-        )
+        assumptions.append(describe_model())
     return FitResult(
         model=source.name,
         gpu=target_gpu,
         workload=base,
-        max_batch_size=best,
-        max_point=max_pt,
-        over_point=over_pt,
-        bytes_per_sample=int(slope),
+        max_batch_size=search.batch,
+        max_point=search.point,
+        over_point=search.over,
+        bytes_per_sample=int(search.bytes_per_sample),
         target_batch_size=target_batch_size,
         techniques=tuple(techniques),
         target_fits=target_fits,
         traces=tracer.traces,
-        assumptions=tuple(notes),
+        assumptions=tuple(assumptions),
         largest_gpu=largest,
         needed_bytes=needed,
+        exact_batch=exact_batch,
     )
 
 
 def _make_target_fit(
-    tracer: _Tracer,
-    base: Workload,
-    target: int,
-    best: int,
-    max_pt: Point | None,
-    over_pt: Point | None = None,
-) -> tuple[list[TechniqueStep], bool]:
-    steps: list[TechniqueStep] = []
-    current = base.with_(batch_size=target)
-    if target <= best and base.grad_accum == 1:
-        pt = max_pt if max_pt is not None and max_pt.workload.batch_size == target else tracer.point(current)
-        return [TechniqueStep("as-given", "the workload as given", pt)], pt.fits
-    traced = [p for p in (max_pt, over_pt) if p is not None and p.workload == current]
-    pt = traced[0] if traced else tracer.point(current)  # the search may have traced it already
-    steps.append(TechniqueStep("as-given", "the workload as given", pt))
+    tracer: _Tracer, base: Workload, target: int, search: _Search, exact: bool
+) -> tuple[list[TechniqueStep], bool, list[str]]:
+    """The ladder for an effective batch of ``target``: (rungs tried, whether the last fits, notes)."""
+    k0 = base.grad_accum
+    micro = -(-target // k0)  # the user's own accumulation, if any, is kept
+    current = base.with_(batch_size=micro)
+    if search.point is not None and current == search.point.workload:
+        pt = search.point
+    elif search.over is not None and current == search.over.workload:
+        pt = search.over
+    else:
+        pt = tracer.point(current)
+    steps = [TechniqueStep("as-given", "the workload as given", pt)]
     if pt.fits:
-        return steps, True
+        return steps, True, []
     for name, text, changes in _ladder(base, tracer.gpu):
         current = current.with_(**changes)
         pt = tracer.point(current)
         steps.append(TechniqueStep(name, text, pt))
         if pt.fits:
-            return steps, True
+            return steps, True, []
+    notes: list[str] = []
     if current.trains:
-        ga = _grad_accum_step(tracer, current, target)
+        ga = _accumulate(tracer, current, target, exact, notes)
         if ga is not None:
             steps.append(ga)
             if ga.point.fits:
                 relaxed = _relax_checkpointing(tracer, ga)
                 if relaxed is not None:
                     steps.append(relaxed)
-                return steps, True
+                return steps, True, notes
             current = ga.point.workload
-        off = _offload_step(tracer, current)
+        off = _offload_step(tracer, current, target, exact, notes)
         if off is not None:
             steps.append(off)
-            if off.point.fits:
-                return steps, True
-    return steps, False
+            return steps, off.point.fits, notes
+    return steps, False, notes
 
 
-def _grad_accum_step(tracer: _Tracer, current: Workload, target: int) -> TechniqueStep | None:
-    """Smallest k dividing the target whose micro-batch target/k fits (affine search, then confirmed)."""
+def _split_for(
+    tracer: _Tracer, config: Workload, target: int, exact: bool, notes: list[str]
+) -> tuple[Workload, _Search] | None:
+    """``config`` at the largest micro-batch that fits with accumulation and the accumulation that
+    reaches ``target``; None (with a note) when no accumulation can."""
+    min_steps = max(2, config.grad_accum)
+    search = _largest_batch(tracer, config.with_(batch_size=1, grad_accum=TRACED_ACCUMULATION))
+    if search.batch < 1:
+        notes.append(f"gradient accumulation cannot help: micro-batch 1 with accumulation does not fit {tracer.gpu.id}")
+        return None
+    micro, k = accumulation_split(target, search.batch, min_steps=min_steps, exact=exact)
+    if k > MAX_GRAD_ACCUM:
+        notes.append(
+            f"gradient accumulation would need {k} micro-batches of at most {search.batch} samples (allowed up to "
+            f"{MAX_GRAD_ACCUM}); lower --target-batch-size or use more GPUs (`gpuplan plan`)"
+        )
+        return None
+    notes.append(
+        f"gradient accumulation: largest micro-batch with accumulation {search.batch}; "
+        + (
+            f"micro-batch {micro} × {k} = {micro * k}, exactly the target (smallest k dividing it)"
+            if exact
+            else f"micro-batch {micro} × {k} = {micro * k} "
+            + (
+                "= the target"
+                if micro * k == target
+                else f"≥ target {target} (smallest k); --exact-batch for exactly {target}"
+            )
+        )
+    )
+    return config.with_(batch_size=micro, grad_accum=k), search
+
+
+def _accumulate(tracer: _Tracer, current: Workload, target: int, exact: bool, notes: list[str]) -> TechniqueStep | None:
+    """The gradient-accumulation rung (module docstring, 5)."""
     if target < 2:
         return None
-    best, _, _, _ = _largest_batch(tracer, current.with_(grad_accum=1))
-    divisors = [k for k in range(2, target + 1) if target % k == 0]
-    if best < 1:
-        k = target
-    else:
-        k = next((d for d in divisors if target // d <= best), target)
-    micro = current.with_(batch_size=target // k, grad_accum=k)
+    split = _split_for(tracer, current, target, exact, notes)
+    if split is None:
+        return None
+    micro, _ = split
     return TechniqueStep(
         "grad-accumulation",
-        f"--batch-size {target // k} --grad-accum {k}: effective batch {target} in {k} micro-batches",
-        _ga_point(tracer, micro),
-        notes=("traced with 2 micro-batches (same steady-state memory), time scaled to k",) if k > 2 else (),
-    )
-
-
-def _ga_point(tracer: _Tracer, micro: Workload) -> Point:
-    """A grad-accumulation workload's memory and time. Memory in steady state is the same for any
-    k >= 2 (the accumulated gradients persist between micro-batches, nothing else grows), and a
-    trace runs every micro-batch: trace k = 2 and scale the forward/backward time to k."""
-    from gpuplan.estimate import estimate
-
-    k = micro.grad_accum
-    tracer.traces += 1
-    est = estimate(tracer.source, workload=micro.with_(grad_accum=min(k, 2)), gpu=tracer.gpu)
-    time_s = throughput = None
-    timing = est.extra.get("json", {}).get("time", {})
-    if est.step_time_s is not None and timing:
-        phases = timing["by_phase_s"]
-        traced_k = min(k, 2)
-        micro_s = sum(v for ph, v in phases.items() if ph in ("forward", "loss", "backward")) / traced_k
-        time_s = est.step_time_s + (k - traced_k) * micro_s
-        if est.throughput:
-            per_sample = est.throughput["value"] * est.step_time_s / traced_k  # samples or tokens per micro
-            throughput = {"value": per_sample * k / time_s, "unit": est.throughput["unit"]}
-    return Point(
-        micro,
-        est.total_required_bytes,
-        est.peak_allocated_bytes,
-        bool(est.fits),
-        time_s,
-        throughput,
-        est.tensor_peak_bytes,
-        _min_required(est),
+        f"--batch-size {micro.batch_size} --grad-accum {micro.grad_accum}: effective batch "
+        f"{micro.batch_size * micro.grad_accum} in {micro.grad_accum} micro-batches",
+        tracer.point(micro),
+        notes=(
+            f"memory traced with {TRACED_ACCUMULATION} micro-batches (same steady state), time for {micro.grad_accum}",
+        )
+        if micro.grad_accum > TRACED_ACCUMULATION
+        else (),
     )
 
 
 def _relax_checkpointing(tracer: _Tracer, ga: TechniqueStep) -> TechniqueStep | None:
     """With gradient accumulation in place, checkpointing added earlier on the ladder may no longer
-    be needed: try the cheaper settings at the same micro-batch (one trace each, fastest that fits)."""
+    be needed: try the cheaper settings at the same micro-batch (fastest that fits)."""
     micro = ga.point.workload
     order = {"full": ("selective", "none"), "selective": ("none",)}.get(micro.checkpointing, ())
     best: TechniqueStep | None = None
     for mode in order:
-        pt = _ga_point(tracer, micro.with_(checkpointing=mode))
+        pt = tracer.point(micro.with_(checkpointing=mode))
         if not pt.fits:
             break
         if pt.step_time_s is not None and ga.point.step_time_s is not None and pt.step_time_s < ga.point.step_time_s:
@@ -452,38 +556,49 @@ def _relax_checkpointing(tracer: _Tracer, ga: TechniqueStep) -> TechniqueStep | 
     return best
 
 
-def _offload_step(tracer: _Tracer, current: Workload) -> TechniqueStep | None:
+def _offload_step(
+    tracer: _Tracer, current: Workload, target: int, exact: bool, notes: list[str]
+) -> TechniqueStep | None:
+    """The CPU-offload rung: the step without optimizer state on the GPU (traced with no optimizer),
+    at ``current``'s micro-batch, else at the largest micro-batch that fits with accumulation."""
     if current.optimizer == "none":
         return None
-    from gpuplan.estimate import estimate
-
-    tracer.traces += 1
-    est = estimate(tracer.source, workload=current.with_(optimizer="none"), gpu=tracer.gpu)
-    gpu = tracer.gpu
-    pcie = (gpu.pcie_gb_per_s_per_direction or 16.0) * 1e9 * PCIE_EFFICIENCY
-    param_bytes = est.step.param_bytes
-    params = est.step.params_count
-    transfer_s = 2 * param_bytes / pcie  # gradients to the host, updated parameters back
-    cpu_s = params * CPU_ADAM_BYTES_PER_PARAM / CPU_MEMORY_BANDWIDTH_BYTES_PER_S
-    time_s = (est.step_time_s or 0.0) + transfer_s + cpu_s
-    tp = None
-    if est.throughput and est.step_time_s:
-        tp = {"value": est.throughput["value"] * est.step_time_s / time_s, "unit": est.throughput["unit"]}
-    pt = Point(
-        current,
-        est.total_required_bytes,
-        est.peak_allocated_bytes,
-        bool(est.fits),
-        time_s,
-        tp,
-        est.tensor_peak_bytes,
-        _min_required(est),
+    bare = current.with_(optimizer="none")
+    if not tracer.point(bare, timed=False).fits and current.trains and target >= 2:
+        split = _split_for(tracer, bare, target, exact, notes)
+        if split is not None:
+            bare = split[0]
+    pt = tracer.point(bare)
+    step = tracer.estimate(bare.with_(grad_accum=min(bare.grad_accum, TRACED_ACCUMULATION))).step
+    per_param = step.param_bytes / step.params_count if step.params_count else 0.0
+    # torch keeps each gradient in its parameter's dtype: as many bytes go down as come back
+    offload = optimizer_offload_time(
+        step.params_count,
+        grad_bytes_per_param=per_param,
+        param_bytes_per_param=per_param,
+        host_link_gb_per_s=tracer.gpu.pcie_gb_per_s_per_direction,
     )
+    time_s: float | None = None
+    throughput: Throughput | None = None
+    if pt.step_time_s is not None:
+        time_s = pt.step_time_s + offload.total_s
+        if pt.throughput is not None:
+            throughput = {"value": pt.throughput["value"] * pt.step_time_s / time_s, "unit": pt.throughput["unit"]}
+    workload = bare.with_(optimizer=current.optimizer)
     return TechniqueStep(
         "cpu-offload",
         "optimizer state and step offloaded to the CPU (DeepSpeed ZeRO-Offload style)",
-        pt,
-        notes=(f"PCIe {transfer_s:.3g} s + CPU Adam {cpu_s:.3g} s per step added",),
+        Point(
+            workload,
+            pt.total_required_bytes,
+            pt.peak_allocated_bytes,
+            pt.fits,
+            time_s,
+            throughput,
+            pt.tensor_peak_bytes,
+            pt.min_required_bytes,
+        ),
+        notes=(offload.describe() + " added",),
     )
 
 

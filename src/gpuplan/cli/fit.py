@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from gpuplan.cli._workload import (
     _int,
@@ -12,6 +13,7 @@ from gpuplan.cli._workload import (
     add_workload_arguments,
     workload_from_args,
 )
+from gpuplan.errors import ConfigError
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +26,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         type=_int,
         default=None,
         metavar="N",
-        help="find the cheapest memory techniques that make this batch fit",
+        help="find the cheapest memory techniques that make this batch (samples per optimizer step) fit",
+    )
+    parser.add_argument(
+        "--exact-batch",
+        action="store_true",
+        help="with --target-batch-size: gradient accumulation keeps micro-batch × steps equal to the target "
+        "(default: at least the target, with the fewest accumulation steps)",
     )
     add_workload_arguments(parser)
     add_json_argument(parser)
@@ -35,9 +43,19 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.hardware import get_gpu
 
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
-    result = fit(args.model, gpu, workload_from_args(args), target_batch_size=args.target_batch_size)
+    if args.exact_batch and args.target_batch_size is None:
+        raise ConfigError("--exact-batch applies with --target-batch-size N only; add the target batch or drop it")
+    result = fit(
+        args.model,
+        gpu,
+        workload_from_args(args),
+        target_batch_size=args.target_batch_size,
+        exact_batch=args.exact_batch,
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
+        if result.reason:  # the text output says it on stdout; with --json stdout is the object only
+            print(f"gpuplan fit: {result.reason}", file=sys.stderr)
     else:
         print(result)
     return 0 if result.ok else 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gpuplan.memory.offload import optimizer_offload_time
 from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
 from gpuplan.parallel.layout import Layout
 from gpuplan.parallel.profile import ModelProfile
@@ -24,8 +25,6 @@ from gpuplan.parallel.zero import model_states_bytes
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 """torch DistributedDataParallel's default bucket_cap_mb (25 MiB)."""
-CPU_ADAM_PARAMS_PER_S = 1e9
-"""Assumed DeepSpeed CPU-Adam rate per GPU's share of host cores (not measured here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +320,13 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # ---- optimizer --------------------------------------------------------------------------
     updated = stage_params / (layout.shard_group if layout.shard_group > 1 else 1)
     if layout.offload_optimizer:
-        pcie = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else 25.0
-        opt = updated / CPU_ADAM_PARAMS_PER_S + 4 * updated / (pcie * 1e9)
+        # the one CPU-offload model (memory/offload.py, also fit's offload rung): DeepSpeed moves
+        # compute-dtype gradients to the host and parameters back; the host link is PCIe (the
+        # topology's where that is the GPU link, else memory/offload.py's default)
+        host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
+        opt = optimizer_offload_time(
+            updated, grad_bytes_per_param=cb, param_bytes_per_param=cb, host_link_gb_per_s=host_gb_per_s
+        ).total_s
     else:
         opt = p.optimizer_s_per_param * updated
     parts = {
