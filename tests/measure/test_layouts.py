@@ -86,14 +86,24 @@ def test_every_local_flag_end_to_end(tiny_gpt2: str, tmp_path: Path, capsys: pyt
     assert "tracked peak (host semantics)" in text
 
 
+@pytest.fixture(scope="session")
+def extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where DeepSpeed builds its CPU communication op (minutes, once per session): not the user's
+    cache, and shared by the zero2 and zero3 runs."""
+    return tmp_path_factory.mktemp("torch_extensions")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_every_layout_end_to_end(tiny_gpt2: str, layout: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_layout_end_to_end(tiny_gpt2: str, layout: str, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch, extensions_dir: Path) -> None:
     """``gpuplan measure --nproc 2 --layout L`` for every advertised L: two ranks measured, each
     with its tracked peak; where an accounting exists (ddp, fsdp, zero1) it matches within 2%
     (the bound of test_distributed.py)."""
-    if layout in ("zero2", "zero3") and not _HAS_DEEPSPEED:
-        pytest.skip("DeepSpeed is not installed (its absence is tested in test_measure_cpu.py)")
+    if layout in ("zero2", "zero3"):
+        if not _HAS_DEEPSPEED:
+            pytest.skip("DeepSpeed is not installed (its absence is tested in test_measure_cpu.py)")
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions_dir))
     code = main(["measure", tiny_gpt2, "--mode", "train", "--batch-size", "2", "--seq-len", "32", "--nproc", "2",
                  "--layout", layout, "--steps", "1", "--warmup", "1", "--no-store", "--json"])
     out = json.loads(capsys.readouterr().out)
