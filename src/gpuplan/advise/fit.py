@@ -45,6 +45,11 @@ if TYPE_CHECKING:
 
 MAX_SEARCH_TRACES = 12
 """Traces one largest-batch search may spend after its two scaling traces."""
+MAX_TRACES = 3 * (MAX_SEARCH_TRACES + 4) + 14
+"""Most traces one ``fit`` runs, whatever the target: three searches (as given, with accumulation,
+offloaded; each 2 scaling traces, MAX_SEARCH_TRACES guesses, 2 timing traces for the confirmations),
+the as-given and 4 ladder rungs, 2 for the accumulation rung, 4 for relaxing checkpointing, 3 for
+the offload rung."""
 TRACED_ACCUMULATION = 2
 """Accumulation steps traced for any k ≥ 2: the steady state (gradients accumulated and alive
 through the next forward) is reached at the second micro-batch and does not grow after it."""
