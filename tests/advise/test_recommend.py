@@ -132,12 +132,11 @@ _BIG_GPUS = [g for g in all_gpus() if not g.is_mig and g.peak_tflops("fp32") and
 
 
 @pytest.fixture(scope="module")
-def wide_steps() -> tuple[object, object]:
-    """wide_mlp's step (peak in the optimizer step) and the same step without optimizer."""
+def wide_step() -> object:
+    """wide_mlp's step (peak in the optimizer step)."""
     from gpuplan.trace.step import trace_step
 
-    w = Workload(mode="train", batch_size=4)
-    return trace_step(WIDE, w), trace_step(WIDE, w.with_(optimizer="none"))
+    return trace_step(WIDE, Workload(mode="train", batch_size=4))
 
 
 @settings(max_examples=40, deadline=None)
@@ -150,13 +149,14 @@ def wide_steps() -> tuple[object, object]:
     usable_gib=st.floats(1.0, 2.5),
 )
 def test_bigger_gpu_never_slower_or_needs_more_gpus(
-    wide_steps: tuple[object, object], gpu: GPU, mem: float, bw: float, flops: float, link: float, usable_gib: float
+    wide_step: object, gpu: GPU, mem: float, bw: float, flops: float, link: float, usable_gib: float
 ) -> None:
     """Ranking invariant with multi-GPU layouts: more memory, bandwidth, FLOPs and link bandwidth never
     give a slower step or a larger GPU count (wide_mlp: ~1 GiB of model state, so counts > 1 occur)."""
     import dataclasses
 
-    from gpuplan.advise.recommend import _best_count, _Sharding, _Timer
+    from gpuplan.advise.recommend import _best_count, _Sharded, _Timer
+    from gpuplan.models.sources import resolve_model
 
     size = int(usable_gib * 2**30)
     base = dataclasses.replace(gpu, memory_total_bytes=size, cuda_total_memory_bytes=size)
@@ -170,14 +170,87 @@ def test_bigger_gpu_never_slower_or_needs_more_gpus(
         **{f: (getattr(base, f) * flops if getattr(base, f) else None) for f in rates},
     )
     w = Workload(mode="train", batch_size=4)
-    step, without_optimizer = wide_steps
+    source = resolve_model(WIDE)
 
     def best(g: GPU) -> Candidate:
         timer = _Timer(w, w, None, "custom", None)
-        sharding = _Sharding(step, lambda: without_optimizer)  # type: ignore[arg-type]
-        return _best_count(step, g, w, 64, None, timer, sharding)  # type: ignore[arg-type]
+        sharded = _Sharded(source, wide_step, w, (9, 0))  # type: ignore[arg-type]
+        return _best_count(wide_step, g, w, 64, None, timer, sharded)  # type: ignore[arg-type]
 
     a, b = best(bigger), best(base)
     if b.fits:
         assert a.fits and a.count <= b.count
         assert (a.step_time_s or 0) <= (b.step_time_s or 0) * (1 + 1e-9)
+
+
+# ---- issue #9: one sharding model, --top, numeric flags ----------------------------------------------
+
+
+def test_sharded_memory_and_time_are_the_planners() -> None:
+    """Old main: recommend divided the single-GPU trace's model state by N with its own arithmetic
+    (and its own 0.78-efficiency link model); now ZeRO-3 × N is the planner's evaluation of the same
+    layout, byte for byte."""
+    from gpuplan.parallel.plan import plan
+
+    w = Workload(mode="train", batch_size=4)
+    gpu = shrunk("H100-SXM", 1200, "H100-1.2G")
+    rec = recommend(WIDE, w, max_gpus=8, gpus=[gpu])
+    cand = rec.candidates_in[0]
+    assert cand.count > 1 and cand.layout == f"ZeRO-3 × {cand.count}"
+    p = plan(WIDE, gpus=cand.count, gpu=gpu, zero=3, tp=1, pp=1, micro_batch_size=4, workload=w)
+    assert p.best.layout.sharding == "zero3" and p.best.layout.dp == cand.count
+    assert cand.per_gpu_bytes == p.per_gpu_peak_bytes
+    one = estimate(WIDE, workload=w, gpu=get_gpu("H100-SXM"))
+    assert one.step_time_s is not None and cand.step_time_s is not None
+    # the single-GPU step is the floor: sharding adds communication, never removes compute
+    assert cand.step_time_s == pytest.approx(max(one.step_time_s, p.step_time_s))
+
+
+def _recommend_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from gpuplan.cli.main import main
+
+    try:
+        code = main(["recommend", *argv])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _table_rows(text: str) -> list[str]:
+    """Rows of the first table (numbered candidates) of recommend's text output."""
+    _, _, rest = text.partition("\n\n")
+    rows = []
+    for line in rest.splitlines():
+        if not line.strip():
+            break
+        if line.split()[0].isdigit():
+            rows.append(line)
+    return rows
+
+
+def test_top_k_is_honoured(cnn_rec: Recommendation, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old main: --top was parsed and never used (every fitting GPU was listed)."""
+    from gpuplan.report.advise import render_recommendation
+
+    assert len(cnn_rec.candidates_in) > 3
+    assert len(_table_rows(render_recommendation(cnn_rec, top=3))) == 3
+    assert len(_table_rows(render_recommendation(cnn_rec))) == len(cnn_rec.candidates_in)
+    monkeypatch.setenv("GPUPLAN_CALIBRATION", "off")
+    code, out, _ = _recommend_cli(capsys, CNN, "--batch-size", "32", "--image-size", "64", "--top", "2")
+    assert code == 0 and len(_table_rows(out)) == 2
+    assert f"(2 of {len(cnn_rec.candidates_in)} that fit shown" in out
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        *((f, v) for f in ("--top", "--max-gpus") for v in ("0", "-1", "nan", "inf", "1e400")),
+        *(("--budget-usd", v) for v in ("0", "-5", "nan", "inf", "-inf")),
+    ],
+)
+def test_numeric_flags_refused_in_one_line(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    """Old main: --budget-usd inf and --top 0/-1 were accepted."""
+    code, out, err = _recommend_cli(capsys, CNN, f"{flag}={value}")
+    assert code == 2 and out == "" and err.count("\n") == 1 and flag in err, err

@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
-from conftest import calibration_rows
 
+from conftest import calibration_rows
 from gpuplan.parallel.zero import (
     ZERO_PAPER_K,
     deepspeed_zero2_gpu_bytes,

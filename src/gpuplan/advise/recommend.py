@@ -7,19 +7,17 @@ are added per GPU exactly as ``estimate`` does. Time comes from the cost model o
 Layouts, the simplest that fits (the full planner is gpuplan.parallel's job):
 
 * 1 GPU: the workload as given;
-* N > 1 GPUs: data parallel with ZeRO-3 / FSDP-style sharding: parameters, gradients and optimizer
-  state divided by N, activations and cache as on one GPU (each GPU runs the given batch), plus
-  one block's parameters gathered unsharded. Per step each GPU all-gathers the parameters twice
-  (forward, backward) and reduce-scatters the gradients, overlapped with compute (FSDP prefetch):
-  step time = max(compute, communication). Inside a node (8 GPUs) the GPU's own link; beyond, a
-  400 Gb/s network per GPU (50 GB/s, DGX-style) is assumed.
+* N > 1 GPUs, training: data parallel with DeepSpeed ZeRO-3, each GPU running the given batch; the
+  per-GPU memory and step time are the planner's (``gpuplan.parallel.evaluate`` on a profile of the
+  same trace: one sharding model and one communication model for plan and recommend);
+* N > 1 GPUs, inference: the weights sharded over N and gathered one block ahead, each forward
+  all-gathering them (the communication model of gpuplan.perf.collectives), overlapped with compute.
 
 Counts tried: 1, 2, 4, 8, 16, ... up to ``max_gpus`` (and ``max_gpus`` itself).
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,10 +32,6 @@ if TYPE_CHECKING:
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
-GPUS_PER_NODE = 8
-INTER_NODE_BYTES_PER_S = 50e9
-COLLECTIVE_EFFICIENCY = 0.78
-"""NCCL bus bandwidth reached on the link (prior: ~230 of 300 GB/s on DGX A100, nccl-tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,82 +142,76 @@ def counts_up_to(max_gpus: int) -> list[int]:
     return out
 
 
-def _required_bytes(step: TracedStep, gpu: GPU, workload: Workload) -> tuple[int, int]:
-    """(total required on one GPU, context + workspaces) — the arithmetic of estimate()."""
-    from gpuplan.memory.overheads import overheads_for
+def _single_gpu(step: TracedStep, gpu: GPU, workload: Workload) -> tuple[int, int]:
+    """(what one GPU needs for the step, its CUDA context + workspaces): estimate's arithmetic and
+    fit rule (memory/on_gpu.py), nothing of recommend's own."""
+    from gpuplan.memory.on_gpu import memory_on_gpu
 
-    over = overheads_for(
-        arch=gpu.arch,
-        vendor=gpu.vendor,
-        compute_capability=gpu.compute_capability or (9, 0),  # as estimate(): the real architecture
-        trains=workload.trains,
-        module_loading="lazy",
-    )
-    fixed = over.workspace_bytes + over.cuda_context_bytes
-    return _tensor_need(step) + fixed, fixed
+    mem = memory_on_gpu(step, gpu, trains=workload.trains)
+    return mem.min_required_bytes, mem.components["cuda_context"] + mem.components["workspaces"]
 
 
-def _tensor_need(step: TracedStep) -> int:
-    """What estimate() decides the fit on: the least the caching allocator needs for the step (it
-    releases cached blocks under pressure), else the reserved peak (older traces)."""
-    return int(getattr(step, "min_reserved_bytes", 0) or step.reserved_peak_bytes)
-
-
-def _sharded_bytes(step: TracedStep) -> int:
+def _model_state_bytes(step: TracedStep) -> int:
     c = step.tensor_components
     return c.get("parameters", 0) + c.get("gradients", 0) + c.get("optimizer_state", 0)
 
 
-def _gathered_block_bytes(step: TracedStep) -> int:
-    layers = sum(step.block_counts.values()) or sum(step.traced_blocks.values()) or 1
-    return 2 * step.param_bytes // max(layers, 1)  # current block + the prefetched next one
+class _Sharded:
+    """ZeRO-3 over n GPUs, each running the given batch. Training: the planner's evaluator
+    (gpuplan.parallel: DeepSpeed ZeRO-3 per-rank memory and step time on the cluster topology) on a
+    profile of the same trace — one sharding model for plan and recommend. Inference: the weights
+    are sharded and gathered one block ahead; the rest is the single-GPU step (no gradients or
+    optimizer state to shard)."""
 
-
-class _Sharding:
-    """Per-GPU tensor bytes under ZeRO-3 / FSDP sharding over n GPUs, from the single-GPU trace.
-
-    When the single-GPU peak is the optimizer step (foreach temporaries the size of the parameters
-    on top of all model state), every tensor live there is model-state sized and sharded: that
-    peak divides by n. The forward/backward peak is then unknown from that trace, so the same
-    workload without the optimizer is traced once (lazily, only when n > 1 is needed) and its
-    parameters and gradients, plus the optimizer state of the first trace, are divided by n."""
-
-    def __init__(self, step: TracedStep, trace_without_optimizer: Any) -> None:
+    def __init__(self, source: ModelSource, step: TracedStep, traced: Workload, cls: tuple[int, int]) -> None:
+        self.source = source
         self.step = step
-        self._trace_fb = trace_without_optimizer
-        self._fb: TracedStep | None = None
+        self.traced = traced
+        self.cls = cls
+        self._fb_step: TracedStep | None = None
         self.traces = 0
 
-    @property
-    def optimizer_peak(self) -> bool:
-        return self.step.peak_phase in ("optimizer", "zero_grad")
+    def _profile_step(self) -> TracedStep:
+        """A step of one micro-batch (the planner's profile is per micro-batch)."""
+        if self.traced.grad_accum == 1:
+            return self.step
+        if self._fb_step is None:
+            from gpuplan.trace.step import trace_step
 
-    def per_gpu_tensor_bytes(self, n: int) -> int:
-        step = self.step
-        if n == 1:
-            return _tensor_need(step)
-        if not self.optimizer_peak:
-            sharded = _sharded_bytes(step)
-            return _tensor_need(step) - sharded + -(-sharded // n)
-        if self._fb is None:
-            self._fb = self._trace_fb()
+            self._fb_step = trace_step(self.source, self.traced.with_(grad_accum=1), compute_capability=self.cls)
             self.traces += 1
-        fb = self._fb
-        c = fb.tensor_components
-        states = c.get("parameters", 0) + c.get("gradients", 0)
-        opt_state = step.tensor_components.get("optimizer_state", 0)
-        at_fb = _tensor_need(fb) - states + -(-(states + opt_state) // n)
-        at_opt = -(-_tensor_need(step) // n)
-        return max(at_fb, at_opt)
+        return self._fb_step
 
+    def why_not(self) -> str | None:
+        """Why sharding over several GPUs is not modelled for this model (None: it is)."""
+        if self.traced.trains and len(self.source.layer_counts()) > 1:
+            return "sharded layouts of multi-stack (encoder-decoder) models are not modelled"
+        return None
 
-def _link_bytes_per_s(gpu: GPU, count: int) -> float:
-    """Collective bandwidth per GPU: the node's own link, and beyond one node the slower of that
-    and the network (a ring crosses both; a PCIe-only node is not sped up by its NIC)."""
-    intra = (gpu.intra_node_gb_per_s_per_direction or 0.0) * 1e9
-    if count > GPUS_PER_NODE:
-        intra = min(intra, INTER_NODE_BYTES_PER_S)
-    return intra * COLLECTIVE_EFFICIENCY
+    def evaluate(self, gpu: GPU, n: int, workload: Workload, fixed_bytes: int) -> tuple[int, float | None]:
+        """(per-GPU bytes, step seconds: the evaluator's, or for inference the weight gathers that
+        prefetching hides behind compute up to the single-GPU time) on ``n`` GPUs."""
+        from gpuplan.parallel.collectives import all_gather_s, group
+        from gpuplan.parallel.evaluate import Context, evaluate
+        from gpuplan.parallel.layout import Layout
+        from gpuplan.parallel.profile import profile_from_step
+        from gpuplan.parallel.topology import make_topology
+
+        topo = make_topology(gpu, n)
+        if not workload.trains:
+            step = self.step
+            single = step.min_reserved_bytes or step.reserved_peak_bytes
+            layers = sum(step.block_counts.values()) or sum(step.traced_blocks.values()) or 1
+            gathered = 2 * step.param_bytes // layers  # current block + the prefetched next one
+            # every forward (the prompt, then each new token) gathers the weights once, prefetched
+            forwards = workload.new_tokens if workload.mode == "generate" else 1
+            gather_s = forwards * all_gather_s(group(topo, n, 1), step.param_bytes)
+            return single - step.param_bytes + -(-step.param_bytes // n) + gathered + fixed_bytes, gather_s
+        prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu)
+        lay = Layout(dp=n, tp=1, pp=1, micro_batch_size=workload.batch_size, grad_accum=workload.grad_accum,
+                     zero=3, checkpointing=workload.checkpointing)
+        ev = evaluate(Context(prof, topo, gpu.usable_memory_bytes, fixed_bytes), lay)
+        return ev.per_gpu_peak_bytes, ev.step_time_s
 
 
 def recommend(
@@ -259,7 +247,7 @@ def recommend(
     for cls in sorted({kernel_class(g, w) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
         steps[cls] = trace_step(source, traced_w, compute_capability=cls)
     trace_s = time.perf_counter() - t0
-    shardings: dict[tuple[int, int], _Sharding] = {}
+    shardings: dict[tuple[int, int], _Sharded] = {}
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
@@ -271,9 +259,7 @@ def recommend(
         cls = kernel_class(gpu, w)
         step = steps[cls]
         if cls not in shardings:
-            shardings[cls] = _Sharding(
-                step, functools.partial(trace_step, source, traced_w.with_(optimizer="none"), compute_capability=cls)
-            )
+            shardings[cls] = _Sharded(source, step, traced_w, cls)
         timer = _Timer(w, traced_w, gen, task, seq)
         cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer, shardings[cls])
         if cand.fits and budget_usd is not None:
@@ -303,8 +289,8 @@ def recommend(
         )
     )
     any_step = next(iter(steps.values()), None)
-    fixed = _sharded_bytes(any_step) if any_step else 0
-    batch_bytes = (_tensor_need(any_step) - fixed) if any_step else 0
+    fixed = _model_state_bytes(any_step) if any_step else 0
+    batch_bytes = ((any_step.min_reserved_bytes or any_step.reserved_peak_bytes) - fixed) if any_step else 0
     largest = needed = None
     # the largest GPU that could have run it: right dtype, and a peer link when sharding was allowed
     usable_out = [c for c in outs if c.per_gpu_bytes > 0]
@@ -316,9 +302,9 @@ def recommend(
     notes = [
         "one trace per attention-kernel class (sm_80+ / older); memory per GPU = traced peak + that GPU's "
         "CUDA context and cuBLAS workspaces",
-        "N > 1: data parallel, ZeRO-3/FSDP sharding of parameters, gradients and optimizer state; "
-        "each GPU runs the given batch; communication overlapped with compute; "
-        ">8 GPUs: 50 GB/s network per GPU",
+        "N > 1: data parallel with DeepSpeed ZeRO-3, each GPU running the given batch: per-GPU memory and "
+        "step time from the planner's evaluator (as `gpuplan plan --zero 3 --tp 1 --pp 1`), 8 GPUs per node, "
+        "the network between nodes by GPU generation (see `gpuplan plan` assumptions)",
         *(
             [
                 f"generate: traced with {DECODE_STEPS_TRACED} decode steps; the KV cache of the other new "
@@ -408,44 +394,43 @@ def _best_count(
     max_gpus: int,
     price_per_hour: float | None,
     timer: _Timer,
-    sharding: _Sharding,
+    sharded: _Sharded,
 ) -> Candidate:
-    single, fixed = _required_bytes(step, gpu, w)
+    single, fixed = _single_gpu(step, gpu, w)
     extra = timer.extra_bytes(step)
     single += extra
     usable = gpu.usable_memory_bytes
     need = single
+    why_single = None if gpu.intra_node_gb_per_s_per_direction else "no peer-to-peer link"
+    why_single = why_single or sharded.why_not()
     for n in counts_up_to(max_gpus):
+        sharded_s: float | None = None
         if n == 1:
             need = single
         else:
-            if gpu.intra_node_gb_per_s_per_direction is None:
-                break  # no peer-to-peer link (Apple SoCs): single device only
-            need = sharding.per_gpu_tensor_bytes(n) + fixed + extra + _gathered_block_bytes(step)
+            if why_single is not None:
+                break  # single device only (Apple SoCs; models the sharding model does not cover)
+            need, sharded_s = sharded.evaluate(gpu, n, w, fixed)
+            need += extra
         if need <= usable:
             try:
                 one_s, one = timer(step, gpu)
             except NoRateError as exc:
                 return Candidate(gpu, n, False, str(exc).replace(f"{gpu.id} has", "has"), per_gpu_bytes=need)
-            comm = 0.0
-            if n > 1:
-                param_bytes = step.param_bytes
-                volume = 3 * (n - 1) / n * param_bytes
-                link = _link_bytes_per_s(gpu, n)
-                comm = volume / link if link else float("inf")
-            t = max(one_s, comm)
-            tp: Throughput = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
+            t = max(one_s, sharded_s) if sharded_s is not None else one_s
+            tp = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
             cost_h = price_per_hour * n if price_per_hour is not None else None
             per_m = cost_h / (tp["value"] * 3600) * 1e6 if cost_h is not None and tp["value"] > 0 else None
             layout = "single GPU" if n == 1 else f"ZeRO-3 × {n}"
             purchase = gpu.launch_price_usd * n if gpu.launch_price_usd else None
             reason = f"needs {format_bytes(need)} per GPU, has {format_bytes(usable)}"
             return Candidate(gpu, n, True, reason, layout, need, t, tp, cost_h, per_m, purchase)
-    where = f" even sharded over {max_gpus}" if max_gpus > 1 and gpu.intra_node_gb_per_s_per_direction else ""
+    where = f" even sharded over {max_gpus}" if max_gpus > 1 and why_single is None else ""
     return Candidate(
         gpu,
         max_gpus if where else 1,
         False,
-        f"needs {format_bytes(need)}{where}, has {format_bytes(usable)}",
+        f"needs {format_bytes(need)}{where}, has {format_bytes(usable)}"
+        + (f" ({why_single})" if max_gpus > 1 and why_single else ""),
         per_gpu_bytes=need,
     )

@@ -5,13 +5,8 @@ nodes is per GPU (one NIC per GPU, as in DGX/HGX systems): 200 Gb/s HDR InfiniBa
 DGX A100 (8× ConnectX-6 200 Gb/s), 400 Gb/s NDR for Hopper/Blackwell DGX H100/B200 (8× ConnectX-7
 400 Gb/s); other GPUs get 100 Gb/s Ethernet/RoCE unless ``--inter-node-gbps`` says otherwise.
 
-Bus-bandwidth efficiency (NCCL busbw ÷ link rate) is an assumption, stated with every result:
-0.80 inside a node and 0.85 across nodes. What it rests on (nccl-tests all_reduce_perf, large
-messages): 8×A100-SXM4 over NVSwitch reach busbw 200–208 GB/s of 300 GB/s per direction
-(NVIDIA/nccl-tests issues #149, #178: 0.67–0.69), a cluster vendor's reference table gives
-230–250 GB/s for 8×A100 and 460–480 GB/s for 8×H100 SXM (NVLink SHARP; docs.alayanew.com
-"NCCL-tests in practice", 2026); 3 nodes of 8×A100 with 4 HDR NICs reach 85–96 GB/s of the
-100 GB/s the NICs allow (NVIDIA/nccl-tests #119: 0.85–0.96). Not fitted here.
+Bus-bandwidth efficiency and latencies are the communication model's
+(:mod:`gpuplan.perf.collectives`, where their sources are cited).
 """
 
 from __future__ import annotations
@@ -21,14 +16,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError, LayoutError
+from gpuplan.perf.collectives import INTER_EFFICIENCY, INTER_LATENCY_S, INTRA_EFFICIENCY, INTRA_LATENCY_S
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
 
-INTRA_EFFICIENCY = 0.80
-INTER_EFFICIENCY = 0.85
-INTRA_LATENCY_S = 5e-6
-INTER_LATENCY_S = 10e-6
+__all__ = [
+    "INTER_EFFICIENCY",
+    "INTER_LATENCY_S",
+    "INTRA_EFFICIENCY",
+    "INTRA_LATENCY_S",
+    "Topology",
+    "make_topology",
+]
+
 _NIC_GBPS_BY_ARCH = {"Ampere": 200.0, "Hopper": 400.0, "Blackwell": 400.0}
 DEFAULT_NIC_GBPS = 100.0
 

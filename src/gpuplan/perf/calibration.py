@@ -14,7 +14,8 @@ package does not depend on that file, and ``calibrate_fit`` checks them against 
   micro-batch 4, tensor parallel 8 on one DGX A100 node (no data or pipeline parallelism). The
   single-GPU terms apply per rank: every matmul, the attention and (with sequence parallelism) every
   other op of a layer are split 8 ways; without SP the layer norms, dropouts and residual adds are
-  replicated. Launch overheads are not divided. The TP all-reduces are added with a ring model.
+  replicated. Launch overheads are not divided. The TP all-reduces are added with the planner's
+  communication model (perf/collectives.py: NVLink at its bus efficiency, ring/tree latency).
   Attention is costed as flash (fused; Megatron 2022 used its fused softmax kernels) and the
   optimizer as one fused Adam (apex FusedAdam in Megatron).
 * ``meg-t1-*`` (Narayanan 2021) are not modelled: pipeline/data parallel runs whose micro-batch is
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.perf.collectives import all_reduce_s, intra_node_group
 from gpuplan.perf.efficiency import Efficiency
 from gpuplan.perf.roofline import launches_kernel, op_time
 from gpuplan.perf.step_time import model_flops
@@ -34,10 +36,6 @@ if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
-
-# Prior for tensor-parallel collectives: NCCL all_reduce bus bandwidth on a DGX A100 (NVSwitch)
-# reaches ~230 GB/s of the 300 GB/s per direction per GPU (nccl-tests results NVIDIA publishes).
-NCCL_BUS_EFFICIENCY = 0.78
 
 BERT_LARGE_SEQ_CLS_CONFIG: dict[str, Any] = {
     # bert-large-uncased config.json (huggingface.co/bert-large-uncased), seq-cls head with 2 labels
@@ -212,9 +210,9 @@ def model_source(name: str) -> Any:
 
 
 def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
-    from gpuplan.estimate import make_workload
     from gpuplan.hardware import get_gpu
     from gpuplan.trace.step import trace_step
+    from gpuplan.workload import make_workload
 
     gpu = get_gpu(case.gpu)
     workload = make_workload(**case.workload)
@@ -252,8 +250,7 @@ def tensor_parallel_time(
     allreduces = layers * (6 if workload.checkpointing == "full" else 4)
     message = workload.batch_size * (workload.seq_len or 0) * int(GPT_22B_CONFIG["n_embd"]) * 2  # fp16 b·s·h
     link_gb_per_s = gpu.nvlink_gb_per_s_per_direction or gpu.pcie_gb_per_s_per_direction or 0
-    bus = link_gb_per_s * 1e9 * NCCL_BUS_EFFICIENCY
-    comm_s = allreduces * 2 * (tp - 1) / tp * message / bus if bus else 0.0
+    comm_s = allreduces * all_reduce_s(intra_node_group(tp, link_gb_per_s), message) if link_gb_per_s else 0.0
     return busy_s + overhead_s + comm_s
 
 
