@@ -418,7 +418,7 @@ def _best_count(
             except NoRateError as exc:
                 return Candidate(gpu, n, False, str(exc).replace(f"{gpu.id} has", "has"), per_gpu_bytes=need)
             t = max(one_s, sharded_s) if sharded_s is not None else one_s
-            tp = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
+            tp: Throughput = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
             cost_h = price_per_hour * n if price_per_hour is not None else None
             per_m = cost_h / (tp["value"] * 3600) * 1e6 if cost_h is not None and tp["value"] > 0 else None
             layout = "single GPU" if n == 1 else f"ZeRO-3 × {n}"
