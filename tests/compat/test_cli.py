@@ -144,3 +144,67 @@ def test_explain_oom_answers_with_numbers(capsys: pytest.CaptureFixture[str]) ->
     assert "tried to allocate        22.78 GiB" in out
     assert "at least 716.80 MiB more would have had to be free" in out  # 22.78 - 12.73 - 9.35 GiB
     assert "gpuplan fit" in out
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"\xff\xfe\x00platform: {}\n", "is not UTF-8 text (byte 0xff at offset 0)"),
+        (b"[" * 100_000, "is not valid YAML"),
+        (b"a: " + b"[" * 70 + b"]" * 70 + b"\n", "nests deeper than 64 levels"),
+        (b"&a [*a]", "must be a YAML mapping, got list"),
+    ],
+)
+def test_doctor_hostile_facts_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 data: bytes, needle: str) -> None:
+    """Issue 9 item 20: binary and deeply nested --facts files were internal errors on old main."""
+    path = tmp_path / "facts.yaml"
+    path.write_bytes(data)
+    code, out, err = _run(capsys, "doctor", "--facts", str(path))
+    assert code == 2 and out == ""
+    assert needle in err and err.count("\n") == 1 and "internal error" not in err
+
+
+def _garble(value: object, rng: object) -> object:
+    import random
+
+    assert isinstance(rng, random.Random)
+    choices: list[object] = [None, 7, -1, 3.5, True, [1, [2]], {"k": {"j": 1}}, "", "x" * 5000, "\x00\xff",
+                             "9" * 400, "nan", "-1.-1", {1: 2}]
+    return rng.choice(choices) if rng.random() < 0.5 else value
+
+
+def _mutate(node: object, rng: object) -> object:
+    if isinstance(node, dict):
+        return {k: _mutate(_garble(v, rng), rng) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_mutate(_garble(v, rng), rng) for v in node]
+    return node
+
+
+@pytest.mark.slow
+def test_doctor_survives_garbled_recorded_environments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A seeded fuzz over the recorded-environment corpus: every value replaced at random by a wrong type,
+    a huge or binary string, or a nested structure. 3 mutants of each fixture, both output formats: no
+    internal error, exit 0/1 (findings) or 2 (bad input), --json stdout is one JSON object or empty."""
+    import random
+
+    import yaml
+
+    rng = random.Random(9)
+    runs = 0
+    for fixture in sorted(FIXTURES.glob("*.yaml")):
+        base = yaml.safe_load(fixture.read_text(encoding="utf-8"))
+        for i in range(3):
+            path = tmp_path / f"{fixture.stem}-{i}.yaml"
+            path.write_text(yaml.safe_dump(_mutate(base, rng)), encoding="utf-8")
+            for fmt in ([], ["--json"]):
+                code, out, err = _run(capsys, "doctor", "--facts", str(path), *fmt)
+                runs += 1
+                assert "internal error" not in err and "Traceback" not in err, (path.name, err)
+                assert code in (0, 1, 2), (path.name, code, err)
+                if fmt and code != 2:
+                    json.loads(out)
+                if code == 2:
+                    assert out == "" and err.count("\n") == 1
+    assert runs >= 150
