@@ -13,7 +13,6 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
