@@ -79,7 +79,7 @@ class Simulation:
         cc = (self.gpu.compute_capability if self.gpu is not None and self.gpu.compute_capability
               else DEFAULT_COMPUTE_CAPABILITY)
         self._recorder = Recorder()
-        self._recorder.phase = "forward"
+        self._recorder.enter("forward")
         self._recorder.module_scope = ModuleScope()
         self._attention = CudaAttention(AttentionPolicy("auto", cc))
         stack = contextlib.ExitStack()
@@ -131,23 +131,23 @@ class Simulation:
                 for p in group["params"]:
                     if p.grad is not None:
                         rec.register(p.grad, category="gradients")
-            rec.phase = "optimizer"
+            rec.enter("optimizer")
 
         def after_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             for state in opt.state.values():
                 for v in state.values():
                     if isinstance(v, torch.Tensor) and rec.storage_id(v) is not None:
                         rec.register(v, category="optimizer_state")
-            rec.phase = "forward"
+            rec.enter("forward")
 
         original_backward = torch.Tensor.backward
 
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-            rec.phase = "backward"
+            rec.enter("backward")
             try:
                 original_backward(tensor, *args, **kwargs)  # type: ignore[no-untyped-call]
             finally:
-                rec.phase = "forward"
+                rec.enter("forward")
 
         stack.enter_context(torch.nn.modules.module.register_module_forward_pre_hook(on_module))
         stack.enter_context(register_optimizer_step_pre_hook(before_step))

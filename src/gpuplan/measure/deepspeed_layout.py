@@ -46,16 +46,16 @@ class DeepSpeedStep(StepProgram):
         engine = self.model
         rec = recorder if recorder is not None else Recorder(record_ops=False)
         for _ in range(self.w.grad_accum):
-            rec.phase = "forward"
+            rec.enter("forward")
             with self.semantics.forward():
                 out = self._forward(rec, **({"use_cache": False} if self.is_hf_lm else {}))
-                rec.phase = "loss"
+                rec.enter("loss")
                 loss = self.source.loss(self.model, out, self.inputs, self.w)
             del out
-            rec.phase = "backward"
+            rec.enter("backward")
             engine.backward(loss)  # type: ignore[operator]
             del loss
-        rec.phase = "optimizer"
+        rec.enter("optimizer")
         engine.step()  # type: ignore[operator]
 
 

@@ -475,12 +475,12 @@ class StepProgram:
         record = recorder is not None
         rec = _phase_sink(recorder)
         for _ in range(self.w.grad_accum):
-            rec.phase = "forward"
+            rec.enter("forward")
             with self.semantics.forward():
                 # Training keeps no KV cache (transformers turns it off under checkpointing; a cache
                 # built in a checkpointed forward would pin the K/V the checkpoint meant to drop).
                 out = self._forward(rec, **({"use_cache": False} if self.is_hf_lm else {}))
-                rec.phase = "loss"
+                rec.enter("loss")
                 loss = self.source.loss(self.model, out, self.inputs, self.w)
             live_with_output = rec.live_bytes
             del out  # a trainer-style loop: what only the output held is freed before backward
@@ -489,7 +489,7 @@ class StepProgram:
                 loss = loss / self.w.grad_accum
             if self.w.precision == "amp-fp16":
                 loss = loss * _GRAD_SCALE
-            rec.phase = "backward"
+            rec.enter("backward")
             loss.backward()
             del loss
             # Checkpointing's recompute leaves reference cycles whose tensors only the cyclic GC
@@ -502,22 +502,22 @@ class StepProgram:
                         sid = rec.register(p.grad, category="gradients")
                         rec.set_storage_block(sid, rec.block_of(name))
         if self.optimizer is not None:
-            rec.phase = "optimizer"
+            rec.enter("optimizer")
             self.optimizer.step()
             if record:
                 for t in state_tensors(self.optimizer):
                     if rec.storage_id(t) is not None:
                         rec.register(t, category="optimizer_state")
-            rec.phase = "zero_grad"
+            rec.enter("zero_grad")
             self.optimizer.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
         else:
-            rec.phase = "zero_grad"
+            rec.enter("zero_grad")
             self.model.zero_grad(set_to_none=self.w.zero_grad == "set-to-none")
 
     def infer_step(self, recorder: Recorder | None = None) -> None:
         rec = _phase_sink(recorder)
         extra = {"use_cache": False} if self.is_hf_lm else {}
-        rec.phase = "forward"
+        rec.enter("forward")
         with torch.no_grad(), self.semantics.forward():
             out = self._forward(rec, **extra)
         del out
@@ -536,13 +536,13 @@ class StepProgram:
         cache = DynamicCache(config=self.model.config)  # type: ignore[arg-type]
         keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
         ids = self.inputs.kwargs["input_ids"]
-        rec.phase = "prefill"
+        rec.enter("prefill")
         with torch.no_grad(), self.semantics.forward():
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **keep)
             token = out.logits[:, -1:].argmax(-1)
             del out
             self._mark_cache(recorder, cache)
-            rec.phase = "decode"
+            rec.enter("decode")
             # Decode steps differ only by the cache length, so live bytes are affine in the step
             # index: a few steps are traced and the rest extrapolated (gpuplan.trace.decode).
             steps = self.w.new_tokens - 1

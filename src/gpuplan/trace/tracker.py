@@ -48,6 +48,8 @@ _NO_DATA_OPS = {"detach", "alias", "lift_fresh", "_to_copy_meta", "sym_size", "s
 
 
 _ACTIVATION_PHASES = frozenset({"forward", "loss", "prefill", "decode"})
+PHASES = frozenset({"setup", "backward", "optimizer", "zero_grad"} | _ACTIVATION_PHASES)
+"""The phases of a step (``Recorder.enter``)."""
 
 
 def _op_class(name: str) -> str:
@@ -180,7 +182,7 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 
 class Recorder:
-    """State of one traced run; ``phase`` and ``blocks`` are set by the runner."""
+    """State of one traced run; the step program moves it through the phases (``enter``)."""
 
     def __init__(self, *, block_containers: Iterable[str] = (), record_ops: bool = True) -> None:
         self.phase = "setup"
@@ -202,6 +204,13 @@ class Recorder:
         self.module_scope = ModuleScope()
         self.repeat = -1
         """Decode step being run (set by the runner in generate mode), else -1."""
+
+    def enter(self, phase: str) -> None:
+        """The step moves to ``phase``: storages created from now on are born in it (and are
+        activations or temporaries by it). The step program calls this; nothing sets ``phase``."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown step phase {phase!r}; allowed: {', '.join(sorted(PHASES))}")
+        self.phase = phase
 
     # -- storages ---------------------------------------------------------------------------
     @property
