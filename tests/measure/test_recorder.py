@@ -41,3 +41,21 @@ def test_patch_is_removed_afterwards() -> None:
     with following_resizes(ResizingRecorder()):
         assert torch.UntypedStorage.resize_ is not original
     assert torch.UntypedStorage.resize_ is original
+
+
+def test_the_recorder_owns_its_phases() -> None:
+    """Phases change through ``Recorder.enter``; storages are born in the phase entered (a forward's
+    are activations, an optimizer step's temporaries), and an unknown phase is refused."""
+    import pytest
+
+    rec = ResizingRecorder()
+    with LocalRecordingMode(rec):
+        rec.enter("forward")
+        a = torch.ones(10)
+        rec.enter("optimizer")
+        b = torch.ones(20)
+    assert [(s.phase, s.category) for s in rec.trace.storages.values()] == [("forward", "activations"),
+                                                                           ("optimizer", "temporaries")]
+    with pytest.raises(ValueError, match="unknown step phase 'fwd'; allowed: backward, decode"):
+        rec.enter("fwd")
+    del a, b
