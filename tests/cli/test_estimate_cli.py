@@ -79,3 +79,78 @@ def test_malformed_config_json(tmp_path: Path) -> None:
 def test_generate_needs_a_causal_lm() -> None:
     _one_line_error(gpuplan("estimate", "resnet18", "--mode", "generate"),
                     "--mode generate needs a causal language model")
+
+
+TINY_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_head": 2,
+             "n_embd": 64, "n_positions": 128, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0}
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("models") / "tiny-gpt2.json"
+    path.write_text(json.dumps(TINY_GPT2))
+    return str(path)
+
+
+def test_the_verdict_line_explains_itself(tiny_gpt2: str) -> None:
+    """Friction (issue #9): old main printed "total required", "usable" and "fits" together with the
+    reconciliation at the bottom. The verdict names what the step needs, of how much, and the cache."""
+    from dataclasses import replace
+
+    from gpuplan.estimate import estimate
+    from gpuplan.hardware import resolve_gpu
+    from gpuplan.report.text import verdict_line
+    from gpuplan.units import format_bytes
+
+    h100 = resolve_gpu("H100-SXM")
+    assert h100 is not None
+    probe = estimate(tiny_gpt2, mode="infer", batch_size=64, seq_len=128, gpu=h100)
+    assert probe.min_required_bytes < probe.total_required_bytes
+    between = replace(h100, cuda_total_memory_bytes=(probe.min_required_bytes + probe.total_required_bytes) // 2)
+    est = estimate(tiny_gpt2, mode="infer", batch_size=64, seq_len=128, gpu=between)
+    line = verdict_line(est)
+    assert line == (f"H100-SXM: fits: needs {format_bytes(est.min_required_bytes)} of "
+                    f"{format_bytes(between.usable_memory_bytes)} usable (the allocator would cache up to "
+                    f"{format_bytes(est.total_required_bytes)} on a larger GPU); "
+                    f"headroom {format_bytes(est.headroom_bytes or 0)}")
+    assert line in str(est)
+    short = replace(h100, cuda_total_memory_bytes=est.min_required_bytes - 2**20)
+    assert verdict_line(estimate(tiny_gpt2, mode="infer", batch_size=64, seq_len=128, gpu=short)).endswith(
+        "; short by 1.00 MiB")
+
+
+def test_small_models_get_tables_in_a_unit_where_no_row_reads_zero(tiny_gpt2: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Friction (issue #9): the activation table of a small model printed 0.00 GiB rows."""
+    from gpuplan.cli.main import main
+
+    assert main(["estimate", tiny_gpt2, "--batch-size", "2", "--seq-len", "16", "--gpu", "T4"]) == 0
+    text = capsys.readouterr().out
+    tables = [block for block in text.split("\n\n") if "-----" in block]
+    assert len(tables) == 2  # components, activation memory by module
+    units = []
+    for block in tables:
+        lines = block.splitlines()
+        rule = next(i for i, line in enumerate(lines) if line.startswith("-----"))
+        header, rows = lines[rule - 1], lines[rule + 1:]
+        units.append(header.split()[1])
+        assert units[-1] in ("GiB", "MiB", "KiB", "B"), header
+        for row in rows:
+            assert row.split()[-1 if "activation memory" in block else -2] != "0.00", row
+    assert units[1] != "GiB"  # a tiny model's activations are KiB/MiB
+
+
+def test_weight_quant_in_the_json(tiny_gpt2: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuplan.cli.main import main
+    from gpuplan.memory.weight_quant import quantized_weight_bytes
+
+    argv = ["estimate", tiny_gpt2, "--mode", "generate", "--batch-size", "1", "--seq-len", "8", "--new-tokens", "4",
+            "--precision", "fp16", "--weight-quant", "int4", "--gpu", "T4", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["components"]["parameters"] == data["weight_quant"]["weight_bytes"] == \
+        quantized_weight_bytes(data["params_count"], "int4")
+    assert sum(data["components"].values()) == data["total_required_bytes"]
+    assert main(["estimate", tiny_gpt2, "--weight-quant", "int8"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "applies to --mode infer or generate" in err

@@ -5,14 +5,13 @@ The library never reads the calibration file by itself."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from gpuplan.cli.main import main
-from dataclasses import replace
-
 from gpuplan.errors import ConfigError
 from gpuplan.estimate import estimate
 from gpuplan.hardware import resolve_gpu
