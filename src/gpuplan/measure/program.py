@@ -135,7 +135,7 @@ def build_program(source: ModelSource, workload: Workload, device: torch.device,
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = (make_optimizer(params) if make_optimizer is not None
                          else build_optimizer(workload.optimizer, workload.optimizer_impl, params, cuda=cuda))
-    step = (step_class or StepProgram)(source, workload, model, optimizer, inputs, semantics, wrapped=unwrapped)
+    step = (step_class or StepProgram)(source, workload, model, optimizer, inputs, semantics, unwrapped=unwrapped)
     return Program(model=model, optimizer=optimizer, inputs=inputs, step=step, device=device,
                    workload=workload, live_extra=live_extra)
 

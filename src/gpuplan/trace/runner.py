@@ -413,13 +413,13 @@ class StepProgram:
     :class:`DeviceSemantics` (so the two compare one program, not two).
 
     Each run takes the recorder that watches it (None: an unrecorded run, e.g. a timed step); the
-    program sets the recorder's phase as it goes. ``wrapped`` is the model a parallel layout
-    wrapped (DDP, a DeepSpeed engine keep it in ``.module``); what kind of model it is is read
-    from it, while ``model`` is what the step calls.
+    program moves it through the step's phases (``Recorder.enter``). ``model`` is what the step
+    calls; ``unwrapped`` is the model inside it when a parallel layout wrapped it (DDP, a DeepSpeed
+    engine): what kind of model it is (a transformers LM or not) is read from that one.
     """
 
     def __init__(self, source: ModelSource, workload: Workload, model: nn.Module, optimizer: Any, inputs: Inputs,
-                 semantics: Semantics, *, wrapped: nn.Module | None = None,
+                 semantics: Semantics, *, unwrapped: nn.Module | None = None,
                  decode_steps_limit: int | None = None) -> None:
         self.source = source
         self.w = workload
@@ -429,7 +429,7 @@ class StepProgram:
         self.semantics = semantics
         self.decode_steps_limit = decode_steps_limit
         """Decode steps to run at most (None: all ``new_tokens - 1``)."""
-        inner = wrapped if wrapped is not None else model
+        inner = unwrapped if unwrapped is not None else model
         self.is_hf_lm = hasattr(inner, "config") and hasattr(inner, "get_output_embeddings")
         self.decode_steps_traced = 0
 
