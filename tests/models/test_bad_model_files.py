@@ -204,3 +204,20 @@ def test_fuzzed_config_values_give_a_model_or_one_line_error(field: str, value: 
         _one_line(exc)
     else:
         assert all(isinstance(n, int) and n > 0 for n in counts.values())
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(header=st.one_of(st.binary(max_size=64), st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**66, 2**66), st.text(max_size=6)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=12).map(lambda v: json.dumps(v).encode())),
+    data=st.binary(max_size=48))
+def test_fuzzed_safetensors_headers_give_a_summary_or_one_line_error(tmp_path_factory: pytest.TempPathFactory,
+                                                                     header: bytes, data: bytes) -> None:
+    path = _safetensors(tmp_path_factory.mktemp("st") / "m.safetensors", header, data)
+    try:
+        summary = read_safetensors_headers(path)
+    except ModelSourceError as exc:
+        _one_line(exc)
+    else:
+        assert summary.params_count >= 0 and 0 <= summary.weight_bytes <= len(data)

@@ -14,6 +14,8 @@ from gpuplan.errors import ConfigError, ModelSourceError, TraceError
 from gpuplan.estimate import estimate
 from gpuplan.models.catalog import catalog_models
 from gpuplan.models.sources import HFConfigSource, resolve_model
+from gpuplan.trace.step import trace_step
+from gpuplan.workload import Workload
 from tests.fixtures.tiny_models import TINY_BERT, TINY_GPT2, TINY_LLAMA
 
 
@@ -36,6 +38,9 @@ def test_gpt2_longer_than_its_position_table_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"learned position table 'transformer.wpe' holds 1,024 "
                                           r"\(n_positions = 1,024\).*--seq-len 1,024 or less"):
         estimate("gpt2", mode="infer", batch_size=1, seq_len=4096)
+    with pytest.raises(ConfigError, match=r"prompt of the default 1,024 tokens \+ 128 new tokens needs 1,151 "
+                                          r"positions.*--seq-len 897 or less"):
+        estimate("gpt2", mode="generate", batch_size=1)
 
 
 def test_bert_longer_than_its_position_table_is_refused(tmp_path: Path) -> None:
@@ -66,6 +71,34 @@ def test_roberta_position_table_excludes_its_padding_rows(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_user_model_position_table_bounds_the_default_length(tmp_path: Path) -> None:
+    """A user's nanoGPT-style model (wte, wpe of 64 rows): gpuplan's own default length (512) would
+    index past the table; an explicit longer --seq-len is refused."""
+    path = tmp_path / "nano.py"
+    path.write_text(textwrap.dedent("""
+        from torch import nn
+
+        class Nano(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.wte = nn.Embedding(100, 16)
+                self.wpe = nn.Embedding(64, 16)
+                self.head = nn.Linear(16, 100)
+
+            def forward(self, ids):
+                return self.head(self.wte(ids) + self.wpe.weight[: ids.shape[1]])
+
+        def model():
+            return Nano()
+    """))
+    def peak_bytes(seq_len: int | None) -> int:
+        return trace_step(f"{path}:model", Workload(mode="infer", batch_size=1, seq_len=seq_len)).tensor_peak_bytes
+
+    assert peak_bytes(None) == peak_bytes(64) > peak_bytes(63)
+    with pytest.raises(ConfigError, match="'wpe' holds 64"):
+        estimate(f"{path}:model", mode="infer", batch_size=1, seq_len=65)
+
+
 def test_rope_model_beyond_its_trained_context_runs_and_says_so(tmp_path: Path) -> None:
     """Rule: rotary positions are computed, so a longer sequence runs (as it does on a GPU); the
     estimate says the model was trained for less."""

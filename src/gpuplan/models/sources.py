@@ -397,13 +397,14 @@ def learned_position_table(module: nn.Module) -> tuple[str, int] | None:
     """(module name, positions it holds) of the model's learned absolute-position table, if any.
 
     A table is an ``nn.Embedding`` named for positions (``wpe``, ``position_embeddings``,
-    ``embed_positions``); its usable rows exclude OPT/BART's ``offset`` and RoBERTa's padding rows.
+    ``embed_positions``, ``pos_emb``); its usable rows exclude OPT/BART's ``offset`` and RoBERTa's padding rows.
     """
     from torch import nn
 
     for qualified, child in module.named_modules():
         leaf = qualified.rsplit(".", 1)[-1].lower()
-        if not isinstance(child, nn.Embedding) or not (leaf == "wpe" or "position" in leaf):
+        named_for_positions = leaf == "wpe" or "position" in leaf or (leaf.startswith("pos") and "emb" in leaf)
+        if not isinstance(child, nn.Embedding) or not named_for_positions:
             continue
         rows = child.num_embeddings - int(getattr(child, "offset", 0) or 0)
         if child.padding_idx is not None and child.padding_idx >= 0:
@@ -424,8 +425,9 @@ def check_position_table(name: str, module: nn.Module, workload: Workload, seq_l
     module_name, rows = table
     said = f" ({stated[0]} = {stated[1]:,})" if stated else ""
     longest = rows - (needed - seq_len)
-    what = (f"a prompt of {seq_len:,} tokens + {workload.new_tokens:,} new tokens needs {needed:,} positions"
-            if workload.mode == "generate" else f"sequence length {seq_len:,} needs {needed:,} positions")
+    length = f"the default {seq_len:,}" if workload.seq_len is None else f"{seq_len:,}"
+    what = (f"a prompt of {length} tokens + {workload.new_tokens:,} new tokens needs {needed:,} positions"
+            if workload.mode == "generate" else f"sequence length {length} needs {needed:,} positions")
     fix = f"use --seq-len {longest:,} or less" if longest >= 1 else "use fewer --new-tokens"
     raise ConfigError(f"{name}: {what}, but its learned position table {module_name!r} holds {rows:,}{said}; "
                       f"the model cannot run longer sequences — {fix}")
@@ -615,6 +617,10 @@ def _labels_for(x: Any) -> Any:
     return None
 
 
+DEFAULT_FACTORY_SEQ_LEN = 512
+"""Tokens per sample for a user's model with a leading embedding when no --seq-len is given."""
+
+
 def infer_inputs(module: nn.Module, workload: Workload, name: str) -> Inputs:
     """Token ids for a leading embedding, images for a leading convolution, vectors for a linear."""
     import torch
@@ -624,7 +630,10 @@ def infer_inputs(module: nn.Module, workload: Workload, name: str) -> Inputs:
     first = next((m for m in module.modules() if isinstance(m, (nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d,
                                                                   nn.Linear))), None)
     if isinstance(first, nn.Embedding):
-        s = workload.seq_len or 512
+        table = learned_position_table(module)
+        # a length gpuplan picks itself never exceeds the model's position table
+        s = workload.seq_len or min(DEFAULT_FACTORY_SEQ_LEN, table[1] if table else DEFAULT_FACTORY_SEQ_LEN)
+        check_position_table(name, module, workload, s)
         ids = torch.randint(0, first.num_embeddings, (b, s))
         return Inputs(args=(ids,), labels=ids)
     if isinstance(first, nn.Conv2d):
