@@ -108,7 +108,9 @@ class Estimate:
 
     @property
     def tensor_peak_bytes(self) -> int:
-        return self.step.tensor_peak_bytes
+        """Live tensor bytes at the peak, before any GPU term (with quantized weights, as stored)."""
+        saved = self.quantized_weights.memory_saved_bytes if self.quantized_weights is not None else 0
+        return self.step.tensor_peak_bytes - saved
 
     @property
     def step_time_s(self) -> float | None:

@@ -3,8 +3,10 @@ with the one layout (gpuplan.memory.weight_quant) that the decode time reads too
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +57,8 @@ def test_quantized_weights_count_in_the_peak_and_the_fit(tiny_gpt2: str, scheme:
     saved = base.components["parameters"] - weights
     assert base.components["parameters"] == base.step.param_bytes  # bf16 weights as traced
     assert quant.components["parameters"] == weights
-    for name in ("peak_allocated_bytes", "peak_reserved_bytes", "total_required_bytes", "min_required_bytes"):
+    for name in ("tensor_peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "total_required_bytes",
+                 "min_required_bytes"):
         assert getattr(base, name) - getattr(quant, name) == saved, name
     assert {k: v for k, v in quant.components.items() if k != "parameters"} == \
         {k: v for k, v in base.components.items() if k != "parameters"}
@@ -80,3 +83,32 @@ def test_weight_quant_is_for_inference_only(tiny_gpt2: str) -> None:
 def test_unknown_scheme_is_one_line(tiny_gpt2: str) -> None:
     with pytest.raises(ConfigError, match="unknown weight quantization 'int3'"):
         estimate(tiny_gpt2, mode="infer", weight_quant="int3")  # type: ignore[arg-type]
+
+
+REFERENCE_CSV = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "calibration.csv"
+# bigcode/octocoder (StarCoder architecture), from the row's notes: 40 layers, 48 heads, n_embd 6144, MQA
+OCTOCODER = {"model_type": "gpt_bigcode", "architectures": ["GPTBigCodeForCausalLM"], "n_layer": 40, "n_head": 48,
+             "n_embd": 6144, "n_inner": 24576, "n_positions": 8192, "vocab_size": 49152, "multi_query": True,
+             "activation_function": "gelu_pytorch_tanh", "bos_token_id": 0, "eos_token_id": 0}
+
+
+@pytest.mark.slow
+def test_int8_generate_peak_against_the_published_octocoder_figure(tmp_path: Path) -> None:
+    """shared/reference/calibration.csv row hfllm-octo-int8 (HF 'Optimizing LLMs for Speed and Memory',
+    transformers docs @008f5c8c): torch.cuda.max_memory_allocated() = 15.22 GiB for octocoder loaded in
+    8 bits, generating 60 tokens after a short prompt on an A100 40GB. Old main said 29.0 GiB (+91%).
+    Tolerance 10%: bitsandbytes keeps the embeddings in fp16 and stores one fp32 scale per row (our
+    layout: every weight 8-bit + an fp16 scale per 128), and LLM.int8's outlier decomposition adds
+    temporaries we do not model."""
+    if not REFERENCE_CSV.exists():
+        pytest.skip(f"reference data not present ({REFERENCE_CSV.name} in ../shared/reference)")
+    with REFERENCE_CSV.open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["id"] == "hfllm-octo-int8")
+    assert row["quantity"] == "peak_allocated" and row["unit"] == "GiB"
+    published = float(row["value"]) * 2**30
+    (tmp_path / "config.json").write_text(json.dumps(OCTOCODER))
+    est = estimate(str(tmp_path), mode="generate", batch_size=1, seq_len=20, new_tokens=60, precision="fp16",
+                   gpu="A100-40GB-SXM", weight_quant="int8")
+    assert est.params_count == pytest.approx(float(row["params"]), rel=0.01)
+    assert est.peak_allocated_bytes == pytest.approx(published, rel=0.10)
+    assert est.fits is True
