@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY
+from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -71,8 +72,8 @@ def memory_on_gpu(step: TracedStep, gpu: GPU | None, *, trains: bool, module_loa
     min_required = min(step.min_reserved_bytes - saved + over.workspace_bytes + over.cuda_context_bytes, total)
     notes = [*over.notes, *step.notes]
     if quantized is not None:
-        notes.append(f"weight-only {describe_layout(weight_quant)}: weights {quantized.weight_bytes / 2**30:.2f} GiB "
-                     f"instead of {quantized.traced_weight_bytes / 2**30:.2f} GiB as traced, counted in every figure; "
+        notes.append(f"weight-only {describe_layout(weight_quant)}: weights {format_bytes(quantized.weight_bytes)} "
+                     f"instead of {format_bytes(quantized.traced_weight_bytes)} as traced, counted in every figure; "
                      "every parameter quantized (embeddings too), fused kernels read the packed weights")
     if step.attention_backends:
         notes.append("attention kernels: " + ", ".join(f"{k} ×{v}" for k, v in step.attention_backends.items()))
