@@ -50,8 +50,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # (a) cycles, as the sorted modules of each strongly connected component
 ALLOWED_CYCLES: frozenset[tuple[str, ...]] = frozenset({
-    # archs reads its tables through dataload, dataload imports archs' parser back
-    ("gpuplan.compat.archs", "gpuplan.compat.dataload"),
 })
 
 # (b) (importer, imported) module pairs that run up a layer
