@@ -9,7 +9,7 @@ import pytest
 
 import gpuplan.hardware
 from gpuplan.cli.main import main
-from tests.advise.conftest import shrunk
+from tests.advise.conftest import AffineStep, shrunk
 
 CNN = "tests/fixtures/tiny_models.py:small_cnn"
 
@@ -86,9 +86,15 @@ def test_fit_nothing_fits_exit_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest
         ]
     )
     assert code == 1
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # stdout: the one JSON object; the reason: one line on stderr
     assert data["max_batch_size"] == 0 and data["target_fits"] is False
     assert data["largest_gpu"] and data["needed_bytes"] > tiny.usable_memory_bytes
+    err = captured.err.strip()
+    assert (
+        "\n" not in err and "does not fit" in err and data["largest_gpu"] in err and err.endswith("multi-GPU layouts")
+    )
+    assert data["reason"] and data["reason"] in err
 
 
 def test_fit_json_contract(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,3 +106,85 @@ def test_fit_json_contract(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
         assert key in data
     assert data["max_batch"]["fits"] and not data["max_batch_plus_one"]["fits"]
     assert data["max_batch_plus_one"]["batch_size"] == data["max_batch_size"] + 1
+
+
+# ---- fit: every flag value end to end on a tiny model (issue 9) --------------------------------------
+
+MLP = "tests/fixtures/tiny_models.py:mlp"
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_config(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from tests.fixtures.tiny_models import TINY_GPT2
+
+    path = tmp_path_factory.mktemp("tiny-gpt2") / "config.json"
+    path.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], **TINY_GPT2}))
+    return str(path)
+
+
+def _fit_cases() -> list[tuple[str, list[str]]]:
+    """(model, flags) covering every value of every flag ``gpuplan fit`` takes."""
+    from gpuplan.workload import ATTENTIONS, CHECKPOINTING, LOSSES, OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS, ZERO_GRADS
+
+    cases: list[tuple[str, list[str]]] = [
+        (MLP, ["--mode", "train"]),
+        (MLP, ["--mode", "infer"]),
+        ("GPT2", ["--mode", "generate", "--new-tokens", "4", "--seq-len", "32"]),
+        (MLP, ["--batch-size", "4"]),
+        (MLP, ["--grad-accum", "4"]),
+        (CNN, ["--image-size", "32"]),
+        (MLP, ["--target-batch-size", "64"]),
+        (MLP, ["--target-batch-size", "64", "--exact-batch"]),
+    ]
+    cases += [(MLP, ["--precision", p]) for p in PRECISIONS]
+    cases += [(MLP, ["--optimizer", o]) for o in OPTIMIZERS]
+    cases += [("GPT2", ["--checkpointing", c, "--seq-len", "32"]) for c in CHECKPOINTING]
+    # flash attention runs in half precision only (as on CUDA)
+    cases += [("GPT2", ["--attention", a, "--seq-len", "32", "--precision", "amp-bf16"]) for a in ATTENTIONS]
+    cases += [(MLP, ["--optimizer-impl", i]) for i in OPTIMIZER_IMPLS]
+    cases += [(MLP, ["--zero-grad", z]) for z in ZERO_GRADS]
+    cases += [(MLP, ["--loss", loss]) for loss in LOSSES]
+    return cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", ["--json", "text"])
+@pytest.mark.parametrize(("model", "flags"), _fit_cases(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_fit_every_flag_value_end_to_end(
+    model: str, flags: list[str], output: str, tiny_gpt2_config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if output == "text" and flags[:2] != ["--mode", "train"]:
+        pytest.skip("the text renderer is exercised once; every flag value runs with --json")
+    argv = ["fit", tiny_gpt2_config if model == "GPT2" else model, "--gpu", "L4", *flags]
+    code = main([*argv, "--json"] if output == "--json" else argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    if output == "text":
+        assert "largest batch that fits" in captured.out
+        return
+    data = json.loads(captured.out)  # exactly one JSON object on stdout
+    assert data["max_batch_size"] >= 1 and data["max_batch"]["fits"]
+    if "--target-batch-size" in flags:
+        assert data["target_fits"] and data["effective_batch_size"] >= 64
+        assert data["exact_batch"] == ("--exact-batch" in flags)
+
+
+def test_exact_batch_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", MLP, "--gpu", "L4", "--exact-batch"]) == 2
+    err = _one_line_error(capsys)
+    assert "--exact-batch" in err and "--target-batch-size" in err
+
+
+def test_fit_accumulation_through_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--target-batch-size`` far past the largest micro-batch: accumulation, in one JSON object."""
+    import gpuplan.estimate
+
+    stub = AffineStep(gpuplan.hardware.get_gpu("L4"))
+    monkeypatch.setattr(gpuplan.estimate, "estimate", stub)
+    base = ["fit", MLP, "--gpu", "L4", "--precision", "amp-bf16", "--optimizer", "sgd", "--checkpointing", "full"]
+    assert main([*base, "--target-batch-size", "100000", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    last = data["techniques"][-1]
+    assert last["technique"] == "grad-accumulation" and last["fits"]
+    assert last["batch_size"] <= stub.b2 and data["effective_batch_size"] >= 100000
+    assert data["traces"] <= 40
