@@ -63,3 +63,24 @@ def test_sgd_and_8bit_adam_model_states() -> None:
     bnb = trace_step(source, Workload(mode="train", batch_size=1, seq_len=16, optimizer="adamw-8bit"))
     assert 8 * bnb.params_count + 2 * bnb.params_count <= bnb.model_state_bytes < 8.2 * bnb.params_count + \
         2.1 * bnb.params_count + 8 * 4096 * 4 * 2 * 20  # small tensors (< 4096 elements) keep 32-bit state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "published_macs", "source"), [
+    ("efficientnet_b0", 0.39e9, "Tan & Le 2019 (EfficientNet), Table 2: 0.39B FLOPs (multiply-adds)"),
+    ("convnext_tiny", 4.5e9, "Liu et al. 2022 (ConvNeXt), Table 1: ConvNeXt-T 4.5G FLOPs (multiply-adds)"),
+])
+def test_depthwise_convnet_flops_match_published(model: str, published_macs: float, source: str) -> None:
+    """Depthwise convolutions (issue 9, item 6): the weight gradient was counted as if groups were 1,
+    3–14× too many training FLOPs. Forward multiply-adds per 224² image within 5% of the paper (which
+    rounds to two digits and leaves out normalisation and activations); backward = 2× forward for
+    every convolution that computes both gradients."""
+    batch = 2
+    step = trace_step(model, Workload(mode="train", batch_size=batch, image_size=224, optimizer="sgd"))
+    forward = sum(op.flops * op.count for op in step.ops if op.phase == "forward" and op.op_class in ("conv", "matmul"))
+    macs_per_image = forward / 2 / batch
+    assert abs(macs_per_image / published_macs - 1) <= 0.05, f"{source}: {macs_per_image:.3e}"
+    backward = sum(op.flops * op.count for op in step.ops if op.phase == "backward" and op.op_class == "conv")
+    conv_forward = sum(op.flops * op.count for op in step.ops if op.phase == "forward" and op.op_class == "conv")
+    assert backward < 2 * conv_forward  # the stem convolution computes no input gradient
+    assert backward > 1.9 * conv_forward

@@ -269,3 +269,16 @@ def _peak_holding_output(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, 
         loss.backward()
     rec.close()
     return rec.trace.peak_bytes
+
+
+@pytest.mark.slow
+def test_adafactor_scales_like_the_model_traced_whole() -> None:
+    """Adafactor's per-parameter temporaries belong to their parameter's block, so 3 and 2 traced
+    blocks scale to the full depth instead of falling back to tracing every block."""
+    source = HFConfigSource("tiny-llama", TINY_LLAMA)
+    workload = Workload(mode="train", batch_size=2, seq_len=32, optimizer="adafactor")
+    scaled = trace_step(source, workload)
+    whole = trace_step(source, workload, scale=False)
+    assert scaled.block_counts == {"num_hidden_layers": TINY_LLAMA["num_hidden_layers"]}
+    assert (scaled.tensor_peak_bytes, scaled.optimizer_state_bytes, scaled.flops) == (
+        whole.tensor_peak_bytes, whole.optimizer_state_bytes, whole.flops)

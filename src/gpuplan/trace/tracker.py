@@ -312,8 +312,12 @@ class Recorder:
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 st = t.untyped_storage()
                 if self._ids.get(st) is None:
-                    self._new_storage(st)
+                    sid = self._new_storage(st)
                     peak = max(peak, self._live_bytes)
+                    if in_block is not None and self.phase in ("optimizer", "zero_grad"):
+                        # a per-parameter temporary (Adafactor's update, whose norm is taken
+                        # parameter by parameter) belongs to its parameter's block
+                        self._storage_block[sid] = in_block
         new_events = len(self.trace.events) > events_before or live_before != self._live_bytes
         if self.record_ops and not func.is_view:
             self._record_op(func, name, args, kwargs, out, in_block)
