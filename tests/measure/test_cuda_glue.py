@@ -104,3 +104,27 @@ def test_fit_check_on_a_gpu() -> None:
     est.fits = False
     with pytest.raises(WouldNotFitError, match="does not fit H100-SXM"):
         check_fits(est, None, env, free_bytes=None)
+
+
+@pytest.mark.slow
+def test_rank_fit_check_adds_the_gpu_terms_where_the_estimate_does(tiny_gpt2: str) -> None:
+    """A multi-process run on GPUs is refused when one rank cannot fit, decided by the estimate's own
+    rule (memory_on_gpu: context, workspaces, the allocator's least-needed capacity), not by a
+    copy that added context and workspaces to the bare tensor peak (the allocator's slack missed)."""
+    from gpuplan.estimate import estimate
+    from gpuplan.measure.launch import _check_rank_fit, rank_memory_on_gpu
+    from gpuplan.measure.local import WouldNotFitError
+    from gpuplan.measure.per_rank import RankEstimate
+    from gpuplan.units import format_bytes
+
+    est = estimate(tiny_gpt2, workload=Workload(mode="train", batch_size=2, seq_len=32), gpu="T4")
+    assert est.gpu is not None
+    # a rank holding exactly the single process's tensors needs what the estimate says
+    same = rank_memory_on_gpu(est, est.tensor_peak_bytes)
+    assert (same.min_required_bytes, same.total_required_bytes, same.fits) == (
+        est.min_required_bytes, est.total_required_bytes, est.fits)
+    # the largest rank that fits, and one byte more
+    largest = est.gpu.usable_memory_bytes - est.min_required_bytes + est.tensor_peak_bytes
+    _check_rank_fit(est, RankEstimate(layout="ddp", nproc=2, tensor_peak_bytes=(largest, largest)), 2, None)
+    with pytest.raises(WouldNotFitError, match=f"one rank needs about {format_bytes(est.gpu.usable_memory_bytes + 1)}"):
+        _check_rank_fit(est, RankEstimate(layout="ddp", nproc=2, tensor_peak_bytes=(largest + 1, 1)), 2, None)

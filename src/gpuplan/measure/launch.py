@@ -27,6 +27,8 @@ from gpuplan.measure.results import Measured, Measurement
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
+    from gpuplan.estimate import Estimate
+    from gpuplan.memory.on_gpu import GpuMemory
     from gpuplan.models.sources import ModelSource
 
 
@@ -116,11 +118,29 @@ def _check_rank_fit(est: Any, rank_est: Any, nproc: int, here: Environment | Non
         return
     if est.gpu is None:
         return
-    need = max(peaks) + est.components.get("cuda_context", 0) + est.components.get("workspaces", 0)
-    if need > est.gpu.usable_memory_bytes:
-        raise WouldNotFitError(f"one rank needs about {format_bytes(need)} but {est.gpu.id} has "
+    mem = rank_memory_on_gpu(est, max(peaks))
+    if mem.fits is False:
+        raise WouldNotFitError(f"one rank needs about {format_bytes(mem.min_required_bytes)} but {est.gpu.id} has "
                                f"{format_bytes(est.gpu.usable_memory_bytes)} usable; use more processes, a "
                                "smaller workload, or --force")
+
+
+def rank_memory_on_gpu(est: Estimate, rank_tensor_peak_bytes: int) -> GpuMemory:
+    """One rank on the estimate's GPU, through the one place GPU terms and the fit rule live
+    (``memory_on_gpu``): the single-process step with its tensor peak moved to the rank's, the
+    allocator's rounding and slack carried over as traced, the estimate's own context."""
+    from dataclasses import replace
+
+    from gpuplan.memory.on_gpu import memory_on_gpu
+
+    step = est.step
+    shift = rank_tensor_peak_bytes - step.tensor_peak_bytes
+    rank_step = replace(step, tensor_peak_bytes=rank_tensor_peak_bytes,
+                        rounded_peak_bytes=step.rounded_peak_bytes + shift,
+                        reserved_peak_bytes=step.reserved_peak_bytes + shift,
+                        min_reserved_bytes=step.min_reserved_bytes + shift)
+    return memory_on_gpu(rank_step, est.gpu, trains=est.workload.trains,
+                         cuda_context_bytes=est.components.get("cuda_context"))
 
 
 def measure_distributed(model: str | ModelSource, *, workload: Workload, options: Options, nproc: int,
