@@ -251,3 +251,10 @@ def test_device_file_is_read_no_further_than_the_limit(tmp_path: Path, capsys: C
     facts.symlink_to("/dev/zero")
     assert main(["doctor", "--facts", str(facts)]) == 2
     assert "is larger than 16.00 MiB, the most gpuplan reads" in _one_line(capsys)
+
+
+def test_contradictory_measure_store_flags_are_an_error(capsys: Capture) -> None:
+    """--no-store silently won over --store PATH on old main."""
+    assert main(["measure", "gpt2", "--store", "m.sqlite3", "--no-store"]) == 2
+    assert _one_line(capsys) == ("gpuplan measure: error: --store 'm.sqlite3' and --no-store cannot be combined: "
+                                 "keep one")

@@ -38,6 +38,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpuplan.measure.local import Options
 
+    if args.no_store and args.store is not None:  # contradictory: which one was meant is unknowable
+        from gpuplan.errors import ConfigError
+
+        raise ConfigError(f"--store {args.store!r} and --no-store cannot be combined: keep one")
     workload = workload_from_args(args)
     options = Options(steps=args.steps, warmup=args.warmup, force=args.force, record=not args.no_record)
     options.check(workload)
