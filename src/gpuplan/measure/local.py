@@ -202,8 +202,9 @@ def measure(model: str | ModelSource, *, workload: Workload | None = None, optio
         est, host = estimate_for(source, workload, env)
     except TraceError as exc:
         if not options.force:
-            raise TraceError(f"{exc} — the estimate failed, so the fit check cannot run; --force measures "
-                             "without an estimate") from exc
+            # the advice first: a long trace error is cut to one line at its end
+            raise TraceError(f"the estimate failed, so the fit check cannot run (--force measures without an "
+                             f"estimate): {exc}") from exc
         est, host = None, None
         notes.append(f"no estimate: {exc}")
     free = int(torch.cuda.mem_get_info(device)[0]) if cuda else None
