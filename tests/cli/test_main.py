@@ -194,14 +194,23 @@ def test_ignored_flags_get_a_note_and_change_nothing(argv: list[str], note: str,
     workload echoed is the one modelled. (--grad-accum outside training stays an error: Workload's rule.)"""
     parser = _verb_parser("estimate")
     args = parser.parse_args(["gpt2", *argv])
-    args.verb = "estimate"
+    args.notes = []
     given = _workload.workload_from_args(args)
-    out, err = capsys.readouterr()
-    assert out == "" and f"gpuplan estimate: note: {note}\n" in err
+    assert note in args.notes
     plain = parser.parse_args(["gpt2", *argv[:2]])
-    plain.verb = "estimate"
-    assert given == _workload.workload_from_args(plain)
-    assert capsys.readouterr().err == ""
+    plain.notes = []
+    assert given == _workload.workload_from_args(plain) and plain.notes == []
+    del args.notes  # outside main(): straight to stderr, never stdout
+    _workload.workload_from_args(args)
+    out, err = capsys.readouterr()
+    assert out == "" and f"gpuplan: note: {note}\n" in err
+
+
+def test_a_failing_run_says_only_its_error(capsys: Capture) -> None:
+    """A note beside an error would break the one-line contract: notes are said only with an answer."""
+    assert main(["estimate", "no-such-model-xyz", "--mode", "infer", "--optimizer", "sgd"]) == 2
+    line = _one_line(capsys)
+    assert "unknown model 'no-such-model-xyz'" in line and "note" not in line
 
 
 def test_ignored_flag_values_are_still_checked() -> None:

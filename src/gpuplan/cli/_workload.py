@@ -132,7 +132,8 @@ def ignored_flag_notes(args: argparse.Namespace) -> list[str]:
 
 
 def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
-    """The workload the flags describe; notes on stderr for flags the mode ignores (never stdout)."""
+    """The workload the flags describe. Notes for flags the mode ignores go to ``args.notes`` when main()
+    set it (printed after the answer), else straight to stderr; never to stdout."""
     fields: dict[str, Any] = dict(
         mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size,
         precision=args.precision, grad_accum=args.grad_accum, attention=args.attention,
@@ -146,9 +147,12 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     if notes:  # the workload echoed in --json is the one modelled: an ignored value is not in it
         ignored = {f for f, modes in MODE_ONLY_FLAGS.items() if workload.mode not in modes}
         workload = Workload(**{k: v for k, v in fields.items() if k not in ignored or k in overrides})
-    verb = getattr(args, "verb", None)
-    for note in notes:
-        print(f"gpuplan {verb}: note: {note}" if verb else f"gpuplan: note: {note}", file=sys.stderr)
+    pending = getattr(args, "notes", None)
+    if isinstance(pending, list):  # main() prints them once the verb has answered (an error stays one line)
+        pending.extend(notes)
+    else:
+        for note in notes:
+            print(f"gpuplan: note: {note}", file=sys.stderr)
     return workload
 
 

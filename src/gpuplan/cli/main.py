@@ -28,6 +28,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "multi-GPU layout, per-GPU memory, step time and launch configuration"),
     "recommend": ("recommend", "rank GPUs (and counts of them) for a workload"),
     "gpus": ("gpus", "list, show and compare catalog GPUs"),
+    "models": ("models", "list the built-in catalog models (names MODEL accepts)"),
     "doctor": ("doctor", "diagnose this machine's driver / CUDA / PyTorch setup"),
     "install": ("install", "print the right PyTorch install command"),
     "explain": ("explain", "explain a pasted CUDA / PyTorch error message"),
@@ -139,12 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 2
+    args.notes = []  # filled by the verb (flags its mode ignores); said once it has answered
     module = importlib.import_module(f"gpuplan.cli.{VERBS[args.verb][0]}")
     if debug:
         code: int = module.run(args)
-        return code
-    with _quiet_libraries():
-        return _run(module, args)
+    else:
+        with _quiet_libraries():
+            code = _run(module, args)
+    if code in (0, 1):  # an error is the one line on stderr: a note beside it would only distract
+        for note in args.notes:
+            print(f"gpuplan {args.verb}: note: {note}", file=sys.stderr)
+    return code
 
 
 @contextlib.contextmanager
