@@ -162,3 +162,12 @@ def test_bf16_refusal_on_an_apple_part_names_what_it_is(capsys: Capture) -> None
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "M4-Max has no bfloat16 support (compute capability none: Apple, not a CUDA GPU)" in err
+
+
+def test_list_filters_given_to_show_get_a_note(capsys: Capture) -> None:
+    """Issue 9 friction: flags that do not apply were silently ignored (here: list filters on `show`)."""
+    code, out, err = run(capsys, "show", "H100-SXM", "--vendor", "amd", "--mig")
+    assert code == 0 and out.startswith("H100-SXM")
+    assert err == "gpuplan gpus: note: --vendor, --mig apply to the list only; ignored by `gpuplan gpus show`\n"
+    code, _, err = run(capsys, "--vendor", "amd")
+    assert code == 0 and err == ""

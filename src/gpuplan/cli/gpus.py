@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             got = ", ".join(args.names)
             raise ConfigError(f"`gpuplan gpus` takes no GPU names (got {got}); use show or compare")
         return _list(args)
+    _note_list_only_flags(args)
     if action == "show":
         if len(args.names) != 1:
             raise ConfigError("`gpuplan gpus show` takes exactly one GPU, e.g. gpuplan gpus show H100-SXM")
@@ -68,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
     payload = {"gpus": [g.to_dict() for g in gpus], "conventions": CONVENTIONS}
     _emit(args, payload, lambda: render_compare(gpus))
     return 0
+
+
+# Filters and order shape the list only; show and compare name their GPUs.
+_LIST_ONLY = ("arch", "vendor", "min_memory_gib", "dtype", "tier")
+
+
+def _note_list_only_flags(args: argparse.Namespace) -> None:
+    given = [f"--{f.replace('_', '-')}" for f in _LIST_ONLY if getattr(args, f) is not None]
+    given += ["--sort"] if args.sort != "name" else []
+    given += ["--mig"] if args.mig else []
+    notes = getattr(args, "notes", None)
+    if given and isinstance(notes, list):
+        notes.append(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the list only; "
+                     f"ignored by `gpuplan gpus {args.action}`")
 
 
 def _list(args: argparse.Namespace) -> int:
