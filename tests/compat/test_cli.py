@@ -208,3 +208,12 @@ def test_doctor_survives_garbled_recorded_environments(tmp_path: Path, capsys: p
                 if code == 2:
                     assert out == "" and err.count("\n") == 1
     assert runs >= 150
+
+
+def test_doctor_import_torch_with_facts_gets_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 9 friction: --import-torch was silently ignored with --facts."""
+    code, out, err = _run(capsys, "doctor", "--json", "--import-torch", "--facts",
+                          str(FIXTURES / "h100_torch214_cu130_ok.yaml"))
+    assert code == 0 and json.loads(out)
+    assert err == ("gpuplan doctor: note: --import-torch reads this machine; ignored with --facts (the file has "
+                   "what was recorded)\n")

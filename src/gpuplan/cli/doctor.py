@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     recorder = None
     if args.facts:
         source, label = RecordedFacts.from_file(args.facts), Path(args.facts).name
+        notes = getattr(args, "notes", None)
+        if args.import_torch and isinstance(notes, list):
+            notes.append("--import-torch reads this machine; ignored with --facts (the file has what was recorded)")
     else:
         source = LiveFacts(import_torch=args.import_torch)
         if args.record:
