@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripts.calibrate_fit import FIT_EXCLUDED, REFERENCE_CSV, check_reference
 
 from gpuplan.perf import DEFAULT_EFFICIENCY
-from scripts.calibrate_fit import FIT_EXCLUDED, REFERENCE_CSV, check_reference
 from gpuplan.perf.calibration import CASES
 
 
