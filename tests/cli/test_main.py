@@ -267,3 +267,26 @@ def test_contradictory_measure_store_flags_are_an_error(capsys: Capture) -> None
     assert main(["measure", "gpt2", "--store", "m.sqlite3", "--no-store"]) == 2
     assert _one_line(capsys) == ("gpuplan measure: error: --store 'm.sqlite3' and --no-store cannot be combined: "
                                  "keep one")
+
+
+def test_yaml_alias_bomb_costs_its_file_size(tmp_path: Path) -> None:
+    """A 'billion laughs' YAML (each level 9 aliases of the one before): walked once per node, so the
+    nesting check returns at once instead of expanding 9**9 strings."""
+    from gpuplan.userio import parse_user_yaml
+
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    data = parse_user_yaml("\n".join(lines) + "\n", what="bomb.yaml")
+    assert isinstance(data, dict) and len(data) == 10
+
+
+def test_user_text_reader_errors_are_one_line(tmp_path: Path) -> None:
+    from gpuplan.userio import read_user_text
+
+    with pytest.raises(ConfigError, match=r"^cannot read f 'x': (Is a directory|.*)$"):
+        read_user_text(tmp_path, what="f 'x'")
+    (tmp_path / "t.txt").write_bytes(b"caf\xc3\xa9\n")
+    assert read_user_text(tmp_path / "t.txt", what="t") == "café\n"
+    assert read_user_text(tmp_path / "t.txt", what="t", limit_bytes=6) == "café\n"
+    with pytest.raises(ConfigError, match="t is larger than 5 B, the most gpuplan reads; hint"):
+        read_user_text(tmp_path / "t.txt", what="t", limit_bytes=5, hint="; hint")
