@@ -254,3 +254,56 @@ def test_numeric_flags_refused_in_one_line(capsys: pytest.CaptureFixture[str], f
     """Old main: --budget-usd inf and --top 0/-1 were accepted."""
     code, out, err = _recommend_cli(capsys, CNN, f"{flag}={value}")
     assert code == 2 and out == "" and err.count("\n") == 1 and flag in err, err
+
+
+_TINY_LM = {
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_embd": 64,
+    "n_layer": 4,
+    "n_head": 4,
+    "vocab_size": 300,
+    "n_positions": 256,
+}
+RECOMMEND_RUNS: list[tuple[str, ...]] = [
+    (),
+    ("--json",),
+    ("--max-gpus", "1"),
+    ("--max-gpus", "16", "--batch-size", "64"),
+    ("--budget-usd", "50000"),
+    ("--prices", "{prices}", "--budget-usd", "5"),
+    ("--prices", "{prices}", "--json"),
+    ("--top", "3"),
+    ("--mode", "infer"),
+    ("--mode", "generate", "--new-tokens", "16"),
+    ("--mode", "generate", "--new-tokens", "16", "--max-gpus", "4", "--json"),
+    ("--precision", "amp-fp16", "--checkpointing", "full"),
+    ("--precision", "fp32", "--optimizer", "sgd", "--grad-accum", "2"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", RECOMMEND_RUNS, ids=lambda a: " ".join(a) or "defaults")
+def test_every_recommend_flag_runs_end_to_end(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object, extra: tuple[str, ...]
+) -> None:
+    import json
+    from pathlib import Path
+
+    root = Path(str(tmp_path))
+    (root / "config.json").write_text(json.dumps(_TINY_LM))
+    (root / "prices.csv").write_text("gpu,usd_per_hour\nH100-SXM,2.49\nL4,0.7\nA100-80GB-SXM,1.6\n")
+    monkeypatch.setenv("GPUPLAN_CALIBRATION", "off")
+    argv = [a.replace("{prices}", str(root / "prices.csv")) for a in extra]
+    code, out, err = _recommend_cli(capsys, str(root / "config.json"), "--seq-len", "64", *argv)
+    assert code == 0, err
+    if "--json" in extra:
+        d = json.loads(out)
+        assert d["recommendations"] and all(c["fits"] for c in d["recommendations"])
+        if "--prices" in extra:
+            assert d["by_cost"] and all(c["cost_per_million_usd"] is not None for c in d["by_cost"])
+    else:
+        rows = _table_rows(out)
+        assert rows and (len(rows) <= 3 if "--top" in extra else True)
+        if "--budget-usd" in extra:
+            assert "over budget" in out

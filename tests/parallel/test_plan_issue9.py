@@ -88,12 +88,13 @@ def test_explicit_checkpointing_none_is_never_overridden(config_json: str) -> No
     from gpuplan.hardware import get_gpu
     from gpuplan.parallel.plan import plan
 
-    kw: dict[str, Any] = dict(gpus=1, batch_size=16, seq_len=256, precision="amp-bf16")
+    # micro-batch fixed: otherwise a smaller micro-batch with accumulation is the planner's first answer
+    kw: dict[str, Any] = dict(gpus=1, batch_size=16, micro_batch_size=16, seq_len=256, precision="amp-bf16")
     big = get_gpu("H100-SXM")
     none = plan(config_json, gpu=big, checkpointing="none", **kw)
     full = plan(config_json, gpu=big, checkpointing="full", **kw)
     assert full.per_gpu_peak_bytes < none.per_gpu_peak_bytes
-    # usable memory is the catalog's total minus the same reserve: shrink the total by the gap
+    # usable memory is what CUDA reports (else the catalog total): shrink both to between the peaks
     room = big.usable_memory_bytes - (full.per_gpu_peak_bytes + none.per_gpu_peak_bytes) // 2
     small = dataclasses.replace(
         big,
@@ -110,7 +111,8 @@ def test_explicit_checkpointing_none_is_never_overridden(config_json: str) -> No
     assert alt.layout.checkpointing == "full" and alt.per_gpu_peak_bytes <= small.usable_memory_bytes
     assert "--checkpointing full" in why
     # left open (no checkpointing= given), the planner may choose full checkpointing
-    searched = plan(config_json, gpu=small, gpus=1, batch_size=16, seq_len=256, precision="amp-bf16")
+    searched = plan(config_json, gpu=small, gpus=1, batch_size=16, micro_batch_size=16, seq_len=256,
+                    precision="amp-bf16")
     assert searched.fits and searched.best.layout.checkpointing == "full"
 
 
