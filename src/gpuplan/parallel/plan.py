@@ -123,10 +123,10 @@ def plan(
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
     """
-    from gpuplan.estimate import make_workload
     from gpuplan.hardware import GPU, get_gpu
     from gpuplan.memory.overheads import overheads_for
     from gpuplan.models.sources import ModelSource, resolve_model
+    from gpuplan.workload import make_workload
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
     fixed_ckpt = "checkpointing" in workload_fields if checkpointing_fixed is None else checkpointing_fixed
