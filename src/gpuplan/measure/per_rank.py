@@ -197,7 +197,7 @@ def planner_per_rank(source: ModelSource, workload: Workload, layout: str, nproc
     try:
         p = plan(source, gpus=nproc, gpu=target, dp=nproc, tp=1, pp=1, zero=zero, fsdp=fsdp,
                  micro_batch_size=workload.batch_size, global_batch_size=workload.batch_size * nproc,
-                 workload=workload)
+                 workload=workload, checkpointing_fixed=True)
     except GpuplanError as exc:
         return {"gpu": target, "error": str(exc)}
     ranks = [r.total_bytes - r.overhead_bytes for r in p.best.ranks]
