@@ -16,7 +16,7 @@ from gpuplan.models.catalog import catalog_models
 from gpuplan.models.sources import HFConfigSource, resolve_model
 from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload
-from tests.fixtures.tiny_models import TINY_BERT, TINY_GPT2, TINY_LLAMA
+from tests.fixtures.tiny_models import TINY_BERT, TINY_GPT2, TINY_LLAMA, TINY_T5
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +99,7 @@ def test_user_model_position_table_bounds_the_default_length(tmp_path: Path) -> 
         estimate(f"{path}:model", mode="infer", batch_size=1, seq_len=65)
 
 
+@pytest.mark.slow
 def test_rope_model_beyond_its_trained_context_runs_and_says_so(tmp_path: Path) -> None:
     """Rule: rotary positions are computed, so a longer sequence runs (as it does on a GPU); the
     estimate says the model was trained for less."""
@@ -238,3 +239,15 @@ def test_models_verb_lists_the_catalog(capsys: pytest.CaptureFixture[str]) -> No
     assert "t5-base" in text and "gpt2 " not in text
     assert main(["models", "--family", "no-such-family", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["count"] == 0
+
+
+@pytest.mark.slow
+def test_seq2seq_inference_feeds_the_decoder() -> None:
+    """Old main: `--mode infer` on any T5/BART config failed ("You must specify exactly one of
+    input_ids or inputs_embeds"), while `--mode generate` told the user to use --mode infer. The
+    fake trace equals a real CPU run of the same step, byte for byte."""
+    source = HFConfigSource("tiny-t5", {**TINY_T5, "architectures": ["T5ForConditionalGeneration"]})
+    work = Workload(mode="infer", batch_size=2, seq_len=16)
+    fake = trace_step(source, work, cuda=False)
+    real = trace_step(source, work, cuda=False, fake=False)
+    assert fake.tensor_peak_bytes == real.tensor_peak_bytes > fake.param_bytes

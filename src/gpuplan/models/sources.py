@@ -317,6 +317,8 @@ class HFConfigSource(ModelSource):
         vocab = int(getattr(module.config, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (b, s))
         if workload.mode != "train":
+            if self.task == "seq2seq-lm":  # the decoder needs its own ids: as long as training's labels
+                return Inputs(kwargs={"input_ids": ids, "decoder_input_ids": torch.randint(0, vocab, (b, s))})
             return Inputs(kwargs={"input_ids": ids})
         if self.task == "sequence-classification":
             num_labels = getattr(module.config, "num_labels", 2)
