@@ -37,18 +37,26 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str], align: str = "")
     return "\n".join([fmt(header), rule, *(fmt(r) for r in rows)])
 
 
-def table_unit(values: Sequence[int]) -> tuple[str, int]:
-    """The largest binary unit in which every non-zero value of a table shows at least 0.01 (so no
-    row of a small model reads 0.00): GiB, MiB, KiB, else bytes."""
-    smallest = min((abs(v) for v in values if v), default=0)
-    for name, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if smallest >= scale // 100:
+_UNITS = (("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+
+
+def table_unit(values: Sequence[int], *, fit_smallest: bool = True) -> tuple[str, int]:
+    """One binary unit for a table. ``fit_smallest``: the largest unit in which every non-zero value
+    shows at least 0.01 (so no row of a small model reads 0.00); else the largest unit the largest
+    value reaches (a table spanning orders of magnitude, like the components beside a CUDA context)."""
+    nonzero = [abs(v) for v in values if v]
+    if not nonzero:
+        return "GiB", GIB
+    for name, scale in _UNITS:
+        if (min(nonzero) >= scale // 100) if fit_smallest else (max(nonzero) >= scale):
             return name, scale
     return "B", 1
 
 
 def _in(n: int, scale: int) -> str:
-    return f"{n / scale:.2f}" if scale > 1 else f"{n:,}"
+    if scale == 1:
+        return f"{n:,}"
+    return "<0.01" if 0 < abs(n) < scale // 200 else f"{n / scale:.2f}"
 
 
 def render_estimate(est: Estimate) -> str:
@@ -72,7 +80,7 @@ def render_estimate(est: Estimate) -> str:
     ]
     total = est.total_required_bytes or 1
     shown = [(k, v) for k, v in est.components.items() if v > 0 or k in ("parameters", "activations")]
-    unit, scale = table_unit([v for _, v in shown])
+    unit, scale = table_unit([v for _, v in shown], fit_smallest=False)
     rows = [[_COMPONENT_LABELS[k], _in(v, scale), f"{100 * v / total:.1f}%"] for k, v in shown]
     lines.append(table(rows, ["component", unit, "share"]))
     lines += [
