@@ -270,8 +270,8 @@ RECOMMEND_RUNS: list[tuple[str, ...]] = [
     ("--json",),
     ("--max-gpus", "1"),
     ("--max-gpus", "16", "--batch-size", "64"),
-    ("--budget-usd", "50000"),
-    ("--prices", "{prices}", "--budget-usd", "5"),
+    ("--budget-usd", "1000", "--json"),
+    ("--prices", "{prices}", "--budget-usd", "1", "--json"),
     ("--prices", "{prices}", "--json"),
     ("--top", "3"),
     ("--mode", "infer"),
@@ -302,8 +302,11 @@ def test_every_recommend_flag_runs_end_to_end(
         assert d["recommendations"] and all(c["fits"] for c in d["recommendations"])
         if "--prices" in extra:
             assert d["by_cost"] and all(c["cost_per_million_usd"] is not None for c in d["by_cost"])
+        if "--budget-usd" in extra:
+            budget = float(extra[extra.index("--budget-usd") + 1])
+            key = "cost_per_hour_usd" if "--prices" in extra else "purchase_usd"
+            assert all(c[key] is None or c[key] <= budget for c in d["recommendations"])
+            assert any(c["reason"].startswith("over budget") for c in d["excluded"])
     else:
         rows = _table_rows(out)
         assert rows and (len(rows) <= 3 if "--top" in extra else True)
-        if "--budget-usd" in extra:
-            assert "over budget" in out
