@@ -1,0 +1,243 @@
+"""Every advertised value of every workload flag and every MODEL form, end to end on tiny models.
+
+Each case runs ``gpuplan estimate ... --json`` in-process and checks that the answer reflects the option
+(the workload echo, and the memory component the option is about), not only that it exits 0. Expected
+byte counts are exact accounting on the tiny GPT-2 of tests/fixtures (P parameters, counted by building
+the model): fp32 weights 4·P bytes, AdamW two fp32 moments 8·P, SGD momentum 4·P.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuplan.cli.main import main
+from gpuplan.workload import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    LOSSES,
+    MODES,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PRECISIONS,
+    ZERO_GRADS,
+)
+from tests.fixtures import tiny_models
+from tests.fixtures.tiny_models import TINY_GPT2
+
+# batch 4 x 16 tokens (+ 8 generated): small enough for a fast trace, large enough that activations,
+# checkpointing and the KV cache are visible next to the weights
+SHAPE = ["--batch-size", "4", "--seq-len", "16", "--new-tokens", "8"]
+FIXTURES_FILE = Path(tiny_models.__file__).resolve()
+
+
+def estimate_json(*argv: str) -> dict[str, Any]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["estimate", *argv, "--json"])
+    assert code == 0, f"gpuplan estimate {' '.join(argv)}: exit {code}: {err.getvalue()[-1000:]}"
+    result = json.loads(out.getvalue())
+    assert isinstance(result, dict)
+    return result
+
+
+def _count_parameters(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    (folder / "config.json").write_text(json.dumps(TINY_GPT2))
+    return folder / "config.json"
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(**TINY_GPT2))
+
+
+@pytest.fixture(scope="module")
+def tiny_params(tiny_model: Any) -> int:
+    return _count_parameters(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny: Path) -> dict[str, Any]:
+    """The defaults (train, fp32, AdamW, no checkpointing), for options that change one component."""
+    return estimate_json(str(tiny), *SHAPE)
+
+
+# ----------------------------------------------------------------------------- workload flags ----
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mode(mode: str, tiny: Path, tiny_params: int) -> None:
+    result = estimate_json(str(tiny), *SHAPE, "--mode", mode)
+    c = result["components"]
+    assert result["workload"]["mode"] == mode
+    if mode == "train":
+        assert c["optimizer_state"] == 8 * tiny_params
+    else:
+        assert c["gradients"] == 0 and c["optimizer_state"] == 0
+    assert (c["kv_cache"] > 0) == (mode == "generate")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision(precision: str, tiny: Path, tiny_params: int) -> None:
+    result = estimate_json(str(tiny), *SHAPE, "--precision", precision)
+    assert result["workload"]["precision"] == precision
+    # AMP and TF32 keep fp32 master weights; pure bf16/fp16 hold 2-byte weights
+    bytes_per_weight = 2 if precision in ("bf16", "fp16") else 4
+    assert result["components"]["parameters"] == bytes_per_weight * tiny_params
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_optimizer(optimizer: str, tiny: Path, tiny_params: int) -> None:
+    result = estimate_json(str(tiny), *SHAPE, "--optimizer", optimizer)
+    state = result["components"]["optimizer_state"]
+    assert result["workload"]["optimizer"] == optimizer
+    exact = {"adamw": 8 * tiny_params, "adam": 8 * tiny_params, "sgd": 0, "sgd-momentum": 4 * tiny_params, "none": 0}
+    if optimizer in exact:
+        assert state == exact[optimizer]
+    elif optimizer == "adamw-8bit":  # two 1-byte moments, plus block scales (and 32-bit state for tiny tensors)
+        assert 2 * tiny_params <= state < 8 * tiny_params
+    else:  # adafactor: factored second moments, rows + columns instead of a full matrix
+        assert 0 < state < 4 * tiny_params
+
+
+@pytest.mark.parametrize("checkpointing", CHECKPOINTING)
+def test_checkpointing(checkpointing: str, tiny: Path, baseline: dict[str, Any]) -> None:
+    result = estimate_json(str(tiny), *SHAPE, "--checkpointing", checkpointing)
+    assert result["workload"]["checkpointing"] == checkpointing
+    kept, without = result["components"]["activations"], baseline["components"]["activations"]
+    assert kept == without if checkpointing == "none" else kept < without
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_attention(attention: str, tiny: Path) -> None:
+    # AMP bf16: every backend CUDA has (flash included) can run
+    result = estimate_json(str(tiny), *SHAPE, "--precision", "amp-bf16", "--attention", attention)
+    assert result["workload"]["attention"] == attention
+    backends = set(result["attention_backends"])
+    if attention == "eager":
+        assert not backends  # the model's own matmul + softmax, no fused kernel
+    elif attention != "auto":
+        assert backends == {attention.removeprefix("sdpa-")}, backends
+    else:
+        assert len(backends) == 1
+
+
+@pytest.mark.parametrize("impl", OPTIMIZER_IMPLS)
+def test_optimizer_impl(impl: str, tiny: Path, tiny_params: int, tiny_model: Any) -> None:
+    result = estimate_json(str(tiny), *SHAPE, "--optimizer-impl", impl)
+    assert result["workload"]["optimizer_impl"] == impl
+    # the two moments whatever the implementation; fused AdamW also keeps each parameter's step count as
+    # a 4-byte fp32 tensor on the device (the others keep it on the CPU)
+    steps = 4 * len(list(tiny_model.parameters())) if impl == "fused" else 0
+    assert result["components"]["optimizer_state"] == 8 * tiny_params + steps
+
+
+@pytest.mark.parametrize("zero_grad", ZERO_GRADS)
+def test_zero_grad(zero_grad: str, tiny: Path) -> None:
+    assert estimate_json(str(tiny), *SHAPE, "--zero-grad", zero_grad)["workload"]["zero_grad"] == zero_grad
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_loss(loss: str, tiny: Path) -> None:
+    assert estimate_json(str(tiny), *SHAPE, "--loss", loss)["workload"]["loss"] == loss
+
+
+def test_cuda_module_loading(tiny: Path) -> None:
+    lazy, eager = (estimate_json(str(tiny), *SHAPE, "--gpu", "T4", "--cuda-module-loading", choice)
+                   for choice in ("lazy", "eager"))
+    # eager loading puts every kernel of the CUDA libraries in the context up front
+    assert eager["components"]["cuda_context"] > lazy["components"]["cuda_context"]
+
+
+@pytest.mark.parametrize("grad_accum", ["1", "4"])
+def test_grad_accum(grad_accum: str, tiny: Path) -> None:
+    assert estimate_json(str(tiny), *SHAPE, "--grad-accum", grad_accum)["workload"]["grad_accum"] == int(grad_accum)
+
+
+def test_weight_quant(tiny: Path, tiny_params: int) -> None:
+    """Weight-only quantization shrinks the weights and the headline peak (issue 9 item 7)."""
+    runs = {q: estimate_json(str(tiny), *SHAPE, "--mode", "infer", "--weight-quant", q)
+            for q in ("none", "int8", "fp8", "int4")}
+    weights = {q: r["components"]["parameters"] for q, r in runs.items()}
+    peaks = {q: r["peak_allocated_bytes"] for q, r in runs.items()}
+    assert weights["none"] == 4 * tiny_params
+    # 1 byte per weight (int8, fp8) or half a byte (int4), plus scales; embeddings and norms may stay 16/32-bit
+    assert weights["int4"] < weights["int8"] <= weights["fp8"] < weights["none"] / 2
+    assert peaks["int4"] < peaks["int8"] < peaks["none"]
+
+
+# ------------------------------------------------------------------------------- MODEL forms ----
+
+
+def _save_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({name: torch.zeros(shape, dtype=torch.float16) for name, shape in shapes.items()}, str(path))
+    return sum(int(torch.Size(shape).numel()) for shape in shapes.values())
+
+
+def test_config_json_and_its_folder(tiny: Path, tiny_params: int) -> None:
+    for spec in (tiny, tiny.parent):
+        assert estimate_json(str(spec), *SHAPE)["params_count"] == tiny_params
+
+
+def test_safetensors_with_config_json_is_traced_from_the_config(tmp_path: Path, tiny_params: int) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2))
+    _save_safetensors(tmp_path / "model.safetensors", {"lm_head.weight": (300, 64)})
+    for spec in (tmp_path / "model.safetensors", tmp_path):
+        result = estimate_json(str(spec), *SHAPE)
+        assert result["params_count"] == tiny_params and result["components"]["activations"] > 0
+
+
+def test_safetensors_without_config_counts_the_weights(tmp_path: Path) -> None:
+    single = _save_safetensors(tmp_path / "model.safetensors", {"w": (64, 48), "b": (48,)})
+    shards = tmp_path / "sharded"
+    shards.mkdir()
+    sharded = sum(_save_safetensors(shards / f"model-0000{i}-of-00002.safetensors", {f"w{i}": (32, 16 * i)})
+                  for i in (1, 2))
+    for spec, numel in ((tmp_path / "model.safetensors", single), (shards, sharded)):
+        result = estimate_json(str(spec), "--mode", "infer")
+        assert result["params_count"] == numel
+        assert result["components"]["parameters"] == 2 * numel  # stored as fp16: 2 bytes each
+
+
+def test_user_file_factory_with_and_without_inputs() -> None:
+    params = _count_parameters(tiny_models.mlp())
+    plain = estimate_json(f"{FIXTURES_FILE}:mlp", "--batch-size", "8")
+    with_inputs = estimate_json(f"{FIXTURES_FILE}:mlp,mlp_inputs", "--batch-size", "8")
+    for result in (plain, with_inputs):
+        assert result["params_count"] == params
+        assert result["components"]["optimizer_state"] == 8 * params
+
+
+def test_package_module_factory() -> None:
+    result = estimate_json("tests.fixtures.tiny_models:small_cnn", "--batch-size", "2", "--image-size", "16")
+    assert result["params_count"] == _count_parameters(tiny_models.small_cnn())
+
+
+@pytest.mark.slow
+def test_catalog_name() -> None:
+    # gpt2 (Hugging Face model card: 124M; model.num_parameters() with tied embeddings = 124,439,808)
+    assert estimate_json("gpt2", "--seq-len", "32")["params_count"] == 124_439_808
+
+
+@pytest.mark.slow
+def test_torchvision_builder() -> None:
+    # torchvision's weights table: ResNet18_Weights.IMAGENET1K_V1 num_params = 11,689,512
+    # batch 2: BatchNorm refuses a single value per channel in training, on CUDA as on the CPU
+    result = estimate_json("resnet18", "--batch-size", "2", "--image-size", "64")
+    assert result["params_count"] == 11_689_512
