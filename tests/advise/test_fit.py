@@ -102,6 +102,13 @@ def test_absurd_targets_cost_the_same_traces(affine: AffineStep) -> None:
     assert max(counts.values()) - min(counts.values()) <= 1 and max(counts.values()) <= MAX_TRACES, counts
 
 
+def test_no_trace_runs_more_than_two_micro_batches(affine: AffineStep) -> None:
+    """A trace runs every micro-batch: main's offload rung traced the step with all k of them
+    (``fit gpt2 --gpu T4 --target-batch-size 100000`` traced 5000 micro-batches and ran for hours)."""
+    fit(MLP, affine.gpu, ACCUM_BASE, target_batch_size=10**6)
+    assert affine.calls and max(w.grad_accum for w in affine.calls) <= 2
+
+
 def test_accumulation_beyond_its_limit_is_a_no_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """1M samples in micro-batches of 10 needs more accumulation steps than gpuplan accepts: a "no"
     with the reason (main crashed building the workload)."""
