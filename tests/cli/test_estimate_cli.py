@@ -27,6 +27,7 @@ def _one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> 
         assert needle in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_json_contract_fields(tmp_path: Path) -> None:
     result = gpuplan("estimate", f"{TINY}:mlp,mlp_inputs", "--batch-size", "4", "--gpu", "RTX-4090", "--json")
     assert result.returncode == 0, result.stderr
@@ -41,6 +42,7 @@ def test_json_contract_fields(tmp_path: Path) -> None:
     assert data["fits"] is True
 
 
+@pytest.mark.slow
 def test_text_table_names_components_and_gpu() -> None:
     result = gpuplan("estimate", f"{TINY}:small_cnn", "--batch-size", "2", "--image-size", "32", "--gpu", "T4")
     assert result.returncode == 0, result.stderr
@@ -76,6 +78,7 @@ def test_malformed_config_json(tmp_path: Path) -> None:
     _one_line_error(gpuplan("estimate", str(tmp_path)), "no 'model_type'")
 
 
+@pytest.mark.slow
 def test_generate_needs_a_causal_lm() -> None:
     _one_line_error(gpuplan("estimate", "resnet18", "--mode", "generate"),
                     "--mode generate needs a causal language model")

@@ -54,6 +54,7 @@ def test_megatron_table1_tflops_per_gpu(row_id: str) -> None:
     assert abs(err) < TOLERANCE, f"{row_id}: {achieved:.1f} vs {measured} TFLOP/s ({err:+.1%})"
 
 
+@pytest.mark.slow
 def test_korthikanti_22b_iteration_time_and_mfu() -> None:
     # Table 5: 22B, tp=8, SP + selective recompute, global = micro = 4: 1.10 s, MFU 41.5% of 312 TFLOP/s.
     src = HFConfigSource("gpt-22b", gpt_config(6144, 48, 64), default_seq_len=SEQ)

@@ -10,6 +10,7 @@ from gpuplan.parallel.plan import plan
 
 
 @pytest.mark.parametrize("checkpointing", ["none", "full"])
+@pytest.mark.slow
 def test_single_gpu_plan_matches_estimate(checkpointing: str) -> None:
     kw = {"mode": "train", "batch_size": 8, "seq_len": 1024, "precision": "amp-bf16", "checkpointing": checkpointing}
     est = estimate("gpt2", gpu="H100-SXM", **kw)

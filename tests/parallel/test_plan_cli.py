@@ -120,6 +120,7 @@ def test_text_output_and_emit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "fully_shard(block" in out
 
 
+@pytest.mark.slow
 def test_does_not_fit_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     # llama-3.1-8b on 2 × T4 (16 GB): 8B params × 16 bytes of AMP/Adam states = 128 GB > 2 × 15 GiB even
     # fully sharded and offloaded to the CPU (DeepSpeed keeps the 4·largest-layer buffer on the GPU).

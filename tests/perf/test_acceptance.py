@@ -39,6 +39,7 @@ def test_korthikanti_22b_iteration_times() -> None:
         assert abs(got / case.published - 1) < TOLERANCE, (row_id, got, case.published)
 
 
+@pytest.mark.slow
 def test_llama2_7b_decode_within_60_to_100_percent_of_bandwidth_bound() -> None:
     """Issue 3 acceptance: llama-2-7b bf16, batch 1, A100-80GB-SXM: decode tokens/s between 60% and
     100% of bandwidth / bytes read per token (weights + KV cache), and the report states the bound."""

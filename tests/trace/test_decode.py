@@ -12,6 +12,7 @@ from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
 
 
 @pytest.mark.parametrize(("name", "config"), [("llama", TINY_LLAMA), ("gpt2", TINY_GPT2)])
+@pytest.mark.slow
 def test_extrapolated_decode_equals_real_generation(name: str, config: dict[str, object]) -> None:
     source = HFConfigSource(f"tiny-{name}", config)
     workload = Workload(mode="generate", batch_size=8, seq_len=4, new_tokens=60, precision="bf16")

@@ -56,6 +56,7 @@ CASES = [
 
 @pytest.mark.parametrize(("model", "workload"), CASES, ids=[f"{m}-{w.mode}-{w.precision}-{w.optimizer}-"
                                                              f"ckpt:{w.checkpointing}" for m, w in CASES])
+@pytest.mark.slow
 def test_fake_trace_matches_real_cpu_run(model: str, workload: Workload) -> None:
     source = _source(model)
     real = trace_step(source, workload, cuda=False, fake=False)

@@ -6,6 +6,7 @@ Each example traces a small model (a second or two), so the example counts are k
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ SETTINGS = settings(max_examples=4, deadline=None, suppress_health_check=[Health
 @given(batch=st.integers(1, 6), extra=st.integers(1, 4), mode=st.sampled_from(["train", "infer"]),
        precision=st.sampled_from(["fp32", "amp-bf16"]))
 @example(batch=1, extra=1, mode="train", precision="fp32")  # reserved dips by 21 KB here (found in CI)
+@pytest.mark.slow
 def test_more_batch_never_less_memory(batch: int, extra: int, mode: str, precision: str) -> None:
     small = estimate(GPT2, mode=mode, batch_size=batch, seq_len=32, precision=precision)
     large = estimate(GPT2, mode=mode, batch_size=batch + extra, seq_len=32, precision=precision)
@@ -36,6 +38,7 @@ def test_more_batch_never_less_memory(batch: int, extra: int, mode: str, precisi
 
 @SETTINGS
 @given(seq=st.integers(8, 96), extra=st.integers(1, 64), mode=st.sampled_from(["train", "generate"]))
+@pytest.mark.slow
 def test_longer_sequence_never_less_memory(seq: int, extra: int, mode: str) -> None:
     small = estimate(LLAMA, mode=mode, batch_size=2, seq_len=seq, new_tokens=2)
     large = estimate(LLAMA, mode=mode, batch_size=2, seq_len=seq + extra, new_tokens=2)
@@ -45,6 +48,7 @@ def test_longer_sequence_never_less_memory(seq: int, extra: int, mode: str) -> N
 @SETTINGS
 @given(batch=st.integers(1, 4), mode=st.sampled_from(["full", "selective"]),
        precision=st.sampled_from(["fp32", "amp-bf16"]))
+@pytest.mark.slow
 def test_checkpointing_never_increases_activations(batch: int, mode: str, precision: str) -> None:
     base = Workload(mode="train", batch_size=batch, seq_len=64, precision=precision)
     plain = trace_step(GPT2, base)
@@ -52,6 +56,7 @@ def test_checkpointing_never_increases_activations(batch: int, mode: str, precis
     assert saved.tensor_components["activations"] <= plain.tensor_components["activations"]
 
 
+@pytest.mark.slow
 def test_grad_accum_costs_the_micro_batch_not_the_effective_batch() -> None:
     micro = Workload(mode="train", batch_size=2, seq_len=64)
     plain = trace_step(GPT2, micro)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuplan.models.sources import FactorySource
 from gpuplan.trace.runner import StepRunner, Target
 from gpuplan.trace.scaling import category_vectors
@@ -32,12 +34,14 @@ def _layer_activation_bytes(kind: str) -> int:
     return at_end_of_forward[0] - at_end_of_forward[1]
 
 
+@pytest.mark.slow
 def test_eager_attention_layer_matches_sbh_34_plus_5as_over_h() -> None:
     expected = S * B * HIDDEN * (34 + 5 * HEADS * S / HIDDEN)
     measured = _layer_activation_bytes("eager")
     assert abs(measured / expected - 1) <= 0.05, f"{measured} vs {expected:.0f} ({measured / expected - 1:+.1%})"
 
 
+@pytest.mark.slow
 def test_flash_attention_removes_the_5as_over_h_term() -> None:
     expected = S * B * HIDDEN * 34
     measured = _layer_activation_bytes("fused")

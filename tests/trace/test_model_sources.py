@@ -15,6 +15,7 @@ from gpuplan.models.sources import resolve_model
 from tests.fixtures.tiny_models import TINY_LLAMA
 
 
+@pytest.mark.slow
 def test_config_json_file_and_folder(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "architectures": ["LlamaForCausalLM"]}))
     by_file = estimate(str(tmp_path / "config.json"), mode="infer", batch_size=1, seq_len=16)

@@ -35,6 +35,7 @@ def _bert_large_seq_cls() -> HFConfigSource:
     ("hf-bertl-vanilla-mem", "fp32", 14949),
     ("hf-bertl-fp16-mem", "amp-fp16", 13939),
 ])
+@pytest.mark.slow
 def test_bert_large_v100_nvml_used(row: str, precision: str, published_mib: int) -> None:
     est = estimate(_bert_large_seq_cls(), gpu="V100-SXM2-16GB", cuda_module_loading="eager", mode="train",
                    batch_size=4, seq_len=512, precision=precision, optimizer="adamw", optimizer_impl="for-loop",
@@ -44,6 +45,7 @@ def test_bert_large_v100_nvml_used(row: str, precision: str, published_mib: int)
 
 
 @pytest.mark.parametrize("precision", ["amp-fp16", "amp-bf16", "fp32"])
+@pytest.mark.slow
 def test_mixed_precision_adam_model_states_are_16_bytes_per_parameter(precision: str) -> None:
     """zero-t1-base: 2Ψ + 2Ψ + 12Ψ = 16Ψ. PyTorch AMP keeps fp32 weights and gradients (4Ψ + 4Ψ)
     and Adam's two fp32 moments (8Ψ): also 16Ψ, so the row holds exactly for AMP training."""
@@ -54,6 +56,7 @@ def test_mixed_precision_adam_model_states_are_16_bytes_per_parameter(precision:
     assert 16 * 7.5e9 / 1e9 == 120  # the printed Table-1 value for Ψ = 7.5e9
 
 
+@pytest.mark.slow
 def test_sgd_and_8bit_adam_model_states() -> None:
     """Plain SGD keeps no state (8 bytes/param with fp32 weights and grads); 8-bit AdamW keeps two
     uint8 moments plus one fp32 absmax per 256 elements each (bitsandbytes blockwise)."""

@@ -27,6 +27,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "config", "workload"), CASES, ids=[f"{c[0]}-{c[2].mode}" for c in CASES])
+@pytest.mark.slow
 def test_scaled_trace_equals_full_trace(name: str, config: dict[str, object], workload: Workload) -> None:
     source = HFConfigSource(name, config)
     scaled = trace_step(source, workload)

@@ -24,6 +24,7 @@ def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Ten
 
 
 @pytest.mark.parametrize("amp", [False, True])
+@pytest.mark.slow
 def test_simulated_loop_matches_estimate(amp: bool) -> None:
     with gpuplan.simulate(gpu="RTX-4090") as sim:
         model = mlp().cuda()
