@@ -4,6 +4,9 @@ Each case runs ``gpuplan estimate ... --json`` in-process and checks that the an
 (the workload echo, and the memory component the option is about), not only that it exits 0. Expected
 byte counts are exact accounting on the tiny GPT-2 of tests/fixtures (P parameters, counted by building
 the model): fp32 weights 4·P bytes, AdamW two fp32 moments 8·P, SGD momentum 4·P.
+
+About 45 traces of a tiny model: the sweep is slow-tier; the fast tier keeps one flag (--mode), a
+user factory and the weights-only checkpoint.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def test_mode(mode: str, tiny: Path, tiny_params: int) -> None:
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.slow
 def test_precision(precision: str, tiny: Path, tiny_params: int) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--precision", precision)
     assert result["workload"]["precision"] == precision
@@ -100,6 +104,7 @@ def test_precision(precision: str, tiny: Path, tiny_params: int) -> None:
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.slow
 def test_optimizer(optimizer: str, tiny: Path, tiny_params: int) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--optimizer", optimizer)
     state = result["components"]["optimizer_state"]
@@ -114,6 +119,7 @@ def test_optimizer(optimizer: str, tiny: Path, tiny_params: int) -> None:
 
 
 @pytest.mark.parametrize("checkpointing", CHECKPOINTING)
+@pytest.mark.slow
 def test_checkpointing(checkpointing: str, tiny: Path, baseline: dict[str, Any]) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--checkpointing", checkpointing)
     assert result["workload"]["checkpointing"] == checkpointing
@@ -122,6 +128,7 @@ def test_checkpointing(checkpointing: str, tiny: Path, baseline: dict[str, Any])
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.slow
 def test_attention(attention: str, tiny: Path) -> None:
     # AMP bf16: every backend CUDA has (flash included) can run
     result = estimate_json(str(tiny), *SHAPE, "--precision", "amp-bf16", "--attention", attention)
@@ -136,6 +143,7 @@ def test_attention(attention: str, tiny: Path) -> None:
 
 
 @pytest.mark.parametrize("impl", OPTIMIZER_IMPLS)
+@pytest.mark.slow
 def test_optimizer_impl(impl: str, tiny: Path, tiny_params: int, tiny_model: Any) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--optimizer-impl", impl)
     assert result["workload"]["optimizer_impl"] == impl
@@ -146,15 +154,18 @@ def test_optimizer_impl(impl: str, tiny: Path, tiny_params: int, tiny_model: Any
 
 
 @pytest.mark.parametrize("zero_grad", ZERO_GRADS)
+@pytest.mark.slow
 def test_zero_grad(zero_grad: str, tiny: Path) -> None:
     assert estimate_json(str(tiny), *SHAPE, "--zero-grad", zero_grad)["workload"]["zero_grad"] == zero_grad
 
 
 @pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.slow
 def test_loss(loss: str, tiny: Path) -> None:
     assert estimate_json(str(tiny), *SHAPE, "--loss", loss)["workload"]["loss"] == loss
 
 
+@pytest.mark.slow
 def test_cuda_module_loading(tiny: Path) -> None:
     lazy, eager = (estimate_json(str(tiny), *SHAPE, "--gpu", "T4", "--cuda-module-loading", choice)
                    for choice in ("lazy", "eager"))
@@ -163,10 +174,12 @@ def test_cuda_module_loading(tiny: Path) -> None:
 
 
 @pytest.mark.parametrize("grad_accum", ["1", "4"])
+@pytest.mark.slow
 def test_grad_accum(grad_accum: str, tiny: Path) -> None:
     assert estimate_json(str(tiny), *SHAPE, "--grad-accum", grad_accum)["workload"]["grad_accum"] == int(grad_accum)
 
 
+@pytest.mark.slow
 def test_weight_quant(tiny: Path, tiny_params: int) -> None:
     """Weight-only quantization shrinks the weights and the headline peak (issue 9 item 7)."""
     runs = {q: estimate_json(str(tiny), *SHAPE, "--mode", "infer", "--weight-quant", q)
@@ -190,11 +203,13 @@ def _save_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
     return sum(int(torch.Size(shape).numel()) for shape in shapes.values())
 
 
+@pytest.mark.slow
 def test_config_json_and_its_folder(tiny: Path, tiny_params: int) -> None:
     for spec in (tiny, tiny.parent):
         assert estimate_json(str(spec), *SHAPE)["params_count"] == tiny_params
 
 
+@pytest.mark.slow
 def test_safetensors_with_config_json_is_traced_from_the_config(tmp_path: Path, tiny_params: int) -> None:
     (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2))
     _save_safetensors(tmp_path / "model.safetensors", {"lm_head.weight": (300, 64)})
@@ -224,6 +239,7 @@ def test_user_file_factory_with_and_without_inputs() -> None:
         assert result["components"]["optimizer_state"] == 8 * params
 
 
+@pytest.mark.slow
 def test_package_module_factory() -> None:
     result = estimate_json("tests.fixtures.tiny_models:small_cnn", "--batch-size", "2", "--image-size", "16")
     assert result["params_count"] == _count_parameters(tiny_models.small_cnn())
