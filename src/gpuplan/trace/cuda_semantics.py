@@ -15,6 +15,9 @@ where PyTorch itself applies them on a GPU:
   memory-efficient (sm50+, masks and fp32 allowed) or math — whose meta kernels give the exact
   outputs and saved tensors (logsumexp rows instead of the s×s probability matrix).
 
+Both also see inside ``nn.MultiheadAttention`` (``F.multi_head_attention_forward``, a Python
+composite a mode would otherwise receive whole), as CUDA's dispatcher does.
+
 Known limitations: ops reached only through C++ composites (e.g. a loss implemented in C++ that
 calls log_softmax internally) are cast as a whole by their Python-visible name; the cuDNN
 attention backend is not modelled (PyTorch prefers flash / efficient by default).

@@ -8,7 +8,9 @@ storage has the same null pointer (the DeepSpeed estimator counts 0.76 GiB for L
 because of that, tracing-notes.md).
 
 The same recorder runs over fake tensors (the estimate) and real CPU tensors (the exact
-accounting the tests compare against).
+accounting the tests compare against). On fake tensors a few ops get a stand-in kernel: those whose
+meta kernel refuses inputs the real kernels take (``_grouped_mm`` outside bf16), and those whose
+output shape depends on data (``nonzero``, boolean-mask indexing), traced at their worst case.
 """
 
 from __future__ import annotations
