@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-# GPUPLAN_* variables the test harness itself sets (scripts/test): kept, every other GPUPLAN_* is dropped
-HARNESS_VARIABLES = frozenset({"GPUPLAN_CPU_PYTHON"})
+# GPUPLAN_* variables of the test harness itself (scripts/test, the fuzz driver's knobs): kept; every
+# other GPUPLAN_* is dropped, so a developer's own settings cannot change a test's answer
+HARNESS_VARIABLES = frozenset({"GPUPLAN_CPU_PYTHON", "GPUPLAN_FUZZ_SEED", "GPUPLAN_FUZZ_CALLS"})
 
 _SANDBOX: dict[str, str] = {}
 _SAVED: dict[str, str | None] = {}
