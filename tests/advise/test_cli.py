@@ -56,6 +56,7 @@ def test_bad_numbers_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert "target-batch-size 0" in _one_line_error(capsys)
 
 
+@pytest.mark.slow
 def test_recommend_nothing_fits_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["recommend", CNN, "--batch-size", "1000000", "--image-size", "64", "--max-gpus", "1", "--json"])
     assert code == 1
@@ -97,6 +98,7 @@ def test_fit_nothing_fits_exit_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     assert data["reason"] and data["reason"] in err
 
 
+@pytest.mark.slow
 def test_fit_json_contract(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     small = shrunk("L4", 900)
     monkeypatch.setattr(gpuplan.hardware, "get_gpu", lambda name: small)

@@ -120,6 +120,7 @@ def test_accumulation_beyond_its_limit_is_a_no_with_the_reason(monkeypatch: pyte
     assert any(f"allowed up to {MAX_GRAD_ACCUM}" in a for a in r.assumptions)
 
 
+@pytest.mark.slow
 def test_largest_batch_fits_and_next_does_not() -> None:
     gpu = shrunk("L4", 900)
     w = Workload(mode="train", image_size=128)
@@ -142,6 +143,7 @@ def test_largest_batch_fits_and_next_does_not() -> None:
     assert "largest batch that fits" in str(r)
 
 
+@pytest.mark.slow
 def test_technique_ladder_reaches_target_in_speed_order() -> None:
     target = 64
     fp32 = estimate(CNN, mode="train", batch_size=target, image_size=128, gpu="L4")

@@ -115,6 +115,7 @@ def test_counts() -> None:
     assert counts_up_to(12) == [1, 2, 4, 8, 12]
 
 
+@pytest.mark.slow
 def test_generate_shortcut_agrees_with_estimate(tiny_gpt2: object) -> None:
     """recommend traces generation with 8 decode steps and scales; estimate traces all of them."""
     w = Workload(mode="generate", batch_size=4, seq_len=64, new_tokens=40)

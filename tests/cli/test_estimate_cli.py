@@ -66,6 +66,7 @@ def test_text_table_names_components_and_gpu() -> None:
     (["estimate", "gpt2", "--gpu", "H100-SMX"], ["H100-SXM"]),
     (["estimate", "gpt2", "--grad-accum", "4", "--mode", "infer"], ["--grad-accum 4 applies to --mode train"]),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(args: list[str], needles: list[str]) -> None:
     _one_line_error(gpuplan(*args), *needles)
 
@@ -95,6 +96,7 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_the_verdict_line_explains_itself(tiny_gpt2: str) -> None:
     """Friction (issue #9): old main printed "total required", "usable" and "fits" together with the
     reconciliation at the bottom. The verdict names what the step needs, of how much, and the cache."""

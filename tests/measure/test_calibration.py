@@ -55,6 +55,7 @@ def test_fit_takes_medians_per_gpu_and_software(store_path: Path) -> None:
     assert "cpu" not in entries
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_the_file_and_estimate_applies_it(store_path: Path, tmp_path: Path,
                                                                tiny_gpt2: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:

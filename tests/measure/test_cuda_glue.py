@@ -31,6 +31,7 @@ class _Timer:
         return 0.25
 
 
+@pytest.mark.slow
 def test_cuda_counters_land_in_their_fields(tiny_gpt2: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
