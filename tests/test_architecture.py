@@ -57,8 +57,6 @@ ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
     # `gpuplan --version` reads gpuplan.__version__ from the public-API package above the CLI; the
     # version belongs in a bottom-layer module (or importlib.metadata) that both import
     ("gpuplan.cli.main", "gpuplan"),
-    # perf's calibration fit re-runs estimate(); belongs above estimate or takes the traced step as input
-    ("gpuplan.perf.calibration", "gpuplan.estimate"),
     # trace_source replays the allocator for the scaled step; the replay belongs to memory/
     ("gpuplan.trace.step", "gpuplan.memory.allocator"),
 })
