@@ -38,7 +38,7 @@ from gpuplan.units import format_bytes
 from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, Workload
 
 if TYPE_CHECKING:
-    from gpuplan.estimate import Estimate
+    from gpuplan.estimate import Calibration, Estimate
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.summary import Throughput
@@ -201,9 +201,10 @@ class FitResult:
 class _Tracer:
     """Runs estimate() for workloads of one model on one GPU, each workload once, counting traces."""
 
-    def __init__(self, source: ModelSource, gpu: GPU) -> None:
+    def __init__(self, source: ModelSource, gpu: GPU, calibration: Calibration | None = None) -> None:
         self.source = source
         self.gpu = gpu
+        self.calibration = calibration
         self.traces = 0
         self.assumptions: tuple[str, ...] = ()
         self._done: dict[Workload, Estimate] = {}
@@ -214,7 +215,9 @@ class _Tracer:
         est = self._done.get(workload)
         if est is None:
             self.traces += 1
-            est = self._done[workload] = estimate(self.source, workload=workload, gpu=self.gpu)
+            est = self._done[workload] = estimate(
+                self.source, workload=workload, gpu=self.gpu, calibration=self.calibration
+            )
             if not self.assumptions:
                 self.assumptions = est.assumptions
         return est
@@ -396,6 +399,7 @@ def fit(
     *,
     target_batch_size: int | None = None,
     exact_batch: bool = False,
+    calibration: Calibration | None = None,
 ) -> FitResult:
     """The largest batch of ``workload`` that fits ``gpu``; with ``target_batch_size`` (samples per
     optimizer step), the cheapest technique ladder that makes that batch fit. Gradient accumulation
@@ -413,7 +417,7 @@ def fit(
     source = model if isinstance(model, SourceType) else resolve_model(model)
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
-    tracer = _Tracer(source, target_gpu)
+    tracer = _Tracer(source, target_gpu, calibration)
     search = _largest_batch(tracer, base)
     techniques: list[TechniqueStep] = []
     target_fits: bool | None = None

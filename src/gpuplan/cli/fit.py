@@ -40,6 +40,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.fit import fit
+    from gpuplan.cli.estimate import load_calibration
     from gpuplan.hardware import get_gpu
 
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         workload_from_args(args),
         target_batch_size=args.target_batch_size,
         exact_batch=args.exact_batch,
+        calibration=load_calibration(gpu.id),
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
