@@ -19,7 +19,7 @@ from gpuplan.estimate import estimate
 from gpuplan.models.catalog import get_catalog_model
 from gpuplan.models.files import CONFIG_MAX_BYTES, read_safetensors_headers
 from gpuplan.models.sources import HFConfigSource, resolve_model
-from tests.fixtures.tiny_models import TINY_LLAMA
+from tests.fixtures.tiny_models import TINY_BERT, TINY_GPT2, TINY_LLAMA, TINY_T5
 
 ONE_LINE_CHARS = 400
 
@@ -221,3 +221,30 @@ def test_fuzzed_safetensors_headers_give_a_summary_or_one_line_error(tmp_path_fa
         _one_line(exc)
     else:
         assert summary.params_count >= 0 and 0 <= summary.weight_bytes <= len(data)
+
+
+_FIELDS = ["rope_scaling", "rope_theta", "tie_word_embeddings", "torch_dtype", "head_dim", "layer_types",
+           "sliding_window", "hidden_act", "activation_function", "n_inner", "position_embedding_type",
+           "type_vocab_size", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "architectures",
+           "rms_norm_eps", "layer_norm_eps"]
+_VALUES = st.sampled_from([None, True, 0, -1, 1, 3, 10**6, 2**40, 0.5, float("nan"), float("inf"), "", "x", "64",
+                           [], [1, 2], {}, {"a": 1}, {"rope_type": "dynamic", "factor": 2.0}])
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from([TINY_LLAMA, TINY_GPT2, TINY_BERT, TINY_T5]), mode=st.sampled_from(["train", "infer",
+                                                                                                 "generate"]),
+       changes=st.dictionaries(st.sampled_from([*sorted(TINY_LLAMA), *sorted(TINY_GPT2), *_FIELDS]), _VALUES,
+                               min_size=1, max_size=2))
+def test_fuzzed_configs_estimate_or_give_one_line_error(base: dict[str, Any], mode: str,
+                                                        changes: dict[str, Any]) -> None:
+    """The whole estimate (build, trace, GPU terms) of a config with garbled fields: a figure or one
+    GpuplanError line (found here: pad_token_id past the vocabulary, sliding_window = inf)."""
+    try:
+        est = estimate(HFConfigSource("fuzz/config.json", {**base, **changes}), mode=mode, batch_size=1,
+                       seq_len=8, new_tokens=2)
+    except GpuplanError as exc:
+        _one_line(exc)
+    else:
+        assert est.params_count > 0 and est.peak_allocated_bytes > 0

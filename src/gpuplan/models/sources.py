@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import (
     ConfigError,
+    GpuplanError,
     ModelSourceError,
     TraceError,
     UnknownModelError,
@@ -250,7 +251,9 @@ class HFConfigSource(ModelSource):
                 model = auto_cls.from_config(cfg, attn_implementation=attn, dtype=dtype)
             except ValueError:  # architectures without SDPA support (Gemma 2 soft-capping) run eager
                 model = auto_cls.from_config(cfg, attn_implementation="eager", dtype=dtype)
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        except GpuplanError:
+            raise
+        except Exception as exc:  # from_config runs nothing but the config's values
             # the config passed validation but its values cannot make this architecture
             raise ModelSourceError(
                 f"{self.name}: transformers cannot build {auto_cls.__name__} from this config: "
@@ -351,7 +354,8 @@ _SIZE_KEYS = frozenset({
     "vocab_size", "head_dim", "n_embd", "n_head", "n_layer", "n_inner", "n_positions", "n_ctx", "d_model",
     "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers", "max_position_embeddings",
     "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "ffn_dim",
-    "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "num_channels"})
+    "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "num_channels",
+    "sliding_window"})
 """Config fields that are counts or sizes: a positive integer wherever they are given."""
 
 
