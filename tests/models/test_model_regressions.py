@@ -38,9 +38,22 @@ def test_gpt2_longer_than_its_position_table_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"learned position table 'transformer.wpe' holds 1,024 "
                                           r"\(n_positions = 1,024\).*--seq-len 1,024 or less"):
         estimate("gpt2", mode="infer", batch_size=1, seq_len=4096)
-    with pytest.raises(ConfigError, match=r"prompt of the default 1,024 tokens \+ 128 new tokens needs 1,151 "
-                                          r"positions.*--seq-len 897 or less"):
-        estimate("gpt2", mode="generate", batch_size=1)
+
+
+def test_default_prompt_leaves_room_for_the_new_tokens(tmp_path: Path) -> None:
+    """A default never makes a run impossible: with no --seq-len, generation's prompt is shortened so that
+    prompt + new tokens fit the learned table (n_positions = 128, 29 new tokens → a 100-token prompt).
+    The lead's fix after H6's refusal of `gpuplan estimate gpt2 --mode generate` (1,024 + 128 > 1,024)."""
+    from gpuplan.perf.summary import seq_len_of
+    from gpuplan.workload import Workload
+
+    path = _config(tmp_path, TINY_GPT2)
+    workload = Workload(mode="generate", batch_size=1, new_tokens=29)
+    assert seq_len_of(resolve_model(str(path)), workload) == 100
+    assert estimate(path, workload=workload).params_count > 0
+    assert seq_len_of(resolve_model("gpt2"), Workload(mode="generate")) == 1024 - 127
+    with pytest.raises(ConfigError, match=r"use fewer --new-tokens"):
+        estimate(path, mode="generate", batch_size=1, new_tokens=200)
 
 
 def test_bert_longer_than_its_position_table_is_refused(tmp_path: Path) -> None:

@@ -277,17 +277,33 @@ class HFConfigSource(ModelSource):
         context = self._trained_context()
         if context is None:
             return 512
-        limit = context[1]
+        return max(1, min(self._usable_positions(context[1]), 2048))
+
+    def _usable_positions(self, trained: int) -> int:
+        """Positions a sequence may use: RoBERTa-type tables keep their first rows for padding."""
         if self._config.get("model_type") in _PADDING_OFFSET_POSITIONS:
             pad = self._config.get("pad_token_id")
-            limit -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1
-        return max(1, min(limit, 2048))
+            return trained - ((pad if isinstance(pad, int) and pad >= 0 else 1) + 1)
+        return trained
+
+    def seq_len(self, workload: Workload) -> int:
+        """Tokens per sample the step uses (the prompt, in generate): the workload's, else the default —
+        shortened in generate so that the prompt and the new tokens stay inside the trained context
+        (a default must never be what makes a run impossible)."""
+        if workload.seq_len:
+            return workload.seq_len
+        default = self.default_seq_len()
+        context = self._trained_context()
+        if workload.mode == "generate" and context is not None:
+            room = self._usable_positions(context[1]) - (workload.new_tokens - 1)
+            default = max(1, min(default, room))
+        return default
 
     def workload_notes(self, workload: Workload) -> tuple[str, ...]:
         context = self._trained_context()
         if self.task == "image-classification" or context is None:
             return ()
-        needed = positions_needed(workload, workload.seq_len or self.default_seq_len())
+        needed = positions_needed(workload, self.seq_len(workload))
         key, trained = context
         if needed <= trained:
             return ()
@@ -315,7 +331,7 @@ class HFConfigSource(ModelSource):
             pixels = torch.randn(b, channels, size, size)
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"pixel_values": pixels, "labels": torch.randint(0, num_labels, (b,))})
-        s = workload.seq_len or self.default_seq_len()
+        s = self.seq_len(workload)
         check_position_table(self.name, module, workload, s, self._trained_context())
         vocab = int(getattr(module.config, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (b, s))
@@ -638,7 +654,8 @@ def infer_inputs(module: nn.Module, workload: Workload, name: str) -> Inputs:
     if isinstance(first, nn.Embedding):
         table = learned_position_table(module)
         # a length gpuplan picks itself never exceeds the model's position table
-        s = workload.seq_len or min(DEFAULT_FACTORY_SEQ_LEN, table[1] if table else DEFAULT_FACTORY_SEQ_LEN)
+        room = table[1] - (positions_needed(workload, 1) - 1) if table else DEFAULT_FACTORY_SEQ_LEN
+        s = workload.seq_len or max(1, min(DEFAULT_FACTORY_SEQ_LEN, room))
         check_position_table(name, module, workload, s)
         ids = torch.randint(0, first.num_embeddings, (b, s))
         return Inputs(args=(ids,), labels=ids)

@@ -107,9 +107,9 @@ def seq_len_of(source: Any, workload: Workload) -> int | None:
     """Tokens per sample the trace used: the workload's, else the model's default (HF configs)."""
     if workload.seq_len:
         return workload.seq_len
-    default = getattr(source, "default_seq_len", None)
-    if callable(default) and getattr(source, "task", "") in TOKEN_TASKS | {"sequence-classification"}:
-        value = default()
+    rule = getattr(source, "seq_len", None)  # the source's own rule: the one the trace used
+    if callable(rule) and getattr(source, "task", "") in TOKEN_TASKS | {"sequence-classification"}:
+        value = rule(workload)
         return int(value) if value else None
     return None
 
