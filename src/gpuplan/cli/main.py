@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gpuplan import __version__
+from gpuplan import __version__, errors
 from gpuplan.errors import GpuplanError
 
 # verb -> (module under gpuplan.cli, one-line help)
@@ -42,9 +42,8 @@ MAX_ERROR_CHARS = 300
 
 
 def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``message`` on one line of at most ``limit`` characters (cut with "…")."""
-    flat = " ".join(message.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    """``message`` on one line of at most ``limit`` characters (the library's rule, the CLI's limit)."""
+    return errors.one_line(message, limit)
 
 
 class _Parser(argparse.ArgumentParser):
