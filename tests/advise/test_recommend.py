@@ -199,7 +199,7 @@ def test_sharded_memory_and_time_are_the_planners() -> None:
     cand = rec.candidates_in[0]
     assert cand.count > 1 and cand.layout == f"ZeRO-3 × {cand.count}"
     p = plan(WIDE, gpus=cand.count, gpu=gpu, zero=3, tp=1, pp=1, micro_batch_size=4, workload=w)
-    assert p.best.layout.sharding == "zero3" and p.best.layout.dp == cand.count
+    assert p.best.layout.sharding.name == "zero3" and p.best.layout.dp == cand.count
     assert cand.per_gpu_bytes == p.per_gpu_peak_bytes
     one = estimate(WIDE, workload=w, gpu=get_gpu("H100-SXM"))
     assert one.step_time_s is not None and cand.step_time_s is not None

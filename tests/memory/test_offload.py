@@ -28,7 +28,7 @@ def test_planner_offload_calls_the_one_model(monkeypatch: pytest.MonkeyPatch) ->
     from gpuplan.memory.overheads import overheads_for
     from gpuplan.models.sources import HFConfigSource
     from gpuplan.parallel import evaluate
-    from gpuplan.parallel.layout import Layout
+    from gpuplan.parallel.layout import Layout, Zero
     from gpuplan.parallel.profile import profile_model
     from gpuplan.parallel.topology import make_topology
     from tests.fixtures.tiny_models import TINY_GPT2
@@ -45,7 +45,7 @@ def test_planner_offload_calls_the_one_model(monkeypatch: pytest.MonkeyPatch) ->
         return optimizer_offload_time(params, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(evaluate, "optimizer_offload_time", recorded)
-    layout = Layout(dp=2, tp=1, pp=1, micro_batch_size=2, grad_accum=1, zero=2, offload_optimizer=True)
+    layout = Layout(dp=2, tp=1, pp=1, micro_batch_size=2, grad_accum=1, sharding=Zero(2, offload_optimizer=True))
     _, parts = evaluate.step_time(ctx, layout)
     assert len(calls) == 1
     params, kw = calls[0]

@@ -10,7 +10,7 @@ import pytest
 
 from gpuplan.parallel.emit import accelerate_config, deepspeed_config, emit, torch_snippet
 from gpuplan.parallel.evaluate import evaluate
-from gpuplan.parallel.layout import Layout
+from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
 from gpuplan.parallel.plan import Plan
 
 
@@ -56,9 +56,7 @@ def test_deepspeed_config_parses(gpt2_ctx, zero: int, offload: bool, monkeypatch
         pp=1,
         micro_batch_size=4,
         grad_accum=2,
-        zero=zero,
-        offload_optimizer=offload,
-        offload_params=offload and zero == 3,
+        sharding=Zero(zero, offload_optimizer=offload, offload_params=offload and zero == 3),
     )
     cfg = json.loads(emit(_plan(gpt2_ctx, lay), "deepspeed"))
     parsed = ds_config.DeepSpeedConfig(cfg, mpu=_MPU(8))
@@ -80,10 +78,10 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
     for lay, kind in (
         (
-            Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, reshard_after_forward=False),
+            Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(reshard_after_forward=False)),
             "FSDP",
         ),
-        (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2), "DEEPSPEED"),
+        (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=Zero(2)), "DEEPSPEED"),
         (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1), "MULTI_GPU"),
     ):
         path = tmp_path / f"{kind}.yaml"
@@ -101,7 +99,7 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
 
 def test_accelerate_megatron_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
-    lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, megatron=True, checkpointing="full")
+    lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, sharding=MegatronDDP(), checkpointing="full")
     path = tmp_path / "megatron.yaml"
     path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
     cfg = config_args.load_config_from_file(str(path))
@@ -114,7 +112,7 @@ def test_accelerate_megatron_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # 
 def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
     import importlib
 
-    lay = Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=2)
+    lay = Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(hsdp_shard=2))
     text = torch_snippet(_plan(gpt2_ctx, lay))
     tree = ast.parse(text)
     for node in ast.walk(tree):

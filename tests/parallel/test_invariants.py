@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import evaluate, memory
-from gpuplan.parallel.layout import Layout, check_degrees
+from gpuplan.parallel.layout import DDP, FSDP2, Layout, Sharding, Zero, check_degrees
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 POW2 = st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256])
@@ -33,9 +33,9 @@ def test_memory_never_rises_with_zero_stage(gpt2_ctx, dp: int, tp: int, mbs: int
     peaks = [
         _peak(
             gpt2_ctx,
-            Layout(dp=dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, zero=z, checkpointing=ckpt),
+            Layout(dp=dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, sharding=z, checkpointing=ckpt),
         )
-        for z in (0, 1, 2, 3)
+        for z in (DDP(), Zero(1), Zero(2), Zero(3))
     ]
     assert all(a >= b for a, b in itertools.pairwise(peaks)), peaks
 
@@ -56,9 +56,9 @@ def test_memory_never_rises_with_dp_when_sharded(
     fsdp: bool,  # type: ignore[no-untyped-def]
     reshard: bool,
 ) -> None:
-    kw = {"fsdp": True, "reshard_after_forward": reshard} if fsdp else {"zero": 3}
-    small = _peak(gpt2_ctx, Layout(dp=dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, **kw))  # type: ignore[arg-type]
-    large = _peak(gpt2_ctx, Layout(dp=2 * dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, **kw))  # type: ignore[arg-type]
+    shard: Sharding = FSDP2(reshard_after_forward=reshard) if fsdp else Zero(3)
+    small = _peak(gpt2_ctx, Layout(dp=dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, sharding=shard))
+    large = _peak(gpt2_ctx, Layout(dp=2 * dp, tp=tp, pp=1, micro_batch_size=mbs, grad_accum=1, sharding=shard))
     assert large <= small
 
 

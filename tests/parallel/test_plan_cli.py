@@ -144,13 +144,14 @@ def test_does_not_fit_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
     from gpuplan.parallel.evaluate import memory
-    from gpuplan.parallel.layout import Layout
+    from gpuplan.parallel.layout import FSDP2, Layout, Zero
 
-    full = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True))[0]
-    hsdp = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=8))[0]
+    full = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2()))[0]
+    hsdp = memory(gpt2_ctx, Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1,
+                                   sharding=FSDP2(hsdp_shard=8)))[0]
     # HSDP shards states 8 ways instead of 32: 4× the sharded states
     assert hsdp.optimizer_bytes == pytest.approx(4 * full.optimizer_bytes, rel=1e-6)
-    z3 = memory(gpt2_ctx, Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3))[0]
+    z3 = memory(gpt2_ctx, Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=Zero(3)))[0]
     off = memory(
         gpt2_ctx,
         Layout(
@@ -159,9 +160,7 @@ def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-de
             pp=1,
             micro_batch_size=4,
             grad_accum=1,
-            zero=3,
-            offload_optimizer=True,
-            offload_params=True,
+            sharding=Zero(3, offload_optimizer=True, offload_params=True),
         ),
     )[0]
     assert off.optimizer_bytes == 0 and off.params_bytes == 0 and off.total_bytes < z3.total_bytes
@@ -169,12 +168,12 @@ def test_ranks_hsdp_and_offload(gpt2_ctx) -> None:  # type: ignore[no-untyped-de
 
 def test_megatron_weights_are_16bit_without_autocast_copies(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
     from gpuplan.parallel.evaluate import evaluate
-    from gpuplan.parallel.layout import Layout
+    from gpuplan.parallel.layout import Layout, MegatronDDP
 
     p = gpt2_ctx.profile
     assert p.block_weight_cast_bytes > 0  # traced under amp-bf16: autocast keeps bf16 copies of fp32 weights
     torch_ddp = evaluate(gpt2_ctx, Layout(dp=4, tp=2, pp=1, micro_batch_size=4, grad_accum=1))
-    mega = evaluate(gpt2_ctx, Layout(dp=4, tp=2, pp=1, micro_batch_size=4, grad_accum=1, megatron=True))
+    mega = evaluate(gpt2_ctx, Layout(dp=4, tp=2, pp=1, micro_batch_size=4, grad_accum=1, sharding=MegatronDDP()))
     (t,), (m,) = torch_ddp.ranks, mega.ranks
     assert t.weight_cast_bytes > 0 and m.weight_cast_bytes == 0
     # Megatron-LM mixed precision: 2 (fp16 weights) + 4 (fp32 main grads) + 4 (fp32 master) + 8 (Adam)

@@ -15,7 +15,7 @@ from gpuplan.cli.main import main
 from gpuplan.errors import ConfigError
 from gpuplan.parallel.emit import EMITTERS, emit, engines_for
 from gpuplan.parallel.evaluate import evaluate
-from gpuplan.parallel.layout import Layout
+from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
 from gpuplan.parallel.plan import Plan
 
 # A user's config.json: position table of 131072 (Llama 3.1's), 4 blocks so pp 2 and 4 divide them.
@@ -120,28 +120,32 @@ def test_explicit_checkpointing_none_is_never_overridden(config_json: str) -> No
 
 LAYOUTS: dict[str, Layout] = {
     "ddp": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1),
-    "zero1": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=1),
-    "zero2": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=2, zero=2),
-    "zero2-offload": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=2, offload_optimizer=True),
-    "zero3": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3, checkpointing="full"),
-    "zero3-offload": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3, offload_optimizer=True),
+    "zero1": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=Zero(1)),
+    "zero2": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=2, sharding=Zero(2)),
+    "zero2-offload": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1,
+                            sharding=Zero(2, offload_optimizer=True)),
+    "zero3": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=Zero(3), checkpointing="full"),
+    "zero3-offload": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1,
+                            sharding=Zero(3, offload_optimizer=True)),
     "zero3-offload-all": Layout(
-        dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3, offload_optimizer=True, offload_params=True
+        dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1,
+        sharding=Zero(3, offload_optimizer=True, offload_params=True)
     ),
-    "zero1-tp-pp": Layout(dp=8, tp=2, pp=2, micro_batch_size=1, grad_accum=4, zero=1),
-    "fsdp2": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True),
-    "fsdp2-no-reshard": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True,
-                               reshard_after_forward=False),
-    "hsdp": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True, hsdp_shard=8),
-    "fsdp2-tp": Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, fsdp=True),
+    "zero1-tp-pp": Layout(dp=8, tp=2, pp=2, micro_batch_size=1, grad_accum=4, sharding=Zero(1)),
+    "fsdp2": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2()),
+    "fsdp2-no-reshard": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1,
+                               sharding=FSDP2(reshard_after_forward=False)),
+    "hsdp": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(hsdp_shard=8)),
+    "fsdp2-tp": Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2()),
     "ddp-tp": Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, checkpointing="selective"),
     "torch-pp": Layout(dp=8, tp=1, pp=4, micro_batch_size=1, grad_accum=8),
     "torch-interleaved": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, schedule="interleaved",
                                 virtual_stages=3),
-    "megatron": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, megatron=True, checkpointing="full"),
-    "megatron-tp": Layout(dp=4, tp=8, pp=1, micro_batch_size=2, grad_accum=1, megatron=True,
+    "megatron": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8,
+                       sharding=MegatronDDP(), checkpointing="full"),
+    "megatron-tp": Layout(dp=4, tp=8, pp=1, micro_batch_size=2, grad_accum=1, sharding=MegatronDDP(),
                           sequence_parallel=False),
-    "megatron-interleaved": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, megatron=True,
+    "megatron-interleaved": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, sharding=MegatronDDP(),
                                    schedule="interleaved", virtual_stages=3),
 }
 
@@ -192,9 +196,10 @@ def _check_accelerate(lay: Layout, cfg: dict[str, Any]) -> None:
         assert m["megatron_lm_sequence_parallelism"] == (lay.tp > 1 and lay.sequence_parallel)
         assert m["megatron_lm_recompute_activations"] == (lay.checkpointing != "none")
         return
-    assert cfg["distributed_type"] == ("FSDP" if lay.fsdp else "MULTI_GPU")
-    if lay.fsdp:
-        assert cfg["fsdp_config"]["fsdp_reshard_after_forward"] == lay.reshard_after_forward
+    s = lay.sharding
+    assert cfg["distributed_type"] == ("FSDP" if isinstance(s, FSDP2) else "MULTI_GPU")
+    if isinstance(s, FSDP2):
+        assert cfg["fsdp_config"]["fsdp_reshard_after_forward"] == s.reshard_after_forward
         assert cfg["fsdp_config"]["fsdp_activation_checkpointing"] == (lay.checkpointing != "none")
     par = cfg.get("parallelism_config", {})
     assert par.get("parallelism_config_tp_size", 1) == lay.tp
@@ -220,9 +225,9 @@ def _check_torchrun(lay: Layout, text: str) -> None:
     assert ("DistributedDataParallel" in code) == (not lay.fsdp and lay.pp == 1)
     assert ("parallelize_module(block" in code) == (lay.tp > 1)
     assert ("SequenceParallel()," in code) == (lay.tp > 1 and lay.sequence_parallel)
-    if lay.fsdp:
-        assert f"reshard_after_forward={lay.reshard_after_forward}" in code
-        assert ('"dp_replicate", "dp_shard"' in code) == (lay.sharding == "hsdp")
+    if isinstance(lay.sharding, FSDP2):
+        assert f"reshard_after_forward={lay.sharding.reshard_after_forward}" in code
+        assert ('"dp_replicate", "dp_shard"' in code) == (lay.sharding.name == "hsdp")
     if lay.pp > 1:
         sched = "ScheduleInterleaved1F1B" if lay.schedule == "interleaved" else "Schedule1F1B"
         assert sched in code and f"N_MICROBATCHES = {lay.grad_accum}" in code

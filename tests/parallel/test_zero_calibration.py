@@ -87,10 +87,10 @@ def test_planner_zero3_states_are_deepspeed_estimator(gpt2_ctx) -> None:  # type
     # The planner's DeepSpeed ZeRO-3 model states + largest-layer buffer equal DeepSpeed's estimator
     # for the traced parameter count (AMP + AdamW: K = 4 master + 8 Adam + 4 fp32 grads = 16).
     from gpuplan.parallel.evaluate import memory
-    from gpuplan.parallel.layout import Layout
+    from gpuplan.parallel.layout import Layout, Zero
 
     p = gpt2_ctx.profile
-    lay = Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, zero=3)
+    lay = Layout(dp=8, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=Zero(3))
     (rank,) = memory(gpt2_ctx, lay)
     states = rank.params_bytes + rank.grads_bytes + rank.optimizer_bytes
     ds = deepspeed_zero3_gpu_bytes(p.params_count, p.largest_layer_params, 8)

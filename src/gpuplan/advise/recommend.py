@@ -193,7 +193,7 @@ class _Sharded:
         prefetching hides behind compute up to the single-GPU time) on ``n`` GPUs."""
         from gpuplan.parallel.collectives import all_gather_s, group
         from gpuplan.parallel.evaluate import Context, evaluate
-        from gpuplan.parallel.layout import Layout
+        from gpuplan.parallel.layout import Layout, Zero
         from gpuplan.parallel.profile import profile_from_step
         from gpuplan.parallel.topology import make_topology
 
@@ -209,7 +209,7 @@ class _Sharded:
             return single - step.param_bytes + -(-step.param_bytes // n) + gathered + fixed_bytes, gather_s
         prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu)
         lay = Layout(dp=n, tp=1, pp=1, micro_batch_size=workload.batch_size, grad_accum=workload.grad_accum,
-                     zero=3, checkpointing=workload.checkpointing)
+                     sharding=Zero(3), checkpointing=workload.checkpointing)
         ev = evaluate(Context(prof, topo, gpu.usable_memory_bytes, fixed_bytes), lay)
         return ev.per_gpu_peak_bytes, ev.step_time_s
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
 from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
+from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero
 
 if TYPE_CHECKING:
     from gpuplan.parallel.layout import Layout
@@ -24,8 +25,10 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
     """The ds_config dict for the plan's layout (ZeRO stage 0 when the layout is plain DDP)."""
     lay, prof = p.best.layout, p.profile
     rank_params = prof.params_count / lay.tp / lay.pp
-    zero: dict[str, Any] = {"stage": lay.zero}
-    if lay.zero in (1, 2):
+    s = lay.sharding
+    stage = s.stage if isinstance(s, Zero) else 0
+    zero: dict[str, Any] = {"stage": stage}
+    if stage in (1, 2):
         b = bucket_elements(rank_params)
         zero.update(
             overlap_comm=True,
@@ -34,7 +37,7 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
             reduce_bucket_size=b,
             allgather_bucket_size=b,
         )
-    elif lay.zero == 3:
+    elif stage == 3:
         red, prefetch, persist = zero3_buckets(prof.hidden)
         zero.update(
             overlap_comm=True,
@@ -46,9 +49,9 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
             stage3_max_reuse_distance=int(1e9),
             stage3_gather_16bit_weights_on_model_save=True,
         )
-    if lay.offload_optimizer:
+    if isinstance(s, Zero) and s.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if lay.offload_params:
+    if isinstance(s, Zero) and s.offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     cfg: dict[str, Any] = {
         "train_batch_size": lay.global_batch,
@@ -95,12 +98,14 @@ def torch_snippet(p: Plan) -> str:
     """Python applying the layout with torch.distributed (device mesh, TP plan, FSDP2, pipelining)."""
     lay = p.best.layout
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(_mixed(p.workload.precision), "torch.float32")
+    s = lay.sharding
+    hsdp_shard = s.hsdp_shard if isinstance(s, FSDP2) else None
     dims, names = [], []
     if lay.pp > 1:
         dims.append(lay.pp)
         names.append('"pp"')
-    if lay.fsdp and lay.hsdp_shard and lay.hsdp_shard < lay.dp:
-        dims += [lay.dp // lay.hsdp_shard, lay.hsdp_shard]
+    if hsdp_shard is not None:
+        dims += [lay.dp // hsdp_shard, hsdp_shard]
         names += ['"dp_replicate"', '"dp_shard"']
     else:
         dims.append(lay.dp)
@@ -141,13 +146,13 @@ def torch_snippet(p: Plan) -> str:
             "        }",
             '        parallelize_module(block, mesh["tp"], plan)',
         ]
-    if lay.fsdp:
-        dp_mesh = '["dp_replicate", "dp_shard"]' if lay.hsdp_shard and lay.hsdp_shard < lay.dp else '["dp"]'
+    if isinstance(s, FSDP2):
+        dp_mesh = '["dp_replicate", "dp_shard"]' if hsdp_shard is not None else '["dp"]'
         lines += [
             f"    mp = MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype=torch.float32)",
             "    for block in blocks:",
             f"        fully_shard(block, mesh=mesh{dp_mesh}, mp_policy=mp, "
-            f"reshard_after_forward={lay.reshard_after_forward})",
+            f"reshard_after_forward={s.reshard_after_forward})",
             f"    fully_shard(model, mesh=mesh{dp_mesh}, mp_policy=mp)",
         ]
     elif lay.pp == 1:
@@ -198,21 +203,19 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
     }
     if p.topology.nodes > 1:
         base.update(main_process_ip="MASTER_ADDR", main_process_port=29500)
-    if lay.engine == "deepspeed":
-        ds = deepspeed_config(p)
-        z = ds["zero_optimization"]
+    s = lay.sharding
+    if isinstance(s, Zero):
         base["distributed_type"] = "DEEPSPEED"
         base["deepspeed_config"] = {
             "gradient_accumulation_steps": lay.grad_accum,
             "gradient_clipping": 1.0,
-            "offload_optimizer_device": "cpu" if lay.offload_optimizer else "none",
-            "offload_param_device": "cpu" if lay.offload_params else "none",
-            "zero3_init_flag": lay.zero == 3,
-            "zero3_save_16bit_model": lay.zero == 3,
-            "zero_stage": lay.zero,
+            "offload_optimizer_device": "cpu" if s.offload_optimizer else "none",
+            "offload_param_device": "cpu" if s.offload_params else "none",
+            "zero3_init_flag": s.stage == 3,
+            "zero3_save_16bit_model": s.stage == 3,
+            "zero_stage": s.stage,
         }
-        _ = z
-    elif lay.engine == "megatron":
+    elif isinstance(s, MegatronDDP):
         base["distributed_type"] = "MEGATRON_LM"
         base["megatron_lm_config"] = {
             "megatron_lm_tp_degree": lay.tp,
@@ -223,12 +226,12 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
             "megatron_lm_use_distributed_optimizer": False,
             "megatron_lm_gradient_clipping": 1.0,
         }
-    elif lay.fsdp:
+    elif isinstance(s, FSDP2):
         base["distributed_type"] = "FSDP"
         base["fsdp_config"] = {
             "fsdp_version": 2,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_reshard_after_forward": lay.reshard_after_forward,
+            "fsdp_reshard_after_forward": s.reshard_after_forward,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_cpu_ram_efficient_loading": True,
             "fsdp_offload_params": False,
@@ -236,13 +239,13 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
         }
     else:
         base["distributed_type"] = "MULTI_GPU" if lay.gpus > 1 else "NO"
-    if lay.engine == "torch" and (lay.tp > 1 or lay.sharding == "hsdp"):
+    if isinstance(s, DDP | FSDP2) and (lay.tp > 1 or (isinstance(s, FSDP2) and s.hsdp_shard is not None)):
         # accelerate's ParallelismConfig (launch --parallelism_config_*): TP and the FSDP dims (HSDP:
         # shard inside a group, replicate across); it has no pipeline dimension (see engines_for).
         base["parallelism_config"] = {
             "parallelism_config_tp_size": lay.tp,
-            "parallelism_config_dp_shard_size": lay.shard_group if lay.fsdp else 1,
-            "parallelism_config_dp_replicate_size": lay.dp // (lay.shard_group if lay.fsdp else 1),
+            "parallelism_config_dp_shard_size": lay.shard_group,  # 1 for DDP
+            "parallelism_config_dp_replicate_size": lay.dp // lay.shard_group,
         }
     return base
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuplan.memory.offload import optimizer_offload_time
 from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
-from gpuplan.parallel.layout import Layout
+from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
 from gpuplan.parallel.profile import ModelProfile
 from gpuplan.parallel.topology import Topology
 from gpuplan.parallel.zero import model_states_bytes
@@ -142,21 +142,22 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
     pb, gb, ob = p.param_bytes_per_param, p.grad_bytes_per_param, p.optimizer_bytes_per_param
     cb = p.compute_bytes
     block_rank = p.block_params / layout.tp
-    if layout.fsdp:
+    s = layout.sharding
+    if isinstance(s, FSDP2):
         shard = layout.shard_group
         unsharded = (
-            cb * block_rank * p.layers / layout.pp if not layout.reshard_after_forward else 2 * cb * block_rank
+            cb * block_rank * p.layers / layout.pp if not s.reshard_after_forward else 2 * cb * block_rank
         )  # current block + the one prefetched
         buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
-    if layout.engine == "deepspeed":
+    if isinstance(s, Zero):
         # DeepSpeed mixed precision: 16-bit params and grads + fp32 master, fp32 grad partition and
         # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam). In fp32
         # there is no master copy: 4-byte params and grads, K = optimizer bytes.
         half = p.compute_bytes
         mixed = half < 4
         k = 4 + 4 + ob if mixed else ob
-        stage = layout.zero
+        stage = s.stage
         # Megatron splits the largest matrix (the vocabulary) over tp too.
         largest = min(p.largest_layer_params / layout.tp, rank_params)
         if stage == 3:
@@ -168,13 +169,13 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
             ms = model_states_bytes(rank_params, stage, layout.dp, k=k, param_bytes=half, grad_bytes=half)
             buffers = 2 * half * bucket_elements(rank_params)
         params, grads, opt = ms.params_bytes, ms.grads_bytes, ms.optimizer_bytes
-        if layout.offload_optimizer:
+        if s.offload_optimizer:
             opt = 0.0
             grads = 0.0 if stage <= 2 else grads  # DeepSpeed's estimator: ZeRO-2 offload keeps 2·P
-        if layout.offload_params and stage == 3:
+        if s.offload_params:  # stage 3: Zero refuses it at stages 1 and 2
             params = 0.0
         return params, grads, opt, buffers
-    if layout.engine == "megatron" and p.compute_bytes < 4:
+    if isinstance(s, MegatronDDP) and p.compute_bytes < 4:
         # 16-bit weights; fp32 main grads (traced gradient bytes); fp32 master copy + optimizer
         # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam.
         return cb * rank_params, gb * rank_params, (pb + ob) * rank_params, 0.0
@@ -187,9 +188,9 @@ def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
     """Traced optimizer-step temporaries for the parameters this rank updates. DeepSpeed steps
     with its own fused/CPU Adam (multi-tensor chunks) and Megatron-LM with Apex/TE FusedAdam, so
     they have none of the foreach copies."""
-    if layout.engine in ("deepspeed", "megatron"):
+    if isinstance(layout.sharding, Zero | MegatronDDP):
         return 0.0
-    shard = layout.shard_group if layout.fsdp else 1
+    shard = layout.shard_group  # 1 for DDP
     return ctx.profile.optimizer_temp_bytes_per_param * rank_params / shard
 
 
@@ -275,10 +276,12 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # gradients reduce-scattered, prefetched one block ahead so only the excess over compute shows.
     shard_exposed = 0.0
     stage_params = p.params_count / pp / tp
-    if (layout.fsdp or layout.zero == 3) and layout.shard_group > 1:
-        gathers = 2 if (layout.zero == 3 or layout.reshard_after_forward) else 1
+    s = layout.sharding
+    zero3 = isinstance(s, Zero) and s.stage == 3
+    if (isinstance(s, FSDP2) or zero3) and layout.shard_group > 1:
+        gathers = 2 if (zero3 or (isinstance(s, FSDP2) and s.reshard_after_forward)) else 1
         ag = all_gather_s(shard_group, cb * stage_params)
-        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if layout.fsdp else cb) * stage_params)
+        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if isinstance(s, FSDP2) else cb) * stage_params)
         fwd_c, bwd_c = max(stage_f), max(stage_b)
         first_block = all_gather_s(shard_group, cb * p.block_params / tp)
         shard_exposed = max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block
@@ -297,9 +300,9 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     bubble = bubble_slots * slot
     # ---- data-parallel gradients ----------------------------------------------------------------
     dp_exposed = 0.0
-    if dp > 1 and not layout.fsdp and layout.zero != 3:
-        grad_b = p.grad_bytes_per_param if layout.engine != "deepspeed" else cb
-        if layout.zero in (1, 2):
+    if dp > 1 and not isinstance(s, FSDP2) and not zero3:
+        grad_b = cb if isinstance(s, Zero) else p.grad_bytes_per_param
+        if isinstance(s, Zero):  # stages 1 and 2 here
             comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(dp_group, cb * stage_params)
             tail = all_gather_s(dp_group, cb * stage_params)  # updated params gathered after the step
         else:
@@ -310,16 +313,16 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         else:
             # Buckets are reduced while the last micro-batch's backward runs; the last bucket
             # (DDP bucket_cap_mb = 25 MB; DeepSpeed reduce_bucket_size) always waits for backward to end.
-            bucket = DDP_BUCKET_BYTES if layout.engine != "deepspeed" else cb * bucket_elements(stage_params)
+            bucket = cb * bucket_elements(stage_params) if isinstance(s, Zero) else DDP_BUCKET_BYTES
             last = all_reduce_s(dp_group, min(bucket, grad_b * stage_params))
             window = max(stage_b)
             dp_exposed = max(comm - tail - window, last) + tail
-    elif layout.fsdp and layout.hsdp_shard and layout.hsdp_shard < dp:
-        replicas = group(topo, dp // layout.hsdp_shard, tp * layout.hsdp_shard)
-        dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / layout.hsdp_shard)
+    elif isinstance(s, FSDP2) and s.hsdp_shard is not None:  # Layout holds it below dp
+        replicas = group(topo, dp // s.hsdp_shard, tp * s.hsdp_shard)
+        dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / s.hsdp_shard)
     # ---- optimizer --------------------------------------------------------------------------
     updated = stage_params / (layout.shard_group if layout.shard_group > 1 else 1)
-    if layout.offload_optimizer:
+    if isinstance(s, Zero) and s.offload_optimizer:
         # the one CPU-offload model (memory/offload.py, also fit's offload rung): DeepSpeed moves
         # compute-dtype gradients to the host and parameters back; the host link is PCIe (the
         # topology's where that is the GPU link, else memory/offload.py's default)

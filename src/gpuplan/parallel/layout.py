@@ -3,15 +3,118 @@
 Rank order follows Megatron-LM: tensor-parallel ranks are adjacent (inside a node), then
 data-parallel, then pipeline stages outermost. A layout that cannot exist raises
 :class:`gpuplan.errors.LayoutError` with the arithmetic that failed.
+
+How the data-parallel ranks hold the model is a :data:`Sharding`, a sum type: one of
+:class:`DDP`, :class:`MegatronDDP`, :class:`Zero` or :class:`FSDP2`, each carrying only the
+options its engine has (offload belongs to ZeRO, resharding and HSDP to FSDP2), so a combination
+no engine runs (FSDP with ZeRO, offload without ZeRO, Megatron with ZeRO-3) cannot be written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from gpuplan.errors import LayoutError
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
+ZeroStage = Literal[1, 2, 3]
+
+
+@dataclass(frozen=True, slots=True)
+class DDP:
+    """torch DistributedDataParallel: every rank holds the whole (fp32) model; AMP autocasts."""
+
+    @property
+    def name(self) -> str:
+        return "ddp"
+
+    @property
+    def engine(self) -> str:
+        return "torch"
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronDDP:
+    """Megatron-LM: 16-bit weights on the GPU, fp32 main gradients and fp32 master weights in the
+    optimizer (no autocast weight copies); its own DDP over the data-parallel ranks."""
+
+    @property
+    def name(self) -> str:
+        return "megatron-ddp"
+
+    @property
+    def engine(self) -> str:
+        return "megatron"
+
+
+@dataclass(frozen=True, slots=True)
+class Zero:
+    """DeepSpeed ZeRO stage 1-3 (stage 0 is plain :class:`DDP`), optionally with ZeRO-Offload."""
+
+    stage: ZeroStage
+    offload_optimizer: bool = False
+    """Optimizer state (and the fp32 master) on the host, stepped by DeepSpeed's CPU Adam."""
+    offload_params: bool = False
+    """Parameters on the host between uses: DeepSpeed's ``offload_param``, valid with stage 3 only."""
+
+    def __post_init__(self) -> None:
+        if self.stage not in (1, 2, 3):
+            raise LayoutError(
+                f"ZeRO stage {self.stage!r} does not exist (allowed: 1, 2, 3); stage 0 is plain DDP: use DDP()"
+            )
+        if self.offload_params and self.stage != 3:
+            raise LayoutError(
+                f"ZeRO-{self.stage} cannot offload parameters: DeepSpeed's offload_param needs stage 3; "
+                "use Zero(3, offload_params=True) or drop offload_params"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"zero{self.stage}"
+
+    @property
+    def engine(self) -> str:
+        return "deepspeed"
+
+
+@dataclass(frozen=True, slots=True)
+class FSDP2:
+    """torch FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over dp;
+    HSDP when ``hsdp_shard`` is set (shard inside groups of that many dp ranks, replicate across)."""
+
+    reshard_after_forward: bool = True
+    hsdp_shard: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.hsdp_shard is not None and (isinstance(self.hsdp_shard, bool) or self.hsdp_shard < 2):
+            raise LayoutError(
+                f"HSDP shard group {self.hsdp_shard!r} must be at least 2 ranks; "
+                "leave hsdp_shard None to shard over every dp rank"
+            )
+
+    @property
+    def name(self) -> str:
+        return "fsdp2" if self.hsdp_shard is None else "hsdp"
+
+    @property
+    def engine(self) -> str:
+        return "torch"
+
+
+Sharding = DDP | MegatronDDP | Zero | FSDP2
+"""How the data-parallel ranks hold parameters, gradients and optimizer state."""
+
+
+def check_zero_pipeline(stage: int, pp: int) -> None:
+    """ZeRO-2/3 do not run under a pipeline."""
+    if stage >= 2 and pp > 1:
+        # DeepSpeed's pipeline engine asserts stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with
+        # pipeline parallelism"), and Megatron pairs PP with the distributed optimizer (ZeRO-1).
+        raise LayoutError(
+            f"ZeRO-{stage} with pp({pp}) > 1 is not supported by DeepSpeed's pipeline engine; "
+            "use --zero 1 with pipeline parallelism"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,23 +127,27 @@ class Layout:
     micro_batch_size: int
     grad_accum: int
     """Micro-batches per data-parallel rank per optimizer step (the pipeline's micro-batch count)."""
-    zero: int = 0
-    """DeepSpeed ZeRO stage 0-3 (0 with ``fsdp`` False: plain DDP)."""
-    fsdp: bool = False
-    """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over dp."""
-    hsdp_shard: int = 0
-    """HSDP: shard inside groups of this many dp ranks, replicate across them (0: shard over all dp)."""
-    reshard_after_forward: bool = True
+    sharding: Sharding = field(default_factory=DDP)
     sequence_parallel: bool = True
     schedule: str = "1f1b"
     virtual_stages: int = 1
     """Model chunks per pipeline rank for the interleaved schedule (1 for 1F1B)."""
     checkpointing: str = "none"
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    megatron: bool = False
-    """Megatron-LM: 16-bit weights on the GPU, fp32 main gradients and fp32 master weights in the
-    optimizer (no autocast weight copies); DDP over the data-parallel ranks."""
+
+    def __post_init__(self) -> None:
+        s = self.sharding
+        if not isinstance(s, DDP | MegatronDDP | Zero | FSDP2):
+            raise LayoutError(
+                f"sharding {s!r} is not a Sharding (allowed: DDP(), MegatronDDP(), Zero(stage), FSDP2())"
+            )
+        if isinstance(s, Zero):
+            check_zero_pipeline(s.stage, self.pp)
+        if isinstance(s, FSDP2) and s.hsdp_shard is not None and (s.hsdp_shard >= self.dp or self.dp % s.hsdp_shard):
+            raise LayoutError(
+                f"HSDP shard group {s.hsdp_shard} must divide dp({self.dp}) and be smaller than it "
+                f"({self.dp} mod {s.hsdp_shard} = {self.dp % s.hsdp_shard}); "
+                "use a divisor of dp, or hsdp_shard None to shard over all of dp"
+            )
 
     @property
     def gpus(self) -> int:
@@ -52,37 +159,49 @@ class Layout:
 
     @property
     def engine(self) -> str:
-        """``deepspeed`` for ZeRO stages and offload, ``megatron`` for Megatron-LM, ``torch`` (DDP /
+        """``deepspeed`` for ZeRO (and its offload), ``megatron`` for Megatron-LM, ``torch`` (DDP /
         FSDP2 / TP / PP with torch.distributed) otherwise."""
-        if self.zero > 0 or self.offload_optimizer or self.offload_params:
-            return "deepspeed"
-        return "megatron" if self.megatron else "torch"
+        return self.sharding.engine
 
     @property
     def shard_group(self) -> int:
         """Ranks that parameters/gradients/optimizer state are split over (1: replicated)."""
-        if self.fsdp:
-            return self.hsdp_shard or self.dp
-        return self.dp if self.zero > 0 else 1
+        s = self.sharding
+        if isinstance(s, FSDP2):
+            return s.hsdp_shard or self.dp
+        return self.dp if isinstance(s, Zero) else 1
+
+    # Read-only views of the sharding under the ``plan --json`` ``parallelism`` key names.
+    @property
+    def zero(self) -> int:
+        """The ZeRO stage; 0 when the layout is not ZeRO."""
+        return self.sharding.stage if isinstance(self.sharding, Zero) else 0
 
     @property
-    def sharding(self) -> str:
-        if self.fsdp:
-            return "hsdp" if self.hsdp_shard and self.hsdp_shard < self.dp else "fsdp2"
-        return f"zero{self.zero}" if self.zero else ("megatron-ddp" if self.megatron else "ddp")
+    def fsdp(self) -> bool:
+        return isinstance(self.sharding, FSDP2)
+
+    @property
+    def offload_optimizer(self) -> bool:
+        return isinstance(self.sharding, Zero) and self.sharding.offload_optimizer
+
+    @property
+    def offload_params(self) -> bool:
+        return isinstance(self.sharding, Zero) and self.sharding.offload_params
 
     @property
     def fp32_weights_with_autocast(self) -> bool:
         """The rank holds fp32 weights and autocast casts them per use (plain torch AMP programs);
         FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron hold the 16-bit copy themselves."""
-        return self.engine == "torch" and not self.fsdp
+        return isinstance(self.sharding, DDP)
 
     def describe(self) -> str:
-        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", self.sharding]
-        if self.fsdp and not self.reshard_after_forward:
+        s = self.sharding
+        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", s.name]
+        if isinstance(s, FSDP2) and not s.reshard_after_forward:
             parts.append("no-reshard")
-        if self.hsdp_shard and self.fsdp and self.hsdp_shard < self.dp:
-            parts.append(f"shard={self.hsdp_shard}")
+        if isinstance(s, FSDP2) and s.hsdp_shard is not None:
+            parts.append(f"shard={s.hsdp_shard}")
         if self.tp > 1 and self.sequence_parallel:
             parts.append("sp")
         if self.pp > 1:
@@ -91,9 +210,9 @@ class Layout:
         parts.append(f"ga={self.grad_accum}")
         if self.checkpointing != "none":
             parts.append(f"ckpt={self.checkpointing}")
-        if self.offload_optimizer:
+        if isinstance(s, Zero) and s.offload_optimizer:
             parts.append("offload-opt")
-        if self.offload_params:
+        if isinstance(s, Zero) and s.offload_params:
             parts.append("offload-params")
         return " ".join(parts)
 
@@ -147,10 +266,4 @@ def check_sharding(zero: int, fsdp: bool, tp: int, pp: int, megatron: bool = Fal
         raise LayoutError(f"ZeRO stage {zero} does not exist (allowed: 0, 1, 2, 3)")
     if fsdp and zero:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
-    if zero >= 2 and pp > 1:
-        # DeepSpeed's pipeline engine asserts stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with
-        # pipeline parallelism"), and Megatron pairs PP with the distributed optimizer (ZeRO-1).
-        raise LayoutError(
-            f"ZeRO-{zero} with pp({pp}) > 1 is not supported by DeepSpeed's pipeline engine; "
-            "use --zero 1 with pipeline parallelism"
-        )
+    check_zero_pipeline(zero, pp)

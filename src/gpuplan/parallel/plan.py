@@ -8,11 +8,12 @@ second time with full checkpointing; when none fits with it, offload layouts are
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
+from gpuplan.parallel.layout import Zero
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
@@ -281,15 +282,9 @@ def _distinct(evals: list[Evaluation], n: int) -> list[Evaluation]:
     out: list[Evaluation] = []
     for e in evals:
         lay = e.layout
-        key = (
-            lay.dp,
-            lay.tp,
-            lay.pp,
-            lay.sharding,
-            lay.reshard_after_forward,
-            lay.schedule,
-            lay.offload_optimizer,
-        )
+        s = lay.sharding
+        # offloading parameters too is the same alternative as ZeRO-3 with the optimizer offloaded
+        key = (lay.dp, lay.tp, lay.pp, replace(s, offload_params=False) if isinstance(s, Zero) else s, lay.schedule)
         if key in seen:
             continue
         seen.add(key)

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import Context, Evaluation, evaluate
-from gpuplan.parallel.layout import Layout, check_batch, check_degrees, check_model, check_sharding
+from gpuplan.parallel.layout import (
+    DDP,
+    FSDP2,
+    Layout,
+    MegatronDDP,
+    Sharding,
+    Zero,
+    ZeroStage,
+    check_batch,
+    check_degrees,
+    check_model,
+    check_sharding,
+)
 
 MAX_MICRO_BATCH = 32
 MAX_VIRTUAL_STAGES = 4
@@ -100,7 +111,7 @@ def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_p
                             virtual_stages=v,
                             checkpointing=c.checkpointing,
                             sequence_parallel=tp > 1 and c.sequence_parallel,
-                            **shard,
+                            sharding=shard,
                         )
 
 
@@ -115,32 +126,40 @@ def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
     return out
 
 
-def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[dict[str, Any]]:
-    opts: list[dict[str, Any]] = []
+def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[Sharding]:
+    opts: list[Sharding] = []
     if c.megatron:
-        return [{"megatron": True}]
+        return [MegatronDDP()]
     want_zero = c.zero is not None and not c.fsdp
     if not c.fsdp and (c.zero in (None, 0)) and c.megatron is None and (tp > 1 or pp > 1):
-        opts.append({"megatron": True})
+        opts.append(MegatronDDP())
     if not c.fsdp:
         stages = [c.zero] if want_zero else ([0, 1] + ([2, 3] if pp == 1 else []) if dp > 1 else [0])
         for z in stages:
             if z is None or (z >= 2 and pp > 1):
                 continue
-            opts.append({"zero": z})
+            if z == 0:
+                opts.append(DDP())
+                continue
+            stage = _ZERO_STAGES[z]
+            opts.append(Zero(stage))
             if c.offload and z >= 2:
-                opts.append({"zero": z, "offload_optimizer": True})
+                opts.append(Zero(stage, offload_optimizer=True))
                 if z == 3:
-                    opts.append({"zero": z, "offload_optimizer": True, "offload_params": True})
+                    opts.append(Zero(stage, offload_optimizer=True, offload_params=True))
     if (c.fsdp or (c.zero is None and c.fsdp is None)) and dp > 1 and pp == 1:
-        opts.append({"fsdp": True})
-        opts.append({"fsdp": True, "reshard_after_forward": False})
+        opts.append(FSDP2())
+        opts.append(FSDP2(reshard_after_forward=False))
         node_shard = max(1, gpn // tp)
         if 1 < node_shard < dp and dp % node_shard == 0:
-            opts.append({"fsdp": True, "hsdp_shard": node_shard})
+            opts.append(FSDP2(hsdp_shard=node_shard))
     if c.fsdp and not opts:
-        opts.append({"fsdp": True})
+        opts.append(FSDP2())
     return opts
+
+
+# the stages Zero accepts, by the user's --zero value (0 is DDP; validate() refused anything else)
+_ZERO_STAGES: dict[int, ZeroStage] = {1: 1, 2: 2, 3: 3}
 
 
 def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int]:

@@ -14,15 +14,17 @@ if TYPE_CHECKING:
 
 
 def parallelism(lay: Layout) -> dict[str, Any]:
+    # the sharding sum type flattened to the DESIGN.md keys (None where its variant has no such field)
+    s = lay.sharding
     return {
         "dp": lay.dp,
         "tp": lay.tp,
         "pp": lay.pp,
         "zero": lay.zero,
         "fsdp": lay.fsdp,
-        "sharding": lay.sharding,
-        "hsdp_shard": lay.hsdp_shard or None,
-        "reshard_after_forward": lay.reshard_after_forward if lay.fsdp else None,
+        "sharding": s.name,
+        "hsdp_shard": getattr(s, "hsdp_shard", None),
+        "reshard_after_forward": getattr(s, "reshard_after_forward", None),
         "sequence_parallel": lay.sequence_parallel and lay.tp > 1,
         "schedule": lay.schedule if lay.pp > 1 else None,
         "virtual_stages": lay.virtual_stages if lay.pp > 1 else None,
