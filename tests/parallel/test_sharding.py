@@ -169,7 +169,7 @@ def test_every_searched_layout_round_trips_through_emit(gpt2_ctx) -> None:  # ty
         for kw in ({"offload": True}, {"megatron": True}, {"megatron": False, "zero": 1}, {"fsdp": True}):
             c = Constraints(gpus=gpus, global_batch=gpus * 4, **kw)
             for lay in candidates(c, heads=12, kv_heads=12, layers=12, gpus_per_node=8):
-                if lay.micro_batch_size != 4 or lay.schedule == "interleaved" and lay.virtual_stages != 2:
+                if lay.micro_batch_size != 4 or (lay.schedule == "interleaved" and lay.virtual_stages != 2):
                     continue  # the sharding and engine do not depend on these; keeps the test fast
                 can = engines_for(lay)
                 if not can:
