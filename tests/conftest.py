@@ -41,6 +41,11 @@ def sandbox_environment(root: Path) -> dict[str, str]:
     }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/*.txt from the current text output (review the diff)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     root = Path(tempfile.mkdtemp(prefix="gpuplan-tests-"))
     _ROOT.append(root)

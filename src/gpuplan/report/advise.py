@@ -171,7 +171,7 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
         lines.append(table(cost_rows, ["#", "GPU", "n", "$/h", f"$/1M {per}", "step"]))
     out = r.candidates_out[:show_out]
     if out:
-        lines += ["", f"out ({len(r.candidates_out)} GPUs; {show_out} shown):"]
+        lines += ["", f"out ({len(r.candidates_out)} GPUs; {len(out)} shown):"]
         lines += [f"  {c.gpu.id}: {c.reason}" for c in out]
     if r.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
