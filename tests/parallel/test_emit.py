@@ -133,3 +133,35 @@ def test_torchrun_command_and_pipeline(gpt2_ctx) -> None:  # type: ignore[no-unt
     ast.parse(text.split("\n", 2)[2])
     cfg = deepspeed_config(_plan(gpt2_ctx, lay))
     assert cfg["train_batch_size"] == 2 * 1 * 8
+
+
+_SNIPPET_LAYOUTS = {
+    "fsdp2 dp only": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2()),
+    "ddp dp only": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1),
+    "hsdp + tp + sp": Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(hsdp_shard=2)),
+    "tp without sp": Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sequence_parallel=False),
+    "pp 1f1b": Layout(dp=8, tp=1, pp=4, micro_batch_size=1, grad_accum=8),
+    "pp interleaved + tp": Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, schedule="interleaved",
+                                  virtual_stages=3),
+    "fsdp2 + checkpointing": Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(),
+                                    checkpointing="full"),
+}
+
+
+@pytest.mark.parametrize("name", list(_SNIPPET_LAYOUTS))
+def test_torch_snippet_imports_only_what_it_uses(gpt2_ctx, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Every name the generated snippet imports is used in its code (the F401 rule, by AST walk), and
+    every name its code calls from torch is imported (compiles and names nothing undefined at top level)."""
+    text = torch_snippet(_plan(gpt2_ctx, _SNIPPET_LAYOUTS[name]))
+    tree = ast.parse(text)
+    compile(tree, "<snippet>", "exec")
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert imported - used == set(), f"{name}: unused imports {sorted(imported - used)}\n{text}"
+    known_apis = {"ColwiseParallel", "RowwiseParallel", "SequenceParallel", "parallelize_module", "fully_shard",
+                  "MixedPrecisionPolicy", "init_device_mesh", "PipelineStage", "Schedule1F1B",
+                  "ScheduleInterleaved1F1B", "DDP", "torch"}
+    assert (used & known_apis) - imported == set(), f"{name}: used but not imported\n{text}"
