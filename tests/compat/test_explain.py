@@ -226,3 +226,25 @@ def test_hip_oom_is_the_same_family() -> None:
     assert expl is not None and expl.family == "cuda-oom" and expl.oom is not None
     assert expl.oom.total_bytes == round(191.98 * GIB)
     assert expl.oom_verdict is not None and expl.oom_verdict.kind == "fragmentation"
+
+
+def test_reduce_memory_advice_says_otherwise_only_after_another_remedy() -> None:
+    # legacy-format message of tests/golden/explain_oom.txt: no other process, little reserved-unallocated, so
+    # reducing memory is the first remedy and must not open with "Otherwise"
+    alone = explain_error("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.77 GiB total capacity; 13.20 GiB "
+                          "already allocated; 1.50 GiB free; 13.50 GiB reserved in total by PyTorch)")
+    assert alone is not None and alone.oom_verdict is not None
+    assert alone.oom_verdict.actions[0].startswith("Reduce peak memory by at least 204.80 MiB")
+    # with 9.35 GiB reserved-unallocated, expandable_segments comes first and the reduction is the alternative
+    after = explain_error(SAMPLES_BY_THREAD_CADS4)
+    assert after is not None and after.oom_verdict is not None
+    first, second = after.oom_verdict.actions[:2]
+    assert "expandable_segments:True" in first and second.startswith("Otherwise reduce peak memory")
+    assert not any(a.startswith("Otherwise") for a in alone.oom_verdict.actions)
+
+
+SAMPLES_BY_THREAD_CADS4 = (
+    # murong-xu/CADS#4 (as in test_current_oom_numbers_are_exact)
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total capacity of 31.47 GiB "
+    "of which 12.73 GiB is free. Including non-PyTorch memory, this process has 18.73 GiB memory in use. Of the "
+    "allocated memory 9.08 GiB is allocated by PyTorch, and 9.35 GiB is reserved by PyTorch but unallocated.")

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from gpuplan.models.catalog import TASKS, CatalogModel, catalog_models
+from gpuplan.units import format_count_significant
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +23,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _published(m: CatalogModel) -> str:
-    """The parameter count as its authors publish it: exact, or rounded ("7B")."""
-    if m.published_params_rounding == 1:
-        return f"{m.published_params:,}"
-    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if m.published_params >= size:
-            return f"{m.published_params / size:,.{1 if m.published_params_rounding < size else 0}f}{unit}"
-    return f"{m.published_params:,}"
+    """The parameter count in one style for every row, no finer than its authors publish it (the exact
+    figure is in --json)."""
+    return format_count_significant(m.published_params, m.published_params_rounding)
 
 
 def to_dict(m: CatalogModel) -> dict[str, Any]:

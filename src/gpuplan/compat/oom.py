@@ -171,7 +171,9 @@ def judge_oom(n: OomNumbers) -> OomVerdict:
     if reserved_free >= GIB:
         actions.append(f"{format_bytes(reserved_free)} is reserved but unallocated: "
                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True makes part of it usable.")
-    actions.append(f"Otherwise reduce peak memory by at least {format_bytes(shortfall)} (more, since later "
+    # "Otherwise" only reads right after another remedy; as the first bullet it points at nothing
+    lead = "Otherwise reduce" if actions else "Reduce"
+    actions.append(f"{lead} peak memory by at least {format_bytes(shortfall)} (more, since later "
                    "allocations follow): smaller batch or sequence, bf16/fp16 autocast, activation "
                    "checkpointing, a lighter optimizer, or FSDP/ZeRO sharding.")
     actions.append(f"`{fit_cmd}` finds the largest batch and the cheapest technique set that fit.")

@@ -169,19 +169,11 @@ def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int
     return evals, len(evals)
 
 
-_PART_NAMES = {
-    "compute": "compute",
-    "pipeline_bubble": "pipeline bubble",
-    "tp_comm": "tensor-parallel collectives",
-    "pp_comm": "pipeline sends",
-    "shard_comm_exposed": "parameter gathers not hidden by compute",
-    "dp_comm_exposed": "gradient traffic not overlapped",
-    "optimizer": "optimizer step",
-}
 
 
 def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
-    from gpuplan.units import format_bytes
+    from gpuplan.report.plan import time_part_name
+    from gpuplan.units import format_bytes, format_seconds
 
     if other.per_gpu_peak_bytes > usable_bytes:
         return f"does not fit: {format_bytes(other.per_gpu_peak_bytes)} per GPU > {format_bytes(usable_bytes)} usable"
@@ -193,4 +185,4 @@ def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
     deltas = {k: other.time_parts_s.get(k, 0.0) - best.time_parts_s.get(k, 0.0) for k in other.time_parts_s}
     worst = max(deltas, key=lambda k: deltas[k])
     pct = (other.step_time_s / best.step_time_s - 1) * 100
-    return f"{pct:+.1f}% step time, mostly {_PART_NAMES.get(worst, worst)} (+{deltas[worst]:.3g} s)"
+    return f"{pct:+.1f}% step time, mostly {time_part_name(worst)} (+{format_seconds(deltas[worst])})"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gpuplan.perf.step_time import InferenceTime, StepTime, step_time
-from gpuplan.units import format_seconds
+from gpuplan.units import format_decimal_bytes, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -59,7 +59,8 @@ class Timing:
         split = (f"generation: time to first token {format_seconds(inf.ttft_s)}, decode "
                  f"{format_seconds(inf.decode_per_token_s)}/step = {inf.decode_tokens_per_s:,.1f} tokens/s; "
                  f"bandwidth bound {inf.bandwidth_bound_tokens_per_s:,.1f} tokens/s "
-                 f"({gpu.memory_bandwidth_gb_per_s:,.0f} GB/s ÷ {inf.bytes_per_decode_step / 1e9:.2f} GB read per step "
+                 f"({gpu.memory_bandwidth_gb_per_s:,.0f} GB/s ÷ "
+                 f"{format_decimal_bytes(inf.bytes_per_decode_step)} read per step "
                  f"× batch {batch_size}) — {inf.fraction_of_bound:.0%} of the bound")
         return (split, *self.time.assumptions)
 

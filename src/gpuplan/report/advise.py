@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.report.text import table
-from gpuplan.units import GIB, format_bytes, format_seconds
+from gpuplan.units import GIB, distinguishing_digits, format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.advise.fit import FitResult, Point
@@ -22,17 +22,17 @@ def _time(t: float | None) -> str:
     return format_seconds(t) if t is not None else "-"
 
 
-def _gib(n: int | None) -> str:
-    return f"{n / GIB:.2f}" if n is not None else "-"
+def _gib(n: int | None, digits: int = 2) -> str:
+    return f"{n / GIB:.{digits}f}" if n is not None else "-"
 
 
-def _point_row(label: str, p: Point) -> list[str]:
+def _point_row(label: str, p: Point, digits: int = 2) -> list[str]:
     w = p.workload
     shape = f"{w.batch_size}" + (f"×{w.grad_accum}" if w.grad_accum > 1 else "")
     return [
         label,
         shape,
-        _gib(p.need_bytes),
+        _gib(p.need_bytes, digits),
         "yes" if p.fits else "no",
         _time(p.step_time_s),
         _tp(p.throughput),
@@ -40,7 +40,11 @@ def _point_row(label: str, p: Point) -> list[str]:
 
 
 def render_fit(r: FitResult) -> str:
-    usable = format_bytes(r.gpu.usable_memory_bytes)
+    points = [p for p in (r.max_point, r.over_point, *(t.point for t in r.techniques)) if p is not None]
+    # the needs column and the usable figure it is judged against print with enough decimals to differ
+    digits = distinguishing_digits([p.need_bytes for p in points],
+                                   r.gpu.usable_memory_bytes, GIB)
+    usable = format_bytes(r.gpu.usable_memory_bytes, "GiB" if digits > 2 else None, digits)
     lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}"]
     if r.max_batch_size >= 1:
         lines.append(
@@ -54,7 +58,7 @@ def render_fit(r: FitResult) -> str:
         lines += [
             "",
             table(
-                [_point_row("confirmed by trace", p) for p in confirm],
+                [_point_row("confirmed by trace", p, digits) for p in confirm],
                 ["", "batch", "needs GiB", "fits", "step", "throughput"],
             ),
         ]
@@ -65,7 +69,7 @@ def render_fit(r: FitResult) -> str:
         ]
         lines.append(
             table(
-                [_point_row(t.name, t.point) for t in r.techniques],
+                [_point_row(t.name, t.point, digits) for t in r.techniques],
                 ["technique", "batch", "needs GiB", "fits", "step", "throughput"],
             )
         )

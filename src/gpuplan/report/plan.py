@@ -8,9 +8,25 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from gpuplan.parallel.evaluate import Evaluation
+    from gpuplan.parallel.evaluate import Evaluation, RankMemory
     from gpuplan.parallel.layout import Layout
     from gpuplan.parallel.plan import Plan
+
+
+TIME_PART_NAMES = {
+    "compute": "compute",
+    "pipeline_bubble": "pipeline bubble",
+    "tp_comm": "tensor-parallel collectives",
+    "pp_comm": "pipeline sends",
+    "shard_comm_exposed": "parameter gathers not hidden by compute",
+    "dp_comm_exposed": "gradient traffic not overlapped",
+    "optimizer": "optimizer step",
+}
+"""Words for the keys of ``Evaluation.time_parts_s`` (the JSON keeps the keys)."""
+
+
+def time_part_name(key: str) -> str:
+    return TIME_PART_NAMES.get(key, key.replace("_", " "))
 
 
 def parallelism(lay: Layout) -> dict[str, Any]:
@@ -108,21 +124,10 @@ def render_plan(p: Plan) -> str:
         f"{p.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {p.mfu * 100:.1f}%",
         "",
     ]
-    rows = [
-        [
-            r.kind,
-            format_bytes(r.params_bytes),
-            format_bytes(r.grads_bytes),
-            format_bytes(r.optimizer_bytes),
-            format_bytes(r.activations_bytes),
-            format_bytes(r.buffers_bytes),
-            format_bytes(r.total_bytes),
-        ]
-        for r in p.best.ranks
-    ]
-    lines.append(table(rows, ["rank", "params", "grads", "optimizer", "activations", "buffers", "total"]))
+    lines.append(rank_table(p.best.ranks))
     lines.append("")
-    lines.append("time: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in p.best.time_parts_s.items() if v > 0))
+    lines.append("time: " + ", ".join(f"{time_part_name(k)} {format_seconds(v)}"
+                                      for k, v in p.best.time_parts_s.items() if v > 0))
     if p.alternatives:
         lines.append("")
         alt_rows = [
@@ -135,3 +140,33 @@ def render_plan(p: Plan) -> str:
     lines.append("assumptions:")
     lines.extend(f"  - {a}" for a in p.assumptions)
     return "\n".join(lines)
+
+
+def rank_table(ranks: tuple[RankMemory, ...]) -> str:
+    """One row per rank kind whose columns sum to its total: the GPU-side terms (CUDA context, library
+    workspaces, allocator slack) and the peak window's activation term get columns of their own."""
+    from gpuplan.report.text import table
+
+    rows = []
+    for r in ranks:
+        # what allocated_bytes adds beyond the state and buffers: activations (+ autocast weight copies)
+        # or the optimizer step's temporaries, whichever is larger; derived from the one rule, not re-derived
+        window = r.allocated_bytes - (r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.buffers_bytes
+                                      + r.overhead_bytes)
+        rows.append([
+            r.kind,
+            format_bytes(r.params_bytes),
+            format_bytes(r.grads_bytes),
+            format_bytes(r.optimizer_bytes),
+            format_bytes(window),
+            format_bytes(r.buffers_bytes),
+            format_bytes(r.overhead_bytes),
+            format_bytes(r.allocator_slack_bytes),
+            format_bytes(r.total_bytes),
+        ])
+    text = table(rows, ["rank", "params", "grads", "optimizer", "activations", "buffers", "CUDA+cuBLAS",
+                        "alloc slack", "total"])
+    if any(r.weight_cast_bytes or r.optimizer_temp_bytes > r.activations_bytes for r in ranks):
+        text += ("\n(activations: the larger of activations + autocast weight copies and the optimizer "
+                 "step's temporaries, which never coexist)")
+    return text
