@@ -33,11 +33,11 @@ PACKAGE = "gpuplan"
 # rules, explainers) needs only errors/units, so it sits with the data packages; nothing in the numeric
 # pipeline uses it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "workload", "userio"),
+    ("errors", "units", "workload", "userio", "version"),
     ("report",),
     ("hardware", "models", "compat"),
-    ("trace",),
     ("memory",),
+    ("trace",),
     ("perf",),
     ("estimate", "simulate"),
     ("parallel",),
@@ -52,13 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 ALLOWED_CYCLES: frozenset[tuple[str, ...]] = frozenset()  # all fixed in issue 9: keep it empty
 
 # (b) (importer, imported) module pairs that run up a layer
-ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    # `gpuplan --version` reads gpuplan.__version__ from the public-API package above the CLI; the
-    # version belongs in a bottom-layer module (or importlib.metadata) that both import
-    ("gpuplan.cli.main", "gpuplan"),
-    # trace_source replays the allocator for the scaled step; the replay belongs to memory/
-    ("gpuplan.trace.step", "gpuplan.memory.allocator"),
-})
+ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset()  # all fixed in issue 9: keep it empty
 
 # (c) (importer, "module.name") cross-package imports of private names
 ALLOWED_PRIVATE: frozenset[tuple[str, str]] = frozenset()  # all fixed in issue 9: keep it empty

@@ -22,6 +22,7 @@ from gpuplan.errors import (
 from gpuplan.estimate import Calibration, Estimate
 from gpuplan.simulate import Simulation, simulate
 from gpuplan.trace.step import TracedStep, trace_step
+from gpuplan.version import VERSION
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 else:
     from gpuplan import estimate
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "Calibration",

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError, require_choice
-from gpuplan.hardware import resolve_gpu
+from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY, resolve_gpu
 from gpuplan.memory.on_gpu import COMPONENT_NAMES, memory_on_gpu
 from gpuplan.memory.weight_quant import check_weight_quant
-from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY, TracedStep, trace_source, trace_step
+from gpuplan.trace.step import TracedStep, trace_source, trace_step
 from gpuplan.workload import MODULE_LOADINGS, Workload, make_workload
 
 if TYPE_CHECKING:

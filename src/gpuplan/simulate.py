@@ -27,7 +27,8 @@ import gc
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.estimate import Estimate
-from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY, TracedStep
+from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
+from gpuplan.trace.step import TracedStep
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:

@@ -18,8 +18,9 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gpuplan import __version__, errors
+from gpuplan import errors
 from gpuplan.errors import GpuplanError
+from gpuplan.version import VERSION
 
 # verb -> (module under gpuplan.cli, one-line help)
 VERBS: dict[str, tuple[str, str]] = {
@@ -89,7 +90,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``verb``'s module is imported to add its flags."""
     parser = _Parser(prog="gpuplan", description="What your PyTorch workload needs from a GPU.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and library logging")
-    parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
+    parser.add_argument("--version", action="version", version=f"gpuplan {VERSION}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for name, (module, help_text) in _available_verbs().items():
         if name == verb:

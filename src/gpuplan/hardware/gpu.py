@@ -42,6 +42,10 @@ RESEARCH_MIN_GB = 24.0
 ENTERPRISE_MIN_GB = 40.0
 
 
+DEFAULT_COMPUTE_CAPABILITY = (9, 0)
+"""Kernels are chosen as on an sm_90 GPU when no GPU is given (flash attention available)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MIGProfile:
     """One NVIDIA MIG GPU-instance profile, e.g. ``3g.40gb`` on an A100 80GB.

@@ -19,8 +19,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpuplan.trace.records import MemEvent
+if TYPE_CHECKING:
+    from gpuplan.trace.records import MemEvent
+
 
 MIN_BLOCK_BYTES = 512
 SMALL_SIZE_BYTES = 1 << 20  # kSmallSize: requests up to 1 MiB use the small pool

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuplan.trace.step import DEFAULT_COMPUTE_CAPABILITY
+from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:

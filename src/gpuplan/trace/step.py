@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from gpuplan.trace.records import OpRecord
     from gpuplan.trace.runner import RunResult
 
-DEFAULT_COMPUTE_CAPABILITY = (9, 0)
-"""Kernels are chosen as on an sm_90 GPU when no GPU is given (flash attention available)."""
 
 
 @dataclass(frozen=True, slots=True)
