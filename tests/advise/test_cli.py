@@ -51,7 +51,7 @@ def test_bad_numbers_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit) as info:  # argparse: one line, exit 2
         main(["recommend", "gpt2", "--budget-usd", "-3"])
     assert info.value.code == 2
-    assert "expected a positive amount, got '-3'" in _one_line_error(capsys)
+    assert "expected a positive, finite number (an amount of US dollars), got '-3'" in _one_line_error(capsys)
     assert main(["fit", "gpt2", "--gpu", "L4", "--target-batch-size", "0"]) == 2
     assert "target-batch-size 0" in _one_line_error(capsys)
 
