@@ -100,7 +100,7 @@ def test_int_type_accepts_what_it_promises() -> None:
         with pytest.raises(argparse.ArgumentTypeError):
             _workload._float(bad)
     with pytest.raises(argparse.ArgumentTypeError):
-        _workload._positive_float("0")
+        _workload.positive_float("a bandwidth")("0")
 
 
 def test_version(capsys: Capture) -> None:

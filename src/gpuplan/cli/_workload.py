@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gpuplan.workload import (
@@ -63,12 +64,20 @@ def _float(text: str) -> float:
     return value
 
 
-def _positive_float(text: str) -> float:
-    """A finite number above zero (a bandwidth, a budget, a memory size)."""
-    value = _float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {_shown(text)}")
-    return value
+def positive_float(what: str) -> Callable[[str], float]:
+    """argparse type: a finite number above 0 — ``what`` says what it measures (a bandwidth, a budget);
+    nan, inf, 0 and negatives are refused in one line."""
+
+    def parse(text: str) -> float:
+        try:
+            value = _float(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {_shown(text)}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive, finite number ({what}), got {_shown(text)}")
+        return value
+
+    return parse
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-from collections.abc import Callable
 
 from gpuplan.cli._workload import (
     _int,
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
+    positive_float,
     workload_from_args,
 )
 
@@ -62,21 +61,6 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         help="print the launch configuration for this engine",
     )
     add_json_argument(parser)
-
-
-def positive_float(what: str) -> Callable[[str], float]:
-    """argparse type: a finite number above 0 (nan, inf, 0 and negatives refused in one line)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected a positive, finite number ({what}), got {text!r}")
-        return value
-
-    return parse
 
 
 def run(args: argparse.Namespace) -> int:

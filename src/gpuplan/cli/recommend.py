@@ -10,9 +10,9 @@ from gpuplan.cli._workload import (
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
+    positive_float,
     workload_from_args,
 )
-from gpuplan.cli.plan import positive_float
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
