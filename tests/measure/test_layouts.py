@@ -118,3 +118,21 @@ def test_every_layout_end_to_end(tiny_gpt2: str, layout: str, capsys: pytest.Cap
             assert abs(estimated - r["tracked_peak_bytes"]) <= 0.02 * r["tracked_peak_bytes"], (layout, r)
     if layout in ("ddp", "zero1"):
         assert any("gradient_as_bucket_view=True" in n for n in out["notes"])
+
+
+def test_measured_zero3_buckets_are_the_ones_plan_emits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The measured ZeRO-3 run sets DeepSpeed's buckets as ``plan --emit deepspeed`` writes them (h², 0.9·h²,
+    10·h of the hidden size); it used 0.9 × the ZeRO-1/2 bucket before, so measure compared another engine
+    setting than the plan's (found while making measure run what the planner plans, issue 9 item 4)."""
+    from gpuplan.measure.deepspeed_layout import _zero_config
+    from tests.fixtures.tiny_models import TINY_GPT2
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2))
+    code = main(["plan", str(tmp_path / "config.json"), "--gpus", "4", "--gpu", "H100-SXM", "--zero", "3",
+                 "--seq-len", "32", "--emit", "deepspeed", "--json"])
+    assert code == 0
+    emitted = json.loads(json.loads(capsys.readouterr().out)["emit"]["text"])["zero_optimization"]
+    measured = _zero_config(3, 10**6, TINY_GPT2["n_embd"])
+    assert measured["stage"] == emitted["stage"] == 3
+    for key in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"):
+        assert measured[key] == emitted[key], key

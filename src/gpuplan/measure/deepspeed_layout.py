@@ -59,14 +59,19 @@ class DeepSpeedStep(StepProgram):
         engine.step()  # type: ignore[operator]
 
 
-def _zero_config(stage: int, params: int) -> dict[str, Any]:
-    """Bucket sizes as gpuplan's planner emits them for ZeRO-1/2 (``bucket_elements``: 2e8
-    elements, smaller for small models); DeepSpeed's default reduce bucket of 5e8 elements would
-    allocate 2 GB of fp32 staging even for a toy model."""
-    from gpuplan.parallel.evaluate import bucket_elements
+def _zero_config(stage: int, params: int, hidden: int | None) -> dict[str, Any]:
+    """Bucket sizes as gpuplan's planner emits them (``plan --emit deepspeed``): ZeRO-1/2
+    ``bucket_elements`` (2e8 elements, smaller for small models; DeepSpeed's default reduce bucket of
+    5e8 elements would allocate 2 GB of fp32 staging even for a toy model); ZeRO-3 ``zero3_buckets``
+    of the hidden size (h², 0.9·h², 10·h), falling back to ``bucket_elements`` for a model without one."""
+    from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
 
     bucket = bucket_elements(params)
     if stage == 3:
+        if hidden:
+            reduce, prefetch, persistence = zero3_buckets(hidden)
+            return {"stage": 3, "reduce_bucket_size": reduce, "stage3_prefetch_bucket_size": prefetch,
+                    "stage3_param_persistence_threshold": persistence}
         return {"stage": 3, "reduce_bucket_size": bucket, "stage3_prefetch_bucket_size": int(0.9 * bucket)}
     return {"stage": stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
 
@@ -96,7 +101,8 @@ class DeepSpeedEngine:
         config = {
             "train_micro_batch_size_per_gpu": workload.batch_size,
             "gradient_accumulation_steps": workload.grad_accum,
-            "zero_optimization": _zero_config(stage, sum(p.numel() for p in params)),
+            "zero_optimization": _zero_config(stage, sum(p.numel() for p in params),
+                                               getattr(getattr(model, "config", None), "hidden_size", None)),
             "zero_allow_untested_optimizer": True,
             "bf16": {"enabled": workload.precision == "bf16"},
             "steps_per_print": 1 << 30,
