@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.estimate import Estimate
 from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
-from gpuplan.trace.step import TracedStep
+from gpuplan.trace.step import TracedStep, peak_point
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -165,8 +165,8 @@ class Simulation:
 
         trace = self._recorder.trace
         params = sum(self._params.values())
-        peak_point = max(range(len(trace.points)), key=lambda i: trace.points[i].peak_bytes, default=-1)
-        components = category_vectors(trace, [peak_point])[peak_point] if peak_point >= 0 else {}
+        point = peak_point(trace)
+        components = category_vectors(trace, [point])[point] if point >= 0 else {}
         stats = replay(trace.events)
         step = TracedStep(
             ops=tuple(trace.ops), tensor_peak_bytes=trace.peak_bytes, tensor_components=components,

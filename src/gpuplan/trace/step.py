@@ -19,7 +19,7 @@ from gpuplan.workload import Workload
 if TYPE_CHECKING:
     from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.records import OpRecord
+    from gpuplan.trace.records import OpRecord, RawTrace
     from gpuplan.trace.runner import RunResult
 
 
@@ -117,8 +117,8 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
     needed = min_capacity(run.trace.events, stats.peak_allocated_bytes, stats.peak_reserved_bytes)
     from gpuplan.trace.scaling import category_vectors
 
-    peak_point = _peak_point(run)
-    components = category_vectors(run.trace, [peak_point])[peak_point] if peak_point >= 0 else {}
+    point = peak_point(run.trace)
+    components = category_vectors(run.trace, [point])[point] if point >= 0 else {}
     peak_bytes, peak_phase = run.trace.peak_bytes, run.trace.peak_phase
     decode = extend_decode(run.trace.points, run.decode_steps_traced, run.decode_steps_full,
                            lambda i: run.trace.points[i].peak_bytes,
@@ -127,7 +127,7 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         # what the untraced decode steps add on top of the traced ones raises every allocator figure
         extra = decode.peak_bytes - peak_bytes
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
-        peak_point = decode.point_index
+        point = decode.point_index
         stats = _with_extra_peak(stats, extra)
         needed += extra
     notes.extend(trace_notes(run, workload))
@@ -137,7 +137,7 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         params_count=run.params_count, param_bytes=run.param_bytes,
         block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
         reserved_peak_bytes=stats.peak_reserved_bytes, min_reserved_bytes=needed,
-        top_activation_modules=_top_modules(run, peak_point, components.get("activations", 0), ()),
+        top_activation_modules=_top_modules(run, point, components.get("activations", 0), ()),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes), run=run)
     return step
@@ -173,12 +173,9 @@ def _with_extra_peak(stats: AllocatorStats, extra_bytes: int) -> AllocatorStats:
                    peak_reserved_bytes=stats.peak_reserved_bytes + extra_bytes)
 
 
-def _peak_point(run: RunResult) -> int:
-    best, best_v = -1, -1
-    for i, p in enumerate(run.trace.points):
-        if p.peak_bytes > best_v:
-            best, best_v = i, p.peak_bytes
-    return best
+def peak_point(trace: RawTrace) -> int:
+    """Index of the trace point with the most live bytes (the first such), -1 for an empty trace."""
+    return max(range(len(trace.points)), key=lambda i: trace.points[i].peak_bytes, default=-1)
 
 
 def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any, counts: Mapping[str, int],
@@ -188,12 +185,12 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
 
     peak = scaler.peak()
     peak_bytes, peak_phase, components = peak.peak_bytes, peak.peak_phase, peak.components
-    peak_point = peak.point_index
+    point = peak.point_index
     decode = extend_decode(run_a.trace.points, run_a.decode_steps_traced, run_a.decode_steps_full,
                            scaler.value, scaler.components_at)
     if decode is not None and decode.peak_bytes > peak_bytes:
         peak_bytes, peak_phase, components = decode.peak_bytes, "decode", decode.components
-        peak_point = decode.point_index
+        point = decode.point_index
     stats_a = replay(run_a.trace.events)
     stats_b = {k: replay(r.trace.events) for k, r in runs_b.items()}
     rounding = scaler.scale_scalar(stats_a.peak_allocated_bytes - run_a.trace.peak_bytes,
@@ -218,7 +215,7 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
         reserved_peak_bytes=rounded + int(rounded * slack_ratio),
         min_reserved_bytes=rounded + int(rounded * needed_ratio),
-        top_activation_modules=_top_modules(run_a, peak_point, components.get("activations", 0),
+        top_activation_modules=_top_modules(run_a, point, components.get("activations", 0),
                                             list(run_a.containers.values())),
         attention_backends=run_a.attention_backends,
         gradient_bytes=int(scaler.scale_scalar(_category_total(run_a, "gradients"),
