@@ -10,6 +10,7 @@ did. ``tests/test_sandbox.py`` proves a calibration planted in the home director
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -17,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.tiny_models import TINY_GPT2_LM
 
 # GPUPLAN_* variables of the test harness itself (scripts/test, the fuzz driver's knobs): kept; every
 # other GPUPLAN_* is dropped, so a developer's own settings cannot change a test's answer
@@ -77,3 +80,11 @@ def _user_directories_sandboxed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
         if name not in _SANDBOX:
             monkeypatch.delenv(name)
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Path of a config.json of the 2-block tiny GPT-2 language model (TINY_GPT2_LM)."""
+    path = tmp_path_factory.mktemp("models") / "tiny-gpt2.json"
+    path.write_text(json.dumps(TINY_GPT2_LM))
+    return str(path)

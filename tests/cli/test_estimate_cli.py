@@ -85,15 +85,6 @@ def test_generate_needs_a_causal_lm() -> None:
                     "--mode generate needs a causal language model")
 
 
-TINY_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_head": 2,
-             "n_embd": 64, "n_positions": 128, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0}
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("models") / "tiny-gpt2.json"
-    path.write_text(json.dumps(TINY_GPT2))
-    return str(path)
 
 
 @pytest.mark.slow

@@ -16,17 +16,6 @@ from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.weight_quant import QUANT_GROUP_SIZE, bits_per_weight, quantized_weight_bytes
 from gpuplan.perf.roofline import weight_bytes_factor
 
-# GPT-2 architecture shrunk (2 blocks, width 64): traced whole in well under a second.
-TINY_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_head": 2,
-             "n_embd": 64, "n_positions": 128, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0}
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("models") / "tiny-gpt2.json"
-    path.write_text(json.dumps(TINY_GPT2))
-    return str(path)
-
 
 def test_layout_bytes_are_exact() -> None:
     # 1000 weights = 7 full groups of 128 + one started group: 8 groups of metadata

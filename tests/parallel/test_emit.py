@@ -7,29 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.fixtures.plans import single_layout_plan
 
 from gpuplan.parallel.emit import accelerate_config, deepspeed_config, emit, torch_snippet
-from gpuplan.parallel.evaluate import evaluate
 from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
-from gpuplan.parallel.plan import Plan
-
-
-def _plan(ctx, lay: Layout) -> Plan:  # type: ignore[no-untyped-def]
-    from gpuplan.hardware import get_gpu
-
-    return Plan(
-        model="gpt2",
-        gpu=get_gpu("H100-SXM"),
-        topology=ctx.topology,
-        workload=ctx.profile.workload,
-        profile=ctx.profile,
-        best=evaluate(ctx, lay),
-        alternatives=(),
-        layouts_considered=1,
-        search_s=0.0,
-        trace_s=0.0,
-        usable_bytes=ctx.usable_bytes,
-    )
 
 
 class _MPU:
@@ -58,7 +39,7 @@ def test_deepspeed_config_parses(gpt2_ctx, zero: int, offload: bool, monkeypatch
         grad_accum=2,
         sharding=Zero(zero, offload_optimizer=offload, offload_params=offload and zero == 3),
     )
-    cfg = json.loads(emit(_plan(gpt2_ctx, lay), "deepspeed"))
+    cfg = json.loads(emit(single_layout_plan(gpt2_ctx, lay), "deepspeed"))
     parsed = ds_config.DeepSpeedConfig(cfg, mpu=_MPU(8))
     assert parsed.zero_optimization_stage == zero
     assert parsed.train_batch_size == 64 and parsed.train_micro_batch_size_per_gpu == 4
@@ -85,7 +66,7 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
         (Layout(dp=32, tp=1, pp=1, micro_batch_size=4, grad_accum=1), "MULTI_GPU"),
     ):
         path = tmp_path / f"{kind}.yaml"
-        path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
+        path.write_text(emit(single_layout_plan(gpt2_ctx, lay), "accelerate"))
         cfg = config_args.load_config_from_file(str(path))
         assert str(cfg.distributed_type).endswith(kind)
         assert cfg.num_processes == 32 and cfg.num_machines == 4
@@ -94,14 +75,14 @@ def test_accelerate_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ign
             assert cfg.fsdp_config["fsdp_version"] == 2 and cfg.fsdp_config["fsdp_reshard_after_forward"] is False
         if kind == "DEEPSPEED":
             assert cfg.deepspeed_config["zero_stage"] == 2
-        assert accelerate_config(_plan(gpt2_ctx, lay))["num_processes"] == 32
+        assert accelerate_config(single_layout_plan(gpt2_ctx, lay))["num_processes"] == 32
 
 
 def test_accelerate_megatron_config_loads(gpt2_ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
     lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, sharding=MegatronDDP(), checkpointing="full")
     path = tmp_path / "megatron.yaml"
-    path.write_text(emit(_plan(gpt2_ctx, lay), "accelerate"))
+    path.write_text(emit(single_layout_plan(gpt2_ctx, lay), "accelerate"))
     cfg = config_args.load_config_from_file(str(path))
     assert str(cfg.distributed_type).endswith("MEGATRON_LM")
     m = cfg.megatron_lm_config
@@ -113,7 +94,7 @@ def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-unty
     import importlib
 
     lay = Layout(dp=8, tp=4, pp=1, micro_batch_size=4, grad_accum=1, sharding=FSDP2(hsdp_shard=2))
-    text = torch_snippet(_plan(gpt2_ctx, lay))
+    text = torch_snippet(single_layout_plan(gpt2_ctx, lay))
     tree = ast.parse(text)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -127,11 +108,11 @@ def test_torch_snippet_uses_real_apis(gpt2_ctx) -> None:  # type: ignore[no-unty
 
 def test_torchrun_command_and_pipeline(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
     lay = Layout(dp=2, tp=4, pp=4, micro_batch_size=1, grad_accum=8, schedule="interleaved", virtual_stages=3)
-    text = emit(_plan(gpt2_ctx, lay), "torchrun")
+    text = emit(single_layout_plan(gpt2_ctx, lay), "torchrun")
     assert "torchrun --nnodes 4 --nproc-per-node 8" in text
     assert "ScheduleInterleaved1F1B" in text and "N_MICROBATCHES = 8" in text
     ast.parse(text.split("\n", 2)[2])
-    cfg = deepspeed_config(_plan(gpt2_ctx, lay))
+    cfg = deepspeed_config(single_layout_plan(gpt2_ctx, lay))
     assert cfg["train_batch_size"] == 2 * 1 * 8
 
 
@@ -152,7 +133,7 @@ _SNIPPET_LAYOUTS = {
 def test_torch_snippet_imports_only_what_it_uses(gpt2_ctx, name: str) -> None:  # type: ignore[no-untyped-def]
     """Every name the generated snippet imports is used in its code (the F401 rule, by AST walk), and
     every name its code calls from torch is imported (compiles and names nothing undefined at top level)."""
-    text = torch_snippet(_plan(gpt2_ctx, _SNIPPET_LAYOUTS[name]))
+    text = torch_snippet(single_layout_plan(gpt2_ctx, _SNIPPET_LAYOUTS[name]))
     tree = ast.parse(text)
     compile(tree, "<snippet>", "exec")
     imported: set[str] = set()

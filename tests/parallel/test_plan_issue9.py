@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.fixtures.plans import single_layout_plan
 
 from gpuplan.cli.main import main
 from gpuplan.errors import ConfigError
 from gpuplan.parallel.emit import EMITTERS, emit, engines_for
-from gpuplan.parallel.evaluate import evaluate
 from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
-from gpuplan.parallel.plan import Plan
 
 # A user's config.json: position table of 131072 (Llama 3.1's), 4 blocks so pp 2 and 4 divide them.
 TINY_CONFIG: dict[str, Any] = {
@@ -150,22 +149,6 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-def _plan(ctx: Any, lay: Layout) -> Plan:
-    from gpuplan.hardware import get_gpu
-
-    return Plan(
-        model="gpt2",
-        gpu=get_gpu("H100-SXM"),
-        topology=ctx.topology,
-        workload=ctx.profile.workload,
-        profile=ctx.profile,
-        best=evaluate(ctx, lay),
-        alternatives=(),
-        layouts_considered=1,
-        search_s=0.0,
-        trace_s=0.0,
-        usable_bytes=ctx.usable_bytes,
-    )
 
 
 def _check_deepspeed(lay: Layout, cfg: dict[str, Any]) -> None:
@@ -247,7 +230,7 @@ def test_emit_implements_the_layout_or_refuses(gpt2_ctx: Any, name: str, kind: s
     """Old main: ZeRO-3 + CPU offload was emitted for torchrun as plain DDP, an FSDP2 plan for
     DeepSpeed as ZeRO stage 0 (and TP/PP layouts as a config without them)."""
     lay = LAYOUTS[name]
-    p = _plan(gpt2_ctx, lay)
+    p = single_layout_plan(gpt2_ctx, lay)
     if kind not in engines_for(lay):
         with pytest.raises(ConfigError) as err:
             emit(p, kind)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.fixtures.plans import single_layout_plan
 
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.emit import EMITTERS, emit, engines_for, refusal
@@ -95,24 +96,6 @@ def test_every_small_combination_is_a_layout_or_one_line_error() -> None:
 # ---- round trip through emit's engine choice ---------------------------------------------------
 
 
-def _plan(ctx: Any, lay: Layout) -> Any:
-    from gpuplan.hardware import get_gpu
-    from gpuplan.parallel.evaluate import evaluate
-    from gpuplan.parallel.plan import Plan
-
-    return Plan(
-        model="gpt2",
-        gpu=get_gpu("H100-SXM"),
-        topology=ctx.topology,
-        workload=ctx.profile.workload,
-        profile=ctx.profile,
-        best=evaluate(ctx, lay),
-        alternatives=(),
-        layouts_considered=1,
-        search_s=0.0,
-        trace_s=0.0,
-        usable_bytes=ctx.usable_bytes,
-    )
 
 
 def _sharding_from_emitted(kind: str, text: str) -> tuple[str, Any]:
@@ -178,7 +161,7 @@ def test_every_searched_layout_round_trips_through_emit(gpt2_ctx) -> None:  # ty
                     why = refusal(lay, "deepspeed")
                     assert why is not None and "Megatron-DeepSpeed" in why and len(why.splitlines()) == 1
                     continue
-                p = _plan(gpt2_ctx, lay)
+                p = single_layout_plan(gpt2_ctx, lay)
                 for kind in EMITTERS:
                     if kind not in can:
                         why = refusal(lay, kind)
