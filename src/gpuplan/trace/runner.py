@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import TraceError
 from gpuplan.models.sources import Inputs, ModelSource
+from gpuplan.trace.adapt import adapt_model
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
@@ -324,6 +325,7 @@ class StepRunner:
             raise
         finally:
             torch.set_default_dtype(previous)
+        model = adapt_model(model, self.source, self.workload)
         model.train(self.workload.trains)
         return model
 

