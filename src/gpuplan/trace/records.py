@@ -104,3 +104,26 @@ class RawTrace:
     released_output_bytes: int = 0
     """Training: bytes freed when the step drops the model's output before backward (what a loop
     keeping ``out`` alive through backward would hold on to)."""
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One traced run (3 repeated blocks, 2, or the whole model), before scaling: plain data, so the
+    trace cache (trace/cache.py) can keep it."""
+
+    trace: RawTrace
+    params_count: int
+    param_bytes: int
+    containers: dict[str, str] = field(default_factory=dict)
+    """config key -> module path of the repeated blocks it counts."""
+    block_counts: dict[str, int] = field(default_factory=dict)
+    """config key -> blocks built in this run."""
+    attention_backends: dict[str, int] = field(default_factory=dict)
+    decode_steps_traced: int = 0
+    decode_steps_full: int = 0
+    module_params: dict[str, int] = field(default_factory=dict)
+    """module path -> elements of the parameters it owns (a tied weight counted once, at its first
+    owner): the planner's split of parameters per block and outside the blocks."""
+    module_param_sizes: dict[str, frozenset[int]] = field(default_factory=dict)
+    """module path -> element counts of its own parameters, a tied weight under every module using
+    it: how the planner recognises autocast's 16-bit copy of a module's weight."""

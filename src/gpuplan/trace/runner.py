@@ -26,7 +26,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -39,7 +39,7 @@ from gpuplan.trace.adapt import adapt_model
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
-from gpuplan.trace.records import RawTrace
+from gpuplan.trace.records import RunResult
 from gpuplan.trace.tracker import Recorder, RecordingMode
 from gpuplan.workload import Workload
 
@@ -58,26 +58,6 @@ class Target:
 
     cuda: bool = True
     compute_capability: tuple[int, int] = (9, 0)
-
-
-@dataclass(slots=True)
-class RunResult:
-    trace: RawTrace
-    params_count: int
-    param_bytes: int
-    containers: dict[str, str] = field(default_factory=dict)
-    """config key -> module path of the repeated blocks it counts."""
-    block_counts: dict[str, int] = field(default_factory=dict)
-    """config key -> blocks built in this run."""
-    attention_backends: dict[str, int] = field(default_factory=dict)
-    decode_steps_traced: int = 0
-    decode_steps_full: int = 0
-    module_params: dict[str, int] = field(default_factory=dict)
-    """module path -> elements of the parameters it owns (a tied weight counted once, at its first
-    owner): the planner's split of parameters per block and outside the blocks."""
-    module_param_sizes: dict[str, frozenset[int]] = field(default_factory=dict)
-    """module path -> element counts of its own parameters, a tied weight under every module using
-    it: how the planner recognises autocast's 16-bit copy of a module's weight."""
 
 
 def own_parameters(model: nn.Module) -> tuple[dict[str, int], dict[str, frozenset[int]]]:

@@ -19,8 +19,7 @@ from gpuplan.workload import Workload
 if TYPE_CHECKING:
     from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.records import OpRecord, RawTrace
-    from gpuplan.trace.runner import RunResult
+    from gpuplan.trace.records import OpRecord, RawTrace, RunResult
 
 
 
