@@ -41,6 +41,9 @@ def sandbox_environment(root: Path) -> dict[str, str]:
         "HF_HOME": str(root / "hf"),
         "TORCH_HOME": str(root / "torch"),
         "GPUPLAN_CALIBRATION": "off",
+        # each test traces afresh (a test that changes how tracing behaves must not read another
+        # test's stored answer); tests/trace/test_cache.py turns the trace cache on where it is tested
+        "GPUPLAN_CACHE": "off",
     }
 
 

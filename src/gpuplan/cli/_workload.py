@@ -167,3 +167,9 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def add_cache_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-cache``: trace again instead of reading (or writing) the on-disk trace cache."""
+    parser.add_argument("--no-cache", action="store_true",
+                        help="trace again; don't read or write the trace cache (also: GPUPLAN_CACHE=off)")

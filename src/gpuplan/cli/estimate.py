@@ -6,7 +6,13 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from gpuplan.cli._workload import add_json_argument, add_model_argument, add_workload_arguments, workload_from_args
+from gpuplan.cli._workload import (
+    add_cache_argument,
+    add_json_argument,
+    add_model_argument,
+    add_workload_arguments,
+    workload_from_args,
+)
 
 if TYPE_CHECKING:
     from gpuplan.measure.calibration import CalibrationEntry
@@ -22,6 +28,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="weight-only quantized weights (--mode infer|generate): counted in the memory "
                              "figures and the fit, and in the matmuls' weight reads (time with --gpu)")
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def load_calibration(gpu: str | None) -> CalibrationEntry | None:

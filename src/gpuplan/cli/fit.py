@@ -8,6 +8,7 @@ import sys
 
 from gpuplan.cli._workload import (
     _int,
+    add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
@@ -36,6 +37,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     add_workload_arguments(parser)
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

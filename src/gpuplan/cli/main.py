@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuplan import errors
 from gpuplan.errors import GpuplanError
+from gpuplan.trace.cache import TraceCache, use_trace_cache
 from gpuplan.version import VERSION
 
 # verb -> (module under gpuplan.cli, one-line help)
@@ -142,11 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.notes = []  # filled by the verb (flags its mode ignores); said once it has answered
     module = importlib.import_module(f"gpuplan.cli.{VERBS[args.verb][0]}")
-    if debug:
-        code: int = module.run(args)
-    else:
-        with _quiet_libraries():
-            code = _run(module, args)
+    # verbs that trace read and keep traced steps in the user's trace cache unless told not to
+    cache = None if getattr(args, "no_cache", True) else TraceCache.default()
+    with use_trace_cache(cache):
+        if debug:
+            code: int = module.run(args)
+        else:
+            with _quiet_libraries():
+                code = _run(module, args)
     if code in (0, 1):  # an error is the one line on stderr: a note beside it would only distract
         for note in args.notes:
             print(f"gpuplan {args.verb}: note: {note}", file=sys.stderr)

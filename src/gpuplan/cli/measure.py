@@ -8,6 +8,7 @@ import json
 
 from gpuplan.cli._workload import (
     _int,
+    add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
@@ -33,6 +34,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                    help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
     g.add_argument("--no-store", action="store_true", help="do not keep this measurement")
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

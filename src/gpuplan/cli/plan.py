@@ -8,6 +8,7 @@ import json
 
 from gpuplan.cli._workload import (
     _int,
+    add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
@@ -61,6 +62,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         help="print the launch configuration for this engine",
     )
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import json
 
 from gpuplan.cli._workload import (
     _int,
+    add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_workload_arguments,
@@ -36,6 +37,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--top", type=_int, default=25, metavar="K", help="rows shown in the text table")
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

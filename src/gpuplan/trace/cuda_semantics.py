@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
+from gpuplan.trace.capability import EFFICIENT_ATTENTION_MIN_CC, FLASH_ATTENTION_MIN_CC, cc_number
+
 # CUDA autocast lists (aten/src/ATen/autocast_mode.cpp, CUDA section), by the name the Python
 # function or Tensor method carries.
 LOWER_PRECISION_OPS = frozenset({
@@ -185,17 +187,19 @@ class AttentionPolicy:
     compute_capability: tuple[int, int] = (9, 0)
 
     def choose(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
-        cc = self.compute_capability[0] * 10 + self.compute_capability[1]
+        cc = cc_number(self.compute_capability)
         head_dim = q.shape[-1]
         value_dim = v.shape[-1]
         low = q.dtype in _LOW
         # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: flash needs one head dim for q, k
         # and v (MLA — DeepSeek-V2/V3 — has value heads narrower than query heads, so it is refused
         # there); memory-efficient needs q and k alike and q, v aligned.
-        flash_ok = (cc >= 80 and low and attn_mask is None and head_dim <= 256 and head_dim % 8 == 0
+        flash_ok = (cc >= FLASH_ATTENTION_MIN_CC and low and attn_mask is None and head_dim <= 256
+                    and head_dim % 8 == 0
                     and k.shape[-1] == head_dim and value_dim == head_dim)
         align = 8 if low else 4
-        efficient_ok = (cc >= 50 and (q.dtype != torch.bfloat16 or cc >= 80) and head_dim % align == 0
+        efficient_ok = (cc >= EFFICIENT_ATTENTION_MIN_CC
+                        and (q.dtype != torch.bfloat16 or cc >= FLASH_ATTENTION_MIN_CC) and head_dim % align == 0
                         and k.shape[-1] == head_dim and value_dim % align == 0
                         and not (enable_gqa and q.shape[-3] != k.shape[-3]))
         if self.requested == "flash":

@@ -89,6 +89,30 @@ def _category_total(run: RunResult, category: str) -> int:
 
 def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
                 scale: bool = True) -> TracedStep:
+    """The step of ``source`` under ``workload`` on a GPU of compute capability ``cc``: read from the
+    active trace cache (trace/cache.py) when it holds it, else traced (and stored there)."""
+    from gpuplan.trace.cache import active_trace_cache, trace_key
+
+    cache = active_trace_cache() if fake and cuda and scale else None
+    key = trace_key(source, workload, cc) if cache is not None else None
+    note = None
+    if cache is not None and key is not None:
+        found = cache.load(key)
+        if found.step is not None:
+            return found.step
+        note = found.note
+    step = _trace_source(source, workload, cc, fake=fake, cuda=cuda, scale=scale)
+    if cache is not None and key is not None:
+        cache.store(key, step)
+    if note is not None:
+        from dataclasses import replace
+
+        step = replace(step, notes=(*step.notes, note))
+    return step
+
+
+def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
+                  scale: bool = True) -> TracedStep:
     from gpuplan.memory.allocator import min_capacity, replay
     from gpuplan.models.sources import SafetensorsSource
     from gpuplan.trace.decode import extend_decode, scale_decode_ops
