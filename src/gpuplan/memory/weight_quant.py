@@ -15,7 +15,9 @@ directly (fused dequantizing kernels: no 16-bit copy of a layer is materialised)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.errors import ConfigError, require_choice
 from gpuplan.workload import WEIGHT_QUANTS
@@ -81,3 +83,186 @@ def quantize_weights(params_count: int, traced_weight_bytes: int, scheme: str) -
     """The step's weights in ``scheme``; never larger than as traced."""
     return QuantizedWeights(scheme, min(traced_weight_bytes, quantized_weight_bytes(params_count, scheme)),
                             traced_weight_bytes)
+
+
+# -- Quantized checkpoints, layer by layer ------------------------------------------------------------------
+# The formats real libraries store, each as the exact tensors one quantized linear layer holds on the GPU.
+# trace/quantized.py builds these tensors on the fake device (so the trace counts them like any weight), and
+# tests compare their bytes with the real libraries' tensors. One rule: :func:`layer_layout`.
+
+QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "mxfp4")
+"""Quantized base-weight formats (``--load-in-4bit`` = bnb-nf4 with double quantization, ``--load-in-8bit`` =
+bnb-int8, or a checkpoint's ``quantization_config``)."""
+
+DTYPE_BYTES: dict[str, int] = {"uint8": 1, "int8": 1, "float8_e4m3fn": 1, "int32": 4, "float16": 2, "bfloat16": 2,
+                               "float32": 4}
+BNB_4BIT_BLOCK = 64
+"""bitsandbytes Params4bit blocksize (weights per absmax)."""
+BNB_NESTED_BLOCK = 256
+"""Double quantization: absmax values per second-level fp32 absmax (bitsandbytes requires 256)."""
+MXFP4_BLOCK = 32
+"""OCP microscaling: fp4 values per shared e8m0 scale."""
+_DEFAULT_SKIP: tuple[str, ...] = ("lm_head",)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTensor:
+    """One tensor of a quantized layer, named as the checkpoint names it (suffix after the module path)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    """A quantized base-weight format and its parameters."""
+
+    method: str
+    group_size: int = 0
+    """Weights per scale along the input dimension (bnb 4-bit blocksize, GPTQ/AWQ group, MXFP4 block);
+    -1 for GPTQ/AWQ: one group per row. 0: per output channel (bnb-int8, fp8)."""
+    bits: int = 4
+    """GPTQ/AWQ value width (2, 4 or 8)."""
+    double_quant: bool = False
+    """bnb 4-bit: absmax quantized to uint8 per 256 (+ fp32 second-level absmax, code and offset)."""
+    fp8_block: tuple[int, int] | None = None
+    """fp8 with block scales (``weight_block_size``, DeepSeek-V3 style): (rows, columns) per fp32 scale."""
+    skip: tuple[str, ...] = _DEFAULT_SKIP
+    """Module names left unquantized (``modules_to_not_convert`` / ``llm_int8_skip_modules``; lm_head by default)."""
+
+    def __post_init__(self) -> None:
+        require_choice("quantization format", self.method, QUANT_METHODS)
+        if self.method in ("gptq", "awq") and self.bits not in (2, 4, 8):
+            raise ConfigError(f"{self.method} with {self.bits}-bit values is not modelled: allowed bits 2, 4, 8 "
+                              "(packed into int32); use a 4-bit checkpoint's config")
+        if self.method in ("gptq", "awq") and not (self.group_size == -1 or self.group_size > 0):
+            raise ConfigError(f"{self.method} group_size {self.group_size} is not valid: allowed -1 (one group per "
+                              "row) or a positive number of weights (128 is usual)")
+
+    def describe(self) -> str:
+        if self.method in ("bnb-nf4", "bnb-fp4"):
+            dq = " + double quantization" if self.double_quant else ""
+            return f"bitsandbytes {self.method[4:].upper()} (absmax per {self.group_size}{dq})"
+        if self.method == "bnb-int8":
+            return "bitsandbytes LLM.int8 (int8 + fp32 scale per row; outlier columns not modelled)"
+        if self.method in ("gptq", "awq"):
+            group = "per row" if self.group_size == -1 else f"group {self.group_size}"
+            return f"{self.method.upper()} {self.bits}-bit ({group}, packed int32 + fp16 scales + packed zeros)"
+        if self.method == "fp8":
+            scale = (f"fp32 scale per {self.fp8_block[0]}x{self.fp8_block[1]} block" if self.fp8_block
+                     else "fp32 scale per output channel")
+            return f"FP8 e4m3 ({scale})"
+        return f"MXFP4 (fp4 blocks of {MXFP4_BLOCK} + uint8 e8m0 scale)"
+
+
+def weight_format(method: str, *, group_size: int | None = None, bits: int = 4, double_quant: bool | None = None,
+                  skip: tuple[str, ...] | None = None, fp8_block: tuple[int, int] | None = None) -> WeightFormat:
+    """``method`` with the libraries' defaults for what is not given (bnb 4-bit: blocksize 64; GPTQ/AWQ: group
+    128; ``--load-in-4bit``: double quantization on, as QLoRA runs it)."""
+    require_choice("quantization format", method, QUANT_METHODS)
+    defaults = {"bnb-nf4": BNB_4BIT_BLOCK, "bnb-fp4": BNB_4BIT_BLOCK, "gptq": 128, "awq": 128, "mxfp4": MXFP4_BLOCK}
+    return WeightFormat(method, group_size if group_size is not None else defaults.get(method, 0), bits,
+                        bool(double_quant) if double_quant is not None else method in ("bnb-nf4", "bnb-fp4"),
+                        fp8_block, skip if skip is not None else _DEFAULT_SKIP)
+
+
+def format_from_quantization_config(qc: Mapping[str, Any]) -> WeightFormat:
+    """The format a config.json ``quantization_config`` describes (transformers' field names per method)."""
+    method = str(qc.get("quant_method", "")).lower()
+    skip_value = qc.get("modules_to_not_convert") or qc.get("llm_int8_skip_modules")
+    skip = tuple(str(s) for s in skip_value) if isinstance(skip_value, (list, tuple)) else None
+    if method == "bitsandbytes":
+        if qc.get("load_in_4bit"):
+            kind = str(qc.get("bnb_4bit_quant_type", "fp4")).lower()  # transformers' default is fp4
+            if kind not in ("nf4", "fp4"):
+                raise ConfigError(f"quantization_config bnb_4bit_quant_type {kind!r} is unknown (allowed: nf4, fp4)")
+            return weight_format(f"bnb-{kind}", double_quant=bool(qc.get("bnb_4bit_use_double_quant", False)),
+                                 skip=skip)
+        if qc.get("load_in_8bit"):
+            return weight_format("bnb-int8", skip=skip)
+        raise ConfigError("quantization_config quant_method 'bitsandbytes' sets neither load_in_4bit nor load_in_8bit; "
+                          "set one (or drop quantization_config)")
+    if method in ("gptq", "awq"):
+        group = qc.get("group_size", qc.get("q_group_size", 128))
+        bits = qc.get("bits", qc.get("w_bit", 4))
+        if method == "awq" and str(qc.get("version", "gemm")).lower() != "gemm":
+            raise ConfigError(f"AWQ version {qc.get('version')!r} is not modelled (allowed: gemm, the default)")
+        return weight_format(method, group_size=int(group), bits=int(bits), skip=skip)
+    if method in ("fbgemm_fp8", "fp8"):
+        block = qc.get("weight_block_size")
+        fp8_block = (int(block[0]), int(block[1])) if isinstance(block, (list, tuple)) and len(block) == 2 else None
+        return weight_format("fp8", skip=skip, fp8_block=fp8_block)
+    if method == "compressed-tensors" and "float" in str(qc.get("format", "")):
+        ignore = qc.get("ignore")
+        return weight_format("fp8", skip=tuple(str(s) for s in ignore) if isinstance(ignore, list) else skip)
+    if method == "mxfp4":
+        return weight_format("mxfp4", skip=skip)
+    raise ConfigError(f"unknown quantization_config quant_method {qc.get('quant_method')!r} (allowed: bitsandbytes, "
+                      "gptq, awq, fbgemm_fp8, fp8, compressed-tensors float-quantized, mxfp4); remove "
+                      "quantization_config to estimate the unquantized model")
+
+
+def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tuple[StoredTensor, ...]:
+    """The tensors one quantized ``in_features -> out_features`` linear layer holds on the GPU (bias excluded:
+    it stays in the model dtype). The first is the packed weight. Sources, per format:
+
+    * bnb 4-bit: ``bitsandbytes.functional.quantize_4bit`` (0.50): uint8 [(n·k+1)//2, 1], QuantState absmax
+      fp32 per 64 and its 16-entry fp32 code; with double quantization the absmax is uint8 per 64 and
+      ``state2`` holds an fp32 absmax per 256 of them, a 256-entry fp32 code and an fp32 offset;
+    * bnb-int8: ``bitsandbytes.functional.int8_vectorwise_quant``: int8 [n, k] + fp32 SCB [n];
+    * GPTQ (AutoGPTQ / GPTQModel QuantLinear): qweight int32 [k·b/32, n], qzeros int32 [groups, n·b/32],
+      scales fp16 [groups, n], g_idx int32 [k];
+    * AWQ (AutoAWQ WQLinear_GEMM): qweight int32 [k, n·b/32] (values in the order 0 2 4 6 1 3 5 7 within an
+      int32: no effect on bytes), qzeros int32 [groups, n·b/32], scales fp16 [groups, n];
+    * fp8 (transformers FbgemmFp8Linear, compressed-tensors channel strategy): float8_e4m3fn [n, k] + fp32
+      scale [n, 1]; with ``weight_block_size`` (FP8Linear) fp32 ``weight_scale_inv`` per block;
+    * MXFP4 (transformers Mxfp4 for gpt-oss): uint8 blocks [n, k/32, 16] + uint8 e8m0 scales [n, k/32].
+    """
+    n, k = out_features, in_features
+    m = fmt.method
+    if m in ("bnb-nf4", "bnb-fp4"):
+        blocks = -(-n * k // fmt.group_size)
+        tensors = [StoredTensor("weight", ((n * k + 1) // 2, 1), "uint8")]
+        if fmt.double_quant:
+            tensors += [StoredTensor("weight.absmax", (blocks,), "uint8"),
+                        StoredTensor("weight.quant_map", (16,), "float32"),
+                        StoredTensor("weight.nested_absmax", (-(-blocks // BNB_NESTED_BLOCK),), "float32"),
+                        StoredTensor("weight.nested_quant_map", (256,), "float32"),
+                        StoredTensor("weight.nested_offset", (), "float32")]
+        else:
+            tensors += [StoredTensor("weight.absmax", (blocks,), "float32"),
+                        StoredTensor("weight.quant_map", (16,), "float32")]
+        return tuple(tensors)
+    if m == "bnb-int8":
+        return (StoredTensor("weight", (n, k), "int8"), StoredTensor("SCB", (n,), "float32"))
+    if m in ("gptq", "awq"):
+        per_int32 = 32 // fmt.bits
+        groups = 1 if fmt.group_size == -1 else -(-k // fmt.group_size)
+        zeros = StoredTensor("qzeros", (groups, -(-n // per_int32)), "int32")
+        scales = StoredTensor("scales", (groups, n), "float16")
+        if m == "gptq":
+            return (StoredTensor("qweight", (-(-k // per_int32), n), "int32"), zeros, scales,
+                    StoredTensor("g_idx", (k,), "int32"))
+        return (StoredTensor("qweight", (k, -(-n // per_int32)), "int32"), zeros, scales)
+    if m == "fp8":
+        if fmt.fp8_block is not None:
+            rows, cols = fmt.fp8_block
+            return (StoredTensor("weight", (n, k), "float8_e4m3fn"),
+                    StoredTensor("weight_scale_inv", (-(-n // rows), -(-k // cols)), "float32"))
+        return (StoredTensor("weight", (n, k), "float8_e4m3fn"), StoredTensor("weight_scale", (n, 1), "float32"))
+    blocks32 = -(-k // MXFP4_BLOCK)
+    return (StoredTensor("weight_blocks", (n, blocks32, MXFP4_BLOCK // 2), "uint8"),
+            StoredTensor("weight_scales", (n, blocks32), "uint8"))
+
+
+def layer_bytes(fmt: WeightFormat, out_features: int, in_features: int) -> int:
+    """Bytes of one quantized linear layer's weight (packed values and every scale, zero and code)."""
+    return sum(t.nbytes for t in layer_layout(fmt, out_features, in_features))

@@ -1,0 +1,225 @@
+"""Quantized base weights as stand-in linear layers: the real formats' tensors on the fake device.
+
+The real kernels (bitsandbytes, GPTQ/AWQ, fbgemm fp8, MXFP4) need a GPU, so each quantized linear layer
+is a :class:`QuantizedLinear`: an ``nn.Linear`` subclass (PEFT wraps it like any linear layer, which is
+what QLoRA is) that holds exactly the tensors the format stores (``memory.weight_quant.layer_layout``:
+the packed weight as a frozen parameter, scales, zeros and codes as buffers) and, in forward and backward,
+allocates the temporaries the library's kernels allocate:
+
+* bitsandbytes 4-bit (``MatMul4Bit``, ``gemm_4bit`` for CUDA, 0.50): with more than 4 rows the kernel
+  falls back to dequantize + ``F.linear`` (always past 1536 rows; between 5 and 1536 it depends on the GPU:
+  counted as the fallback, the larger): a ``[n, k]`` weight in the compute dtype per layer, plus the fp32
+  absmax it rebuilds under double quantization. Backward dequantizes again for the input gradient;
+  nothing but the packed weight is saved. ``Linear4bit`` casts the input to the compute dtype and the
+  output back;
+* LLM.int8 (``MatMul8bitLt``): the input cast to fp16, quantized row-wise (int8 ``[m, k]`` + fp32 ``[m]``),
+  an int32 product; outlier columns (threshold 6) depend on the data and are not modelled. Backward
+  builds the fp16 weight ``CB·SCB/127`` for the input gradient;
+* GPTQ, MXFP4 and fp8: fused kernels read the packed weight (no 16-bit copy); fp8 quantizes the input per
+  row first (fbgemm ``f8f8bf16_rowwise``); AWQ's GEMM dequantizes the whole weight from 1024 tokens on;
+  in backward each dequantizes the weight for the input gradient.
+
+The matmuls read a zero-stride stand-in for the weight where the real kernel reads the packed one, so the
+trace counts their FLOPs without allocating a 16-bit weight that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from gpuplan.memory.weight_quant import WeightFormat, format_from_quantization_config, layer_layout, weight_format
+
+if TYPE_CHECKING:
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.workload import Workload
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn,
+}
+BNB_FUSED_MAX_ROWS = 4
+"""bitsandbytes ``_GEMM_4BIT_CUSTOM_FLOOR_M``: up to this many rows the fused 4-bit kernel runs on every GPU."""
+AWQ_DEQUANT_MIN_TOKENS = 1024
+"""AutoAWQ ``WQLinear_GEMM``: from this many tokens it dequantizes the weight and runs a 16-bit matmul."""
+
+
+class QuantizedLinear(nn.Linear):
+    """A linear layer whose weight is stored in a quantized format (see the module docstring)."""
+
+    def __init__(self, base: nn.Linear, fmt: WeightFormat, compute_dtype: torch.dtype) -> None:
+        nn.Module.__init__(self)  # not nn.Linear.__init__: it would allocate a full-precision weight
+        self.in_features = base.in_features
+        self.out_features = base.out_features
+        self.fmt = fmt
+        self.compute_dtype = compute_dtype
+        packed, *stats = layer_layout(fmt, base.out_features, base.in_features)
+        self.weight = nn.Parameter(torch.zeros(packed.shape, dtype=TORCH_DTYPES[packed.dtype]), requires_grad=False)
+        self.quant_buffers: tuple[str, ...] = tuple(t.name.replace(".", "_") for t in stats)
+        for t, name in zip(stats, self.quant_buffers, strict=True):
+            self.register_buffer(name, torch.zeros(t.shape, dtype=TORCH_DTYPES[t.dtype]))
+        self.bias = base.bias
+        self.logical_params_count = base.in_features * base.out_features
+        """Weights the layer represents (the packed parameter holds fewer elements)."""
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, format={self.fmt.describe()}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fmt.method in ("bnb-nf4", "bnb-fp4"):  # Linear4bit: compute in the compute dtype, return as given
+            bias = None if self.bias is None else self.bias.to(self.compute_dtype)
+            out: torch.Tensor = _QuantizedMatmul.apply(x.to(self.compute_dtype), bias, self)
+            return out.to(x.dtype)
+        bias = self.bias
+        if self.fmt.method == "bnb-int8" and bias is not None and bias.dtype != x.dtype:
+            bias = bias.to(x.dtype)
+        result: torch.Tensor = _QuantizedMatmul.apply(x, bias, self)
+        return result
+
+    # -- what the kernels allocate ------------------------------------------------------------------
+    def virtual_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight as a fused kernel sees it: ``[n, k]`` in ``dtype`` without a byte behind it."""
+        return torch.zeros((), dtype=dtype).expand(self.out_features, self.in_features)
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """A real ``[n, k]`` copy of the weight in ``dtype`` (bnb's dequantize, CB·SCB/127, AWQ's dequant)."""
+        if self.fmt.method in ("bnb-nf4", "bnb-fp4") and self.fmt.double_quant:
+            absmax = torch.empty(self.weight_absmax.shape, dtype=torch.float32)  # the uint8 absmax, dequantized
+            absmax = absmax + self.weight_nested_offset
+            weight = torch.empty((self.out_features, self.in_features), dtype=dtype)
+            del absmax
+            return weight
+        if self.fmt.method == "bnb-int8":
+            scale = self.SCB.unsqueeze(1).mul(1.0 / 127.0)
+            return self.weight.to(dtype, copy=True).mul_(scale)
+        return torch.empty((self.out_features, self.in_features), dtype=dtype)
+
+    def kernel_forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        rows = x.numel() // max(self.in_features, 1)
+        method = self.fmt.method
+        if method in ("bnb-nf4", "bnb-fp4"):
+            if rows <= BNB_FUSED_MAX_ROWS:
+                return nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+            return nn.functional.linear(x, self.dequantized(x.dtype), bias)
+        if method == "bnb-int8":
+            a16 = x.to(torch.float16)
+            a_int8 = torch.empty(a16.shape, dtype=torch.int8)
+            a_scale = torch.empty(a16.shape[:-1], dtype=torch.float32)
+            del a16
+            product = torch.empty((*x.shape[:-1], self.out_features), dtype=torch.int32)
+            del a_int8, a_scale
+            out = nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+            del product
+            return out
+        if method == "awq" and rows >= AWQ_DEQUANT_MIN_TOKENS:
+            return nn.functional.linear(x, self.dequantized(x.dtype), bias)
+        if method == "fp8":
+            x_fp8 = torch.empty(x.shape, dtype=torch.float8_e4m3fn)
+            x_scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32)
+            out = nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+            del x_fp8, x_scale
+            return out
+        return nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+
+
+class _QuantizedMatmul(torch.autograd.Function):
+    """Forward through the format's kernel; backward computes only the input (and bias) gradient, from a
+    freshly dequantized weight, as the libraries do: the frozen quantized weight gets no gradient and
+    nothing is saved for backward but the layer itself."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, layer: QuantizedLinear) -> torch.Tensor:
+        ctx.layer = layer
+        ctx.x_dtype = x.dtype
+        return layer.kernel_forward(x, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        layer: QuantizedLinear = ctx.layer
+        grad_x = grad_bias = None
+        if ctx.needs_input_grad[1]:
+            grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0)
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.matmul(grad_output.to(ctx.x_dtype), layer.dequantized(ctx.x_dtype))
+        return grad_x, grad_bias, None
+
+
+def _skipped(name: str, skip: Iterable[str]) -> bool:
+    """transformers' rule for ``modules_to_not_convert``: a key names a module or a path segment of it."""
+    dotted = f".{name}."
+    return any(f".{key}." in dotted for key in skip)
+
+
+def quantize_linears(model: nn.Module, fmt: WeightFormat | str, *, compute_dtype: torch.dtype,
+                     skip: Iterable[str] | None = None) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (in place) by a :class:`QuantizedLinear` in ``fmt``, except
+    the modules ``skip`` names (default: the format's, ``lm_head``). ``fmt`` is a :class:`WeightFormat` or a
+    method name (``bnb-nf4`` with double quantization as ``--load-in-4bit``, ``bnb-int8``, ``gptq``, ...).
+    Layers already quantized are left alone, so calling it twice changes nothing. Returns ``model``."""
+    fmt = weight_format(fmt) if isinstance(fmt, str) else fmt
+    keys = tuple(fmt.skip if skip is None else skip)
+    targets = [(name, module) for name, module in model.named_modules()
+               if isinstance(module, nn.Linear) and not isinstance(module, QuantizedLinear)
+               and not _skipped(name, keys)]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, QuantizedLinear(module, fmt, compute_dtype))
+    return model
+
+
+def format_of(source: ModelSource, workload: Workload) -> WeightFormat | None:
+    """The base-weight format the step runs: a checkpoint's ``quantization_config``, else the flags
+    (``--load-in-4bit`` / ``--load-in-8bit``), else QLoRA's NF4 base; None for 16/32-bit weights."""
+    from gpuplan.errors import ConfigError
+
+    config = source.config_dict() if hasattr(source, "config_dict") else {}
+    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
+    load_in = getattr(workload, "load_in", "none")
+    if isinstance(qc, Mapping):
+        fmt = format_from_quantization_config(qc)
+        if load_in != "none":
+            raise ConfigError(f"{source.name} is already quantized ({fmt.describe()}); drop --load-in-{load_in}")
+        return fmt
+    if load_in == "4bit":
+        return weight_format("bnb-nf4", double_quant=True)
+    if load_in == "8bit":
+        return weight_format("bnb-int8")
+    if getattr(workload, "peft", "none") == "qlora":
+        return weight_format("bnb-nf4", double_quant=True)
+    return None
+
+
+def compute_dtype_of(workload: Workload) -> torch.dtype:
+    """The dtype the quantized layers compute in: QLoRA's bf16, else the model's 16-bit dtype, else fp16
+    for the 16-bit kernels of an fp32 model (bnb 4-bit then computes in the input's dtype)."""
+    if getattr(workload, "peft", "none") == "qlora" or workload.precision in ("bf16", "amp-bf16"):
+        return torch.bfloat16
+    return torch.float16 if workload.precision in ("fp16", "amp-fp16") else torch.float32
+
+
+def quantize_for_workload(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
+    """The base model as the workload loads it (unchanged without a quantized format)."""
+    fmt = format_of(source, workload)
+    if fmt is None:
+        return model
+    return quantize_linears(model, fmt, compute_dtype=compute_dtype_of(workload))
+
+
+def logical_params_count(model: nn.Module) -> int:
+    """Weights the model represents: a quantized layer's packed weight counts as the weights it stores."""
+    seen: dict[int, int] = {}
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            quantized = isinstance(module, QuantizedLinear) and name == "weight"
+            seen[id(p)] = module.logical_params_count if quantized else p.numel()
+    return sum(seen.values())
+
+
+def quantized_layers(model: nn.Module) -> Mapping[str, QuantizedLinear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
