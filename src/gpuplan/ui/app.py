@@ -1,0 +1,257 @@
+"""The Starlette application: the page (``/``), the JSON API (``/api/VERB``) and uploads.
+
+The server process validates and renders; the work runs in :class:`~gpuplan.ui.worker.WorkerPool`.
+Identical queries share one job while it runs and its answer afterwards (a small in-memory cache),
+so a shared link opened by many people traces once. Every failure is one line, inline on the page or
+``{"error": ...}`` in the API, never a traceback page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from gpuplan.errors import GpuplanError, one_line
+from gpuplan.ui.jobs import Outcome
+from gpuplan.ui.page import render_page, render_result
+from gpuplan.ui.query import VERBS, Query, parse_query
+from gpuplan.ui.uploads import UPLOAD_MAX_BYTES, UploadStore
+from gpuplan.ui.worker import Limits, WorkerPool
+
+CACHE_ENTRIES: Final = 256
+"""Answers kept in memory (each is a JSON object of a few KiB to a few hundred)."""
+
+MULTIPART_OVERHEAD_BYTES: Final = 16 * 1024
+"""Room for the multipart boundaries and headers around an uploaded file."""
+
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass
+class UIState:
+    """What the app holds while it runs."""
+
+    pool: WorkerPool
+    uploads: UploadStore
+    catalog: tuple[str, ...]
+    gpus: tuple[str, ...]
+    cache: OrderedDict[tuple[tuple[str, str], ...], Outcome] = field(default_factory=OrderedDict)
+    running: dict[tuple[tuple[str, str], ...], asyncio.Future[Outcome]] = field(default_factory=dict)
+    jobs_run: int = 0
+
+    async def answer(self, query: Query) -> Outcome:
+        key = query.key()
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache.move_to_end(key)
+            return hit
+        job = self.running.get(key)
+        if job is None:
+            job = asyncio.ensure_future(self.pool.run(query))
+            self.running[key] = job
+            self.jobs_run += 1
+            job.add_done_callback(lambda _: self.running.pop(key, None))
+        outcome = await asyncio.shield(job)  # a client that leaves does not cancel the others' job
+        if outcome.cacheable:
+            self.cache[key] = outcome
+            while len(self.cache) > CACHE_ENTRIES:
+                self.cache.popitem(last=False)
+        return outcome
+
+
+def _state(request: Request) -> UIState:
+    state: UIState = request.app.state.ui
+    return state
+
+
+def _params(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.query_params.items()}
+
+
+def _parse(request: Request) -> Query | None:
+    state = _state(request)
+    return parse_query(_params(request), state.catalog)
+
+
+async def page(request: Request) -> Response:
+    state = _state(request)
+    values = _params(request)
+    try:
+        query = _parse(request)
+    except GpuplanError as exc:
+        return HTMLResponse(render_page(values, state.catalog, state.gpus, error=one_line(str(exc))), 400)
+    if query is None:
+        return HTMLResponse(render_page(values, state.catalog, state.gpus))
+    outcome = await state.answer(query)
+    notes = [f"left out (not used by {query.verb}): {', '.join(query.ignored)}"] if query.ignored else []
+    return HTMLResponse(render_page(values, state.catalog, state.gpus, result_html=render_result(query, outcome),
+                                    notes=notes), outcome.status)
+
+
+async def api(request: Request) -> Response:
+    state = _state(request)
+    verb = request.path_params["verb"]
+    if verb not in VERBS:
+        return _json_error(f"unknown API {verb!r}; allowed: {', '.join(VERBS)}, models, gpus, upload", 404)
+    try:
+        query = parse_query({**_params(request), "verb": verb}, state.catalog)
+    except GpuplanError as exc:
+        return _json_error(str(exc), 400)
+    if query is None:
+        return _json_error(f"/api/{verb} needs model=NAME (see /api/models)", 400)
+    outcome = await state.answer(query)
+    if outcome.data is None:
+        return _json_error(outcome.error or "no answer", outcome.status)
+    return JSONResponse(outcome.data)
+
+
+def _json_error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": one_line(message)}, status)
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"models": list(_state(request).catalog)})
+
+
+async def gpus(request: Request) -> Response:
+    return JSONResponse({"gpus": list(_state(request).gpus)})
+
+
+async def health(request: Request) -> Response:
+    state = _state(request)
+    return JSONResponse({"ok": True, "workers": state.pool.pids, "restarts": state.pool.restarts,
+                         "jobs_run": state.jobs_run, "cached": len(state.cache)})
+
+
+def _too_large(request: Request, limit: int) -> str | None:
+    """Why the body is refused before it is read: no length given, or a length over ``limit``."""
+    length = request.headers.get("content-length")
+    if length is None or not length.isdigit():
+        return "the upload must say its length (Content-Length); send the file as a whole"
+    if int(length) > limit:
+        return (f"the upload is {int(length):,} bytes; at most {UPLOAD_MAX_BYTES:,} are accepted "
+                "(a config.json, or a safetensors file's header only)")
+    return None
+
+
+async def upload_form(request: Request) -> Response:
+    """The page's upload: store the file, then show the page for it (303, so reload does not re-post)."""
+    state = _state(request)
+    refusal = _too_large(request, UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD_BYTES)
+    if refusal is not None:
+        return HTMLResponse(render_page({}, state.catalog, state.gpus, error=refusal), 413,
+                            headers={"Connection": "close"})
+    try:
+        form = await request.form(max_files=1, max_fields=4)
+        item = form.get("file")
+        if not isinstance(item, UploadFile) or not item.filename:
+            raise GpuplanError("choose a config.json or a safetensors header to upload")
+        data = await item.read(UPLOAD_MAX_BYTES + 1)
+        upload_id = await asyncio.to_thread(state.uploads.add, data, item.filename)
+    except GpuplanError as exc:
+        return HTMLResponse(render_page({}, state.catalog, state.gpus, error=one_line(str(exc))), 400)
+    except HTTPException as exc:  # malformed multipart
+        return HTMLResponse(render_page({}, state.catalog, state.gpus, error=f"upload refused: {exc.detail}"), 400)
+    return RedirectResponse("/?" + urlencode({"model": f"upload:{upload_id}"}), 303)
+
+
+async def upload_api(request: Request) -> Response:
+    """``POST /api/upload`` with the file as the body (``curl --data-binary @config.json``)."""
+    state = _state(request)
+    refusal = _too_large(request, UPLOAD_MAX_BYTES)
+    if refusal is not None:
+        return JSONResponse({"error": refusal}, 413, headers={"Connection": "close"})
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > UPLOAD_MAX_BYTES:
+            return _json_error(f"the upload is over {UPLOAD_MAX_BYTES:,} bytes", 413)
+    name = request.query_params.get("filename", "upload")[:100]
+    try:
+        upload_id = await asyncio.to_thread(state.uploads.add, bytes(body), name)
+    except GpuplanError as exc:
+        return _json_error(str(exc), 400)
+    return JSONResponse({"model": f"upload:{upload_id}"})
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    detail = getattr(exc, "detail", "not found")
+    message = f"{request.url.path}: {detail} (the page is /, the API /api/VERB)"
+    if request.url.path.startswith("/api/"):
+        return _json_error(message, status)
+    return HTMLResponse(f"<!doctype html><title>gpuplan</title><p role=\"alert\">{_escape(message)}</p>", status)
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    message = f"internal error: {type(exc).__name__}: {first} (please report it)"
+    if request.url.path.startswith("/api/"):
+        return _json_error(message, 500)
+    return HTMLResponse(f"<!doctype html><title>gpuplan</title><p role=\"alert\">{_escape(message)}</p>", 500)
+
+
+def _escape(text: str) -> str:
+    from html import escape
+
+    return escape(one_line(text))
+
+
+def create_app(limits: Limits | None = None, *, allowed_hosts: Sequence[str] | None = None,
+               upload_dir: Path | None = None) -> Starlette:
+    """The app. ``allowed_hosts`` (the Host headers answered; None: any) guards a loopback server
+    against DNS rebinding; ``upload_dir`` (None: a fresh temporary folder, removed at shutdown)."""
+    from gpuplan.hardware import all_gpus
+    from gpuplan.models.catalog import catalog_names
+
+    own_dir = upload_dir is None
+    folder = Path(tempfile.mkdtemp(prefix="gpuplan-ui-")) if upload_dir is None else upload_dir
+    pool = WorkerPool(limits or Limits(), upload_dir=folder)
+    state = UIState(pool=pool, uploads=UploadStore(folder), catalog=tuple(catalog_names()),
+                    gpus=tuple(g.id for g in all_gpus()))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        pool.start()
+        try:
+            yield
+        finally:
+            pool.close()
+            if own_dir:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    middleware = [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    handlers: dict[Any, Any] = {HTTPException: _not_found, Exception: _internal}
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/upload", upload_form, methods=["POST"]),
+            Route("/api/models", models),
+            Route("/api/gpus", gpus),
+            Route("/api/upload", upload_api, methods=["POST"]),
+            Route("/api/{verb}", api),
+            Route("/healthz", health),
+        ],
+        middleware=middleware,
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+    app.state.ui = state
+    return app
