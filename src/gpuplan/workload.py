@@ -6,14 +6,17 @@ before any tracing starts, with a one-line message naming the value and what is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from gpuplan.errors import ConfigError, require_choice
 
 Mode = Literal["train", "infer", "generate"]
-Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16"]
-Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none"]
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8"]
+"""fp8: torchao float8 training (Float8Linear on bf16 parameters; trace/float8.py)."""
+Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
+                    "paged-adamw-8bit", "none"]
 Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["auto", "eager", "sdpa-math", "sdpa-efficient", "flash"]
 OptimizerImpl = Literal["auto", "foreach", "fused", "for-loop"]
@@ -21,12 +24,18 @@ ZeroGrad = Literal["set-to-none", "zeros"]
 Loss = Literal["auto", "cross-entropy", "mean"]
 WeightQuant = Literal["none", "int8", "fp8", "int4"]
 """Weight-only quantization of inference weights (layout: gpuplan.memory.weight_quant)."""
+Peft = Literal["none", "lora", "qlora", "dora"]
+"""Parameter-efficient fine-tuning with the real ``peft`` library (trace/peft.py); qlora: LoRA on a
+bitsandbytes NF4 base (double quantization, bf16 compute)."""
+LoadIn = Literal["none", "4bit", "8bit"]
+"""Base weights quantized at load (bitsandbytes): 4bit = NF4 + double quantization, 8bit = LLM.int8."""
 ModuleLoading = Literal["lazy", "eager"]
 """CUDA module loading: lazy (CUDA >= 11.7, the default) or eager (older stacks)."""
 
 MODES: tuple[str, ...] = ("train", "infer", "generate")
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16")
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none")
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
+                                "paged-adamw-8bit", "none")
 CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective")
 ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa-math", "sdpa-efficient", "flash")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "for-loop")
@@ -34,6 +43,10 @@ ZERO_GRADS: tuple[str, ...] = ("set-to-none", "zeros")
 LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean")
 WEIGHT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "int4")
 MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
+LOAD_INS: tuple[str, ...] = ("none", "4bit", "8bit")
+PEFTS: tuple[str, ...] = ("none", "lora", "qlora", "dora")
+ALL_LINEAR = "all-linear"
+"""``lora_targets`` value: every linear layer but the output head (PEFT's own shorthand)."""
 
 # Upper bounds that no real workload reaches: they turn typos (an extra 000) into clear errors
 # instead of a trace that allocates symbolic exabytes or runs for hours.
@@ -42,6 +55,7 @@ MAX_SEQ_LEN = 1 << 24  # 16M tokens
 MAX_IMAGE_SIZE = 16384
 MAX_NEW_TOKENS = 1 << 20
 MAX_GRAD_ACCUM = 1 << 16
+MAX_LORA_RANK = 1 << 16
 
 
 def _check_range(name: str, value: int, low: int, high: int, hint: str) -> int:
@@ -76,6 +90,21 @@ class Workload:
     optimizer_impl: OptimizerImpl = "auto"
     zero_grad: ZeroGrad = "set-to-none"
     loss: Loss = "auto"
+    load_in: LoadIn = "none"
+    """Quantize the base weights at load (bitsandbytes; trace/quantized.py): --load-in-4bit / --load-in-8bit."""
+    peft: Peft = "none"
+    """Adapters on a frozen base (none: every parameter trains as the model holds it)."""
+    lora_rank: int = 8
+    """LoRA rank r (PEFT's default 8)."""
+    lora_alpha: float = 8.0
+    """LoRA scaling numerator (PEFT's default 8): changes values, not memory or time."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input (PEFT's default 0: no dropout module, no mask saved)."""
+    lora_targets: tuple[str, ...] = ()
+    """Module names the adapters wrap; () is PEFT's default for the architecture, ("all-linear",)
+    every linear layer but the output head."""
+    train_modules: tuple[str, ...] = ()
+    """Modules trained whole beside the adapters (PEFT's modules_to_save, e.g. embed_tokens, lm_head)."""
 
     def __post_init__(self) -> None:
         require_choice("mode", self.mode, MODES)
@@ -86,6 +115,7 @@ class Workload:
         require_choice("optimizer implementation", self.optimizer_impl, OPTIMIZER_IMPLS)
         require_choice("zero_grad mode", self.zero_grad, ZERO_GRADS)
         require_choice("loss", self.loss, LOSSES)
+        require_choice("load-in quantization", self.load_in, LOAD_INS)
         _check_range("batch size", self.batch_size, 1, MAX_BATCH_SIZE, "use a batch size of at least 1")
         if self.seq_len is not None:
             _check_range("sequence length", self.seq_len, 1, MAX_SEQ_LEN, "pass tokens per sample")
@@ -94,8 +124,35 @@ class Workload:
         _check_range("new tokens", self.new_tokens, 0 if self.mode != "generate" else 1, MAX_NEW_TOKENS,
                      "pass how many tokens to generate")
         _check_range("grad accumulation", self.grad_accum, 1, MAX_GRAD_ACCUM, "use 1 for no accumulation")
+        self._check_peft()
         if self.mode != "train" and self.grad_accum != 1:
             raise ConfigError(f"--grad-accum {self.grad_accum} applies to --mode train only, not {self.mode}")
+
+    def _check_peft(self) -> None:
+        require_choice("PEFT method", self.peft, PEFTS)
+        _check_range("LoRA rank", self.lora_rank, 1, MAX_LORA_RANK, "use a rank of at least 1 (PEFT's default is 8)")
+        for name, value in (("LoRA alpha", self.lora_alpha), ("LoRA dropout", self.lora_dropout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value!r}")
+        if not self.lora_alpha > 0:
+            raise ConfigError(f"LoRA alpha {self.lora_alpha} must be above 0 (PEFT's default is 8)")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"LoRA dropout {self.lora_dropout} is out of range: allowed 0 <= p < 1")
+        for name, names in (("LoRA targets", self.lora_targets), ("train modules", self.train_modules)):
+            if isinstance(names, str) or not all(isinstance(n, str) and n.strip() for n in names):
+                raise ConfigError(f"{name} must be a tuple of module names, got {names!r}")
+        if ALL_LINEAR in self.lora_targets and len(self.lora_targets) > 1:
+            raise ConfigError(f"LoRA targets {','.join(self.lora_targets)}: {ALL_LINEAR!r} stands alone "
+                              "(it already names every linear layer)")
+
+    @property
+    def uses_peft(self) -> bool:
+        return self.peft != "none"
+
+    @property
+    def needs_bf16(self) -> bool:
+        """The step computes in bfloat16: bf16 parameters or autocast, or QLoRA's bf16 compute dtype."""
+        return self.precision in ("amp-bf16", "bf16") or self.peft == "qlora"
 
     @property
     def trains(self) -> bool:
@@ -109,7 +166,7 @@ class Workload:
     @property
     def param_dtype(self) -> str:
         """dtype of the parameters as the model holds them."""
-        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.precision, "float32")
+        return {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}.get(self.precision, "float32")
 
     def with_(self, **changes: Any) -> Workload:
         return replace(self, **changes)
