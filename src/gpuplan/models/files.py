@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,16 +57,32 @@ def read_config_json(path: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- safetensors ----
 
 @dataclass(frozen=True, slots=True)
-class SafetensorsSummary:
-    """Parameter count and bytes from safetensors headers alone (no tensor is read)."""
+class WeightsSummary:
+    """Parameter count and bytes of a checkpoint from its headers alone (no tensor is read):
+    safetensors headers, or a GGUF file's tensor infos (models/gguf.py)."""
 
     files: tuple[str, ...]
     params_count: int
     weight_bytes: int
     dtypes: dict[str, int]
-    """dtype -> parameter count."""
+    """dtype (or GGUF quantization type) -> parameter count."""
     tensor_bytes: tuple[int, ...] = ()
     """Bytes of each stored tensor, in file order (what loading them allocates, one by one)."""
+    format: str = "safetensors"
+    """``safetensors`` or ``gguf``."""
+    dtype_bytes: dict[str, int] = field(default_factory=dict)
+    """dtype (or GGUF quantization type) -> stored bytes, scales and block headers included."""
+    architecture: str | None = None
+    """What the file says the model is (GGUF ``general.architecture``), if it says."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"format": self.format, "files": list(self.files), "params_count": self.params_count,
+                "weight_bytes": self.weight_bytes, "params_by_dtype": dict(self.dtypes),
+                "bytes_by_dtype": dict(self.dtype_bytes), "architecture": self.architecture}
+
+
+SafetensorsSummary = WeightsSummary
+"""The name this summary had when safetensors was the only header format."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +168,14 @@ def read_safetensors_headers(path: Path) -> SafetensorsSummary:
     if not tensors:
         raise ModelSourceError(f"{path} holds no tensors; pass a checkpoint with the model's weights")
     dtypes: dict[str, int] = {}
+    dtype_bytes: dict[str, int] = {}
     for t in tensors:
         dtypes[t.dtype] = dtypes.get(t.dtype, 0) + t.numel
-    return SafetensorsSummary(tuple(str(f) for f in files), sum(t.numel for t in tensors),
-                              sum(t.nbytes for t in tensors), dtypes, tuple(t.nbytes for t in tensors))
+        dtype_bytes[t.dtype] = dtype_bytes.get(t.dtype, 0) + t.nbytes
+    return WeightsSummary(tuple(str(f) for f in files), sum(t.numel for t in tensors),
+                          sum(t.nbytes for t in tensors), dtypes, tuple(t.nbytes for t in tensors),
+                          dtype_bytes=dtype_bytes)
 
 
-__all__ = ["CONFIG_MAX_BYTES", "SafetensorsSummary", "read_config_json",
+__all__ = ["CONFIG_MAX_BYTES", "SafetensorsSummary", "WeightsSummary", "read_config_json",
            "read_safetensors_headers"]

@@ -34,7 +34,8 @@ from gpuplan.errors import (
     did_you_mean,
     one_line,
 )
-from gpuplan.models.files import SafetensorsSummary, read_config_json, read_safetensors_headers
+from gpuplan.models.files import SafetensorsSummary, WeightsSummary, read_config_json, read_safetensors_headers
+from gpuplan.models.quant_config import QuantizationConfig, parse_quantization_config
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
@@ -91,6 +92,15 @@ class ModelSource(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "task": self.task}
+
+    def quantization(self) -> QuantizationConfig | None:
+        """How the checkpoint's weights are quantized (config.json ``quantization_config``), if they are."""
+        return None
+
+    def stored_weights(self) -> WeightsSummary | None:
+        """The checkpoint's stored tensors as their headers give them (safetensors / GGUF), when known:
+        exact weight bytes of a quantized file, for the stand-in quantized layers."""
+        return None
 
     def workload_notes(self, workload: Workload) -> tuple[str, ...]:
         """What an estimate of ``workload`` on this model should say about the model (e.g. a
@@ -176,6 +186,21 @@ class HFConfigSource(ModelSource):
         self._config = dict(config)
         self.task = task or self._infer_task()
         self._default_seq_len = default_seq_len
+        raw_quant = self._config.get("quantization_config")
+        # checked here, so that a quant_method gpuplan cannot model stops before any trace
+        self._quantization = None if raw_quant is None else parse_quantization_config(raw_quant, where=name)
+        self._stored_weights: WeightsSummary | None = None
+
+    def quantization(self) -> QuantizationConfig | None:
+        return self._quantization
+
+    def stored_weights(self) -> WeightsSummary | None:
+        return self._stored_weights
+
+    def with_stored_weights(self, summary: WeightsSummary) -> HFConfigSource:
+        """This source, knowing the checkpoint's tensors from their headers (weights beside the config)."""
+        self._stored_weights = summary
+        return self
 
     def _infer_task(self) -> str:
         architectures = self._config.get("architectures")
@@ -353,7 +378,12 @@ class HFConfigSource(ModelSource):
         return super().loss(module, output, inputs, workload)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "model_type": self._config.get("model_type")}
+        out = {**super().describe(), "model_type": self._config.get("model_type")}
+        if self._quantization is not None:
+            out["quantization"] = self._quantization.describe()
+        if self._stored_weights is not None:
+            out["stored_weights"] = self._stored_weights.describe()
+        return out
 
 
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
