@@ -39,6 +39,8 @@ def sandbox_environment(root: Path) -> dict[str, str]:
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
         "HF_HOME": str(root / "hf"),
+        "HF_HUB_CACHE": str(root / "hf" / "hub"),
+        "HF_HUB_OFFLINE": "1",  # a Hub id never reaches the network in a test (tests/models/test_hub.py)
         "TORCH_HOME": str(root / "torch"),
         "GPUPLAN_CALIBRATION": "off",
         # each test traces afresh (a test that changes how tracing behaves must not read another

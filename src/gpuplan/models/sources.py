@@ -38,6 +38,9 @@ from gpuplan.models.files import SafetensorsSummary, WeightsSummary, read_config
 from gpuplan.models.quant_config import QuantizationConfig, parse_quantization_config
 from gpuplan.workload import Workload
 
+TIMM_PREFIX = "timm:"
+"""MODEL prefix naming a timm architecture (models/timm.py); checked before ``package.module:factory``."""
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -189,17 +192,20 @@ class HFConfigSource(ModelSource):
         raw_quant = self._config.get("quantization_config")
         # checked here, so that a quant_method gpuplan cannot model stops before any trace
         self._quantization = None if raw_quant is None else parse_quantization_config(raw_quant, where=name)
-        self._stored_weights: WeightsSummary | None = None
+        self._stored_weights: WeightsSummary | Callable[[], WeightsSummary | None] | None = None
 
     def quantization(self) -> QuantizationConfig | None:
         return self._quantization
 
     def stored_weights(self) -> WeightsSummary | None:
+        if callable(self._stored_weights):  # read the headers once, when first asked
+            self._stored_weights = self._stored_weights()
         return self._stored_weights
 
-    def with_stored_weights(self, summary: WeightsSummary) -> HFConfigSource:
-        """This source, knowing the checkpoint's tensors from their headers (weights beside the config)."""
-        self._stored_weights = summary
+    def with_stored_weights(self, weights: WeightsSummary | Callable[[], WeightsSummary | None]) -> HFConfigSource:
+        """This source, knowing the checkpoint's tensors from their headers (weights beside the config):
+        the summary, or a function that reads it when :meth:`stored_weights` is first called."""
+        self._stored_weights = weights
         return self
 
     def _infer_task(self) -> str:
@@ -381,8 +387,9 @@ class HFConfigSource(ModelSource):
         out = {**super().describe(), "model_type": self._config.get("model_type")}
         if self._quantization is not None:
             out["quantization"] = self._quantization.describe()
-        if self._stored_weights is not None:
-            out["stored_weights"] = self._stored_weights.describe()
+        weights = self.stored_weights()
+        if weights is not None:
+            out["stored_weights"] = weights.describe()
         return out
 
 
@@ -703,15 +710,14 @@ def infer_inputs(module: nn.Module, workload: Workload, name: str) -> Inputs:
 
 # ----------------------------------------------------------------------------- safetensors ----
 
-class SafetensorsSource(ModelSource):
-    """Weights from headers; with a config.json beside them it behaves as that config."""
+class WeightsOnlySource(ModelSource):
+    """A checkpoint known from its headers alone (no config.json beside it): its weights, no architecture.
+    The tracer answers ``--mode infer`` as the memory of loading them (trace/step.py)."""
 
-    kind = "safetensors"
+    summary: WeightsSummary
 
-    def __init__(self, path: Path) -> None:
-        self.name = str(path)
-        self.path = path
-        self.summary = read_safetensors_headers(path)
+    def stored_weights(self) -> WeightsSummary | None:
+        return self.summary
 
     def build(self, workload: Workload, layers: Mapping[str, int] | None = None) -> nn.Module:
         raise ModelSourceError(
@@ -720,6 +726,31 @@ class SafetensorsSource(ModelSource):
 
     def inputs(self, module: nn.Module, workload: Workload) -> Inputs:  # pragma: no cover - build() refuses
         raise ModelSourceError(f"{self.name}: no inputs without a config.json")
+
+
+class SafetensorsSource(WeightsOnlySource):
+    """Weights from safetensors headers; with a config.json beside them it behaves as that config."""
+
+    kind = "safetensors"
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self.path = path
+        self.summary = read_safetensors_headers(path)
+
+
+class GGUFSource(WeightsOnlySource):
+    """Weights from a GGUF header (llama.cpp's format): exact bytes per quantization type."""
+
+    kind = "gguf"
+
+    def __init__(self, path: Path, summary: WeightsSummary) -> None:
+        self.name = str(path)
+        self.path = path
+        self.summary = summary
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "stored_weights": self.summary.describe()}
 
 
 # --------------------------------------------------------------------------------- resolve ----
@@ -736,8 +767,25 @@ def resolve_model(spec: str) -> ModelSource:
         raise UnknownModelError("empty MODEL: give a catalog name (e.g. gpt2), a config.json, or file.py:factory")
     spec = spec.strip()
     path = Path(spec)
+    # Precedence, for input that could be read two ways: an existing path; timm:NAME; a factory
+    # (the only form with ':'); a model file by its suffix; a catalog name; a Hub id ORG/NAME; torchvision.
+    if spec.startswith(TIMM_PREFIX) and not path.exists():
+        from gpuplan.models.timm import TimmSource
+
+        return TimmSource(spec)
     if ":" in spec and not path.exists() and not spec.startswith(("http:", "https:")):
         return FactorySource(spec)
+    if path.suffix == ".gguf" or (path.is_dir() and not (path / "config.json").exists()
+                                  and any(path.glob("*.gguf"))):
+        if not path.exists():
+            raise ModelSourceError(f"GGUF file {spec!r} does not exist")
+        from gpuplan.models.gguf import read_gguf_header
+
+        summary = read_gguf_header(path)
+        config = (path if path.is_dir() else path.parent) / "config.json"
+        if config.exists():
+            return _config_source(config).with_stored_weights(summary)
+        return GGUFSource(path, summary)
     if path.suffix == ".json" or (path.is_dir() and (path / "config.json").exists()):
         return _config_source(path / "config.json" if path.is_dir() else path)
     if path.suffix == ".safetensors" or (path.is_dir() and any(path.glob("*.safetensors"))):
@@ -748,8 +796,8 @@ def resolve_model(spec: str) -> ModelSource:
             return _config_source(config)
         return SafetensorsSource(path)
     if path.exists() and path.is_dir():
-        raise ModelSourceError(f"folder {spec!r} holds neither config.json nor .safetensors files")
-    if path.suffix in (".json", ".safetensors", ".py"):
+        raise ModelSourceError(f"folder {spec!r} holds neither config.json nor .safetensors or .gguf files")
+    if path.suffix in (".json", ".safetensors", ".gguf", ".py"):
         raise ModelSourceError(f"file {spec!r} does not exist")
     from gpuplan.models.catalog import get_catalog_model
 
@@ -760,13 +808,17 @@ def resolve_model(spec: str) -> ModelSource:
     if entry is not None:
         return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
                               kind="catalog")
+    from gpuplan.models.hub import is_hub_id, resolve_hub_id
+
+    if is_hub_id(spec):
+        return resolve_hub_id(spec)  # type: ignore[no-any-return]
     tv = torchvision_names()
     if spec in tv:
         return TorchvisionSource(spec)
     choices = _catalog_names() + tv
     raise UnknownModelError(
-        f"unknown model {spec!r}{did_you_mean(spec, choices)} "
-        "(MODEL is a catalog name, a config.json, a .safetensors file, or path/to/file.py:factory)")
+        f"unknown model {spec!r}{did_you_mean(spec, choices)} (MODEL is a catalog name, a Hub id ORG/NAME, "
+        "timm:NAME, a config.json, a .safetensors or .gguf file, or path/to/file.py:factory)")
 
 
 def _config_source(path: Path) -> HFConfigSource:
@@ -776,7 +828,8 @@ def _config_source(path: Path) -> HFConfigSource:
 
 
 __all__ = [
-    "FactorySource", "HFConfigSource", "Inputs", "ModelSource", "SafetensorsSource", "SafetensorsSummary",
-    "TorchvisionSource", "check_position_table", "default_loss", "infer_inputs", "learned_position_table",
-    "positions_needed", "read_safetensors_headers", "resolve_model", "torchvision_names", "user_code",
+    "TIMM_PREFIX", "FactorySource", "GGUFSource", "HFConfigSource", "Inputs", "ModelSource", "SafetensorsSource",
+    "SafetensorsSummary", "TorchvisionSource", "WeightsOnlySource", "check_position_table", "default_loss",
+    "infer_inputs", "learned_position_table", "positions_needed", "read_safetensors_headers", "resolve_model",
+    "torchvision_names", "user_code",
 ]

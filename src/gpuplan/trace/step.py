@@ -114,12 +114,12 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
 def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *, fake: bool, cuda: bool,
                   scale: bool = True) -> TracedStep:
     from gpuplan.memory.allocator import min_capacity, replay
-    from gpuplan.models.sources import SafetensorsSource
+    from gpuplan.models.sources import WeightsOnlySource
     from gpuplan.trace.decode import extend_decode, scale_decode_ops
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
 
-    if isinstance(source, SafetensorsSource):
+    if isinstance(source, WeightsOnlySource):
         return _weights_only_step(source, workload)
     target = Target(cuda=cuda, compute_capability=cc)
     counts = source.layer_counts() if fake and scale else {}
@@ -184,7 +184,8 @@ def _weights_only_step(source: Any, workload: Workload) -> TracedStep:
         peak_phase="setup", params_count=summary.params_count, param_bytes=summary.weight_bytes, block_counts={},
         traced_blocks={}, rounded_peak_bytes=stats.peak_allocated_bytes, reserved_peak_bytes=stats.peak_reserved_bytes,
         min_reserved_bytes=stats.peak_allocated_bytes, top_activation_modules=(), attention_backends={},
-        notes=(f"weights only, from safetensors headers ({', '.join(f'{k} {v:,}' for k, v in summary.dtypes.items())}"
+        notes=(f"weights only, from {summary.format} headers "
+               f"({', '.join(f'{k} {v:,}' for k, v in summary.dtypes.items())}"
                " parameters): no config.json, so activations are not estimated",))
 
 

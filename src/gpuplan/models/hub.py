@@ -1,0 +1,173 @@
+"""Hugging Face Hub ids as a MODEL form: ``ORG/NAME`` or ``ORG/NAME@REVISION``.
+
+Offline first. The id resolves, in this order, to:
+
+1. the repo's ``config.json`` in the standard Hugging Face cache (``$HF_HUB_CACHE``, else
+   ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; the layout ``huggingface_hub`` writes:
+   ``models--ORG--NAME/refs/REVISION`` → ``snapshots/<commit>/config.json``), with the cached
+   safetensors headers (``model.safetensors`` or every shard of ``model.safetensors.index.json``)
+   when the snapshot holds them;
+2. the built-in catalog entry published under that id (no revision given);
+3. with the network allowed (``HF_HUB_OFFLINE`` unset), ``config.json`` alone fetched into that
+   cache by ``huggingface_hub.hf_hub_download``, after its size is checked against the same bound
+   as any config.json (:data:`gpuplan.models.files.CONFIG_MAX_BYTES`). No weights are downloaded,
+   and ``trust_remote_code`` is never used.
+
+Otherwise one line says what to download or pass instead, and a gated repo one line about the token.
+An existing path always wins over a Hub id, and ``package.module:factory`` holds a ``:`` that no Hub
+id has (models/sources.resolve_model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from gpuplan.errors import MissingDependencyError, ModelSourceError, UnknownModelError, one_line
+from gpuplan.models.files import CONFIG_MAX_BYTES, WeightsSummary, read_config_json, read_safetensors_headers
+
+HUB_ID: Final = re.compile(
+    r"^(?P<repo>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?/[A-Za-z0-9._-]*[A-Za-z0-9_])"
+    r"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._/-]*))?$")
+"""``ORG/NAME[@REVISION]``: huggingface_hub's repo-id characters (letters, digits, ``-_.``), one slash."""
+
+OFFLINE_VALUES: Final = frozenset({"1", "on", "yes", "true"})
+"""Values of ``HF_HUB_OFFLINE`` that mean offline (huggingface_hub's ``_is_true``)."""
+
+DOWNLOAD_TIMEOUT_S: Final = 10.0
+"""Seconds one Hub request may wait (huggingface_hub's own default ``etag_timeout``)."""
+
+
+def is_hub_id(spec: str) -> bool:
+    """``spec`` has the shape of a Hub id (the caller has ruled out existing paths)."""
+    match = HUB_ID.match(spec)
+    return bool(match) and ".." not in match.group("repo") and not spec.startswith(".")
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache huggingface_hub uses, read from the environment now (not at import)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "huggingface" / "hub"
+
+
+def hub_offline() -> bool:
+    return any(os.environ.get(var, "").strip().lower() in OFFLINE_VALUES
+               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _require_hub() -> Any:
+    try:
+        import huggingface_hub
+    except ImportError as exc:
+        raise MissingDependencyError("Hub ids need the 'huggingface_hub' package: pip install 'gpuplan[hub]' "
+                                     "(or pass the model's config.json)") from exc
+    return huggingface_hub
+
+
+def _download_hint(repo: str, revision: str | None) -> str:
+    rev = f" --revision {revision}" if revision else ""
+    return f"`huggingface-cli download {repo} config.json{rev}`"
+
+
+def cached_config(repo: str, revision: str | None, cache_dir: Path) -> Path | None:
+    """The cached config.json of ``repo`` at ``revision`` (a branch, tag or commit), if the cache holds it."""
+    hub = _require_hub()
+    found = hub.try_to_load_from_cache(repo, "config.json", cache_dir=str(cache_dir), revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def cached_weights(snapshot: Path) -> WeightsSummary | None:
+    """Headers of the safetensors weights a cached snapshot holds completely (every shard the index
+    names), else None: a partial download would undercount."""
+    index = snapshot / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        except (OSError, ValueError, AttributeError):
+            return None
+        shards = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
+        if not shards or not all(isinstance(s, str) and (snapshot / s).is_file() for s in shards):
+            return None
+    elif not (snapshot / "model.safetensors").is_file():
+        return None
+    return read_safetensors_headers(snapshot)
+
+
+def fetch_config(repo: str, revision: str | None, cache_dir: Path) -> Path:
+    """Download ``config.json`` alone into the cache; one line for each way the Hub can refuse."""
+    hub = _require_hub()
+    from huggingface_hub import errors
+
+    shown = repo + (f"@{revision}" if revision else "")
+    try:
+        url = hub.hf_hub_url(repo, "config.json", revision=revision)
+        meta = hub.get_hf_file_metadata(url, timeout=DOWNLOAD_TIMEOUT_S)
+        if meta.size is not None and meta.size > CONFIG_MAX_BYTES:
+            raise ModelSourceError(f"{shown}: its config.json is {meta.size:,} bytes, more than the "
+                                   f"{CONFIG_MAX_BYTES:,} gpuplan reads; download it yourself and pass its path")
+        path = hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=str(cache_dir),
+                                   etag_timeout=DOWNLOAD_TIMEOUT_S)
+    except errors.GatedRepoError:
+        raise ModelSourceError(
+            f"{shown} is a gated repo: accept its terms on https://huggingface.co/{repo} and give gpuplan a token "
+            "(set HF_TOKEN or run `huggingface-cli login`), or pass a config.json path") from None
+    except errors.RepositoryNotFoundError:
+        raise UnknownModelError(
+            f"no Hugging Face repo {repo!r} (or it is private: set HF_TOKEN or run `huggingface-cli login`); "
+            "check the id on https://huggingface.co, or pass a config.json path") from None
+    except errors.RevisionNotFoundError:
+        raise ModelSourceError(f"{repo} has no revision {revision!r}; give a branch, tag or commit of the repo "
+                               "after @, or drop @ for main") from None
+    except errors.EntryNotFoundError:
+        raise ModelSourceError(f"{shown} has no config.json (a GGUF-only repo? download the .gguf file and pass its "
+                               "path); pass the model's config.json") from None
+    except (OSError, ValueError) as exc:  # no network, DNS, timeouts, TLS, bad response: httpx errors are OSError
+        raise ModelSourceError(
+            f"{shown} is not in the Hugging Face cache ({cache_dir}) and the Hub cannot be reached "
+            f"({type(exc).__name__}: {one_line(exc, 120)}); download it with {_download_hint(repo, revision)} "
+            "or pass a config.json path") from None
+    return Path(path)
+
+
+def _catalog_source(repo: str) -> Any:
+    from gpuplan.models.catalog import catalog_models
+
+    return next((m for m in catalog_models() if m.hf_id.lower() == repo.lower()), None)
+
+
+def resolve_hub_id(spec: str) -> Any:
+    """The :class:`~gpuplan.models.sources.HFConfigSource` a Hub id names (see the module docstring)."""
+    from gpuplan.models.sources import HFConfigSource
+
+    match = HUB_ID.match(spec)
+    if match is None:
+        raise UnknownModelError(f"{spec!r} is not a Hugging Face Hub id ORG/NAME[@REVISION]")
+    repo, revision = match.group("repo"), match.group("revision")
+    cache_dir = hub_cache_dir()
+    config = cached_config(repo, revision, cache_dir)
+    if config is None and revision is None:
+        entry = _catalog_source(repo)
+        if entry is not None:
+            return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
+                                  kind="catalog")
+    if config is None:
+        if hub_offline():
+            raise ModelSourceError(
+                f"{spec} is not in the Hugging Face cache ({cache_dir}) and HF_HUB_OFFLINE is set: download its "
+                f"config with {_download_hint(repo, revision)} (or unset HF_HUB_OFFLINE), or pass a config.json "
+                f"path (no file or folder named {spec!r} exists here)")
+        config = fetch_config(repo, revision, cache_dir)
+    snapshot = config.parent
+    return HFConfigSource(spec, read_config_json(config)).with_stored_weights(lambda: cached_weights(snapshot))
+
+
+__all__ = ["HUB_ID", "cached_config", "cached_weights", "fetch_config", "hub_cache_dir", "hub_offline", "is_hub_id",
+           "resolve_hub_id"]
