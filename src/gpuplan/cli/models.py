@@ -1,4 +1,5 @@
-"""``gpuplan models``: the built-in model catalog (names MODEL accepts), with published sizes.
+"""``gpuplan models``: the built-in model catalog (names MODEL accepts), with published sizes, and
+the other forms MODEL takes (``--help`` and the footer of the table list them).
 
     gpuplan models [--task TASK] [--family FAMILY] [--json]
 
@@ -14,8 +15,25 @@ from typing import Any
 from gpuplan.models.catalog import TASKS, CatalogModel, catalog_models
 from gpuplan.units import format_count_significant
 
+MODEL_FORMS = """\
+MODEL forms (the first that applies wins):
+  path               an existing config.json or a folder holding one; a .safetensors or .gguf file
+                     or folder (headers only: weights memory; with a config.json beside it, a full
+                     estimate that knows the stored weights)
+  timm:NAME          a timm architecture built without weights (timm:convnext_tiny, timm:resnet50,
+                     timm:vit_base_patch16_224); input size from the model's pretrained config,
+                     --image-size overrides it
+  FILE.py:FACTORY    your own nn.Module (package.module:factory too; ",inputs" names an inputs factory)
+  NAME               a built-in catalog name (`gpuplan models` lists them)
+  ORG/NAME[@REV]     a Hugging Face Hub id: config.json from the local HF cache (HF_HUB_CACHE /
+                     HF_HOME), else the built-in entry with that id, else config.json alone from the
+                     Hub (never with HF_HUB_OFFLINE=1; gated repos need HF_TOKEN)
+  BUILDER            a torchvision.models builder name (resnet18, vit_b_16, ...)"""
+
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = MODEL_FORMS
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--task", choices=TASKS, help="only models of this task")
     parser.add_argument("--family", metavar="FAMILY",
                         help="only this architecture (the config's model_type: llama, gpt2, t5, ...)")
@@ -41,8 +59,9 @@ def render(models: list[CatalogModel]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(r[:4], widths, strict=True)), r[4]]).rstrip()
              for r in rows]
-    lines.append(f"\n{len(models)} built-in models. MODEL may also be a config.json, a .safetensors file or "
-                 "folder, path/to/file.py:factory, or a torchvision.models builder name.")
+    lines.append(f"\n{len(models)} built-in models. MODEL may also be a Hugging Face Hub id ORG/NAME[@REV], "
+                 "timm:NAME, a config.json, a .safetensors or .gguf file or folder, path/to/file.py:factory, "
+                 "or a torchvision.models builder name (gpuplan models --help says more).")
     return "\n".join(lines)
 
 
