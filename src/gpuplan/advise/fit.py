@@ -38,6 +38,8 @@ from gpuplan.units import format_bytes
 from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, Workload
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpuplan.estimate import Calibration, Estimate
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
@@ -135,6 +137,8 @@ class FitResult:
     exact_batch: bool = False
     """True: gradient accumulation keeps micro-batch × k = target exactly; False: at least target."""
     extra: dict[str, Any] = field(default_factory=dict)
+    probes: tuple[Point, ...] = ()
+    """Every point traced on the way, in order (the search and the ladder): what --plot draws."""
 
     @property
     def peak_allocated_bytes(self) -> int | None:
@@ -201,11 +205,14 @@ class FitResult:
 class _Tracer:
     """Runs estimate() for workloads of one model on one GPU, each workload once, counting traces."""
 
-    def __init__(self, source: ModelSource, gpu: GPU, calibration: Calibration | None = None) -> None:
+    def __init__(self, source: ModelSource, gpu: GPU, calibration: Calibration | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.source = source
         self.gpu = gpu
         self.calibration = calibration
         self.traces = 0
+        self.progress = progress
+        self.probes: list[Point] = []
         self.assumptions: tuple[str, ...] = ()
         self._done: dict[Workload, Estimate] = {}
 
@@ -215,6 +222,9 @@ class _Tracer:
         est = self._done.get(workload)
         if est is None:
             self.traces += 1
+            if self.progress is not None:
+                self.progress(f"fit: trace {self.traces}, batch {workload.batch_size} × {workload.grad_accum}, "
+                              f"{workload.precision}, checkpointing {workload.checkpointing}")
             est = self._done[workload] = estimate(
                 self.source, workload=workload, gpu=self.gpu, calibration=self.calibration
             )
@@ -230,7 +240,7 @@ class _Tracer:
         time_s, throughput = est.step_time_s, est.throughput
         if k > TRACED_ACCUMULATION:
             time_s, throughput = self.accumulated_time(workload, est) if timed else (None, None)
-        return Point(
+        pt = Point(
             workload,
             est.total_required_bytes,
             est.peak_allocated_bytes,
@@ -240,6 +250,8 @@ class _Tracer:
             est.tensor_peak_bytes,
             est.min_required_bytes,
         )
+        self.probes.append(pt)
+        return pt
 
     def accumulated_time(self, workload: Workload, traced: Estimate) -> tuple[float | None, Throughput | None]:
         """Step time and throughput of ``workload`` (accumulation k) from its k = 2 trace and a
@@ -400,10 +412,12 @@ def fit(
     target_batch_size: int | None = None,
     exact_batch: bool = False,
     calibration: Calibration | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> FitResult:
     """The largest batch of ``workload`` that fits ``gpu``; with ``target_batch_size`` (samples per
     optimizer step), the cheapest technique ladder that makes that batch fit. Gradient accumulation
-    reaches at least the target, or exactly it with ``exact_batch`` (see the module docstring)."""
+    reaches at least the target, or exactly it with ``exact_batch`` (see the module docstring).
+    ``progress`` is called with a short line before each trace."""
     from gpuplan.hardware import GPU as GPUType
     from gpuplan.hardware import get_gpu
     from gpuplan.models.sources import ModelSource as SourceType
@@ -417,7 +431,7 @@ def fit(
     source = model if isinstance(model, SourceType) else resolve_model(model)
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
-    tracer = _Tracer(source, target_gpu, calibration)
+    tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base)
     techniques: list[TechniqueStep] = []
     target_fits: bool | None = None
@@ -451,6 +465,7 @@ def fit(
         largest_gpu=largest,
         needed_bytes=needed,
         exact_batch=exact_batch,
+        probes=tuple(tracer.probes),
     )
 
 

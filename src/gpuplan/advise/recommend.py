@@ -26,6 +26,8 @@ from gpuplan.perf.roofline import NoRateError
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.summary import Throughput
@@ -222,8 +224,10 @@ def recommend(
     budget_usd: float | None = None,
     prices: dict[str, float] | None = None,
     gpus: list[GPU] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Recommendation:
-    """Rank every catalog GPU (or ``gpus``) for ``workload``: see the module docstring."""
+    """Rank every catalog GPU (or ``gpus``) for ``workload``: see the module docstring. ``progress``
+    is called with a short line before each trace and each GPU."""
     from gpuplan.errors import ConfigError
     from gpuplan.hardware import all_gpus
     from gpuplan.models.sources import ModelSource as SourceType
@@ -245,13 +249,17 @@ def recommend(
     traced_w, gen = _traced_workload(w, seq)
     steps: dict[tuple[int, int], TracedStep] = {}
     for cls in sorted({kernel_class(g, w) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
+        if progress is not None:
+            progress(f"recommend: tracing {source.name} for sm_{cls[0]}{cls[1]} kernels")
         steps[cls] = trace_step(source, traced_w, compute_capability=cls)
     trace_s = time.perf_counter() - t0
     shardings: dict[tuple[int, int], _Sharded] = {}
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
-    for gpu in catalog:
+    for i, gpu in enumerate(catalog, 1):
+        if progress is not None:
+            progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
         bad = _dtype_ok(gpu, w)
         if bad is not None:
             outs.append(Candidate(gpu, 0, False, bad))
@@ -340,6 +348,11 @@ def recommend(
 def _dtype_ok(gpu: GPU, w: Workload) -> str | None:
     if w.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         return "no bfloat16 support (use --precision amp-fp16)"
+    if w.precision == "fp8":
+        from gpuplan.trace.float8 import FP8_MIN_COMPUTE_CAPABILITY
+
+        if gpu.compute_capability and tuple(gpu.compute_capability) < FP8_MIN_COMPUTE_CAPABILITY:
+            return "no FP8 tensor cores (compute capability below 8.9; use --precision amp-bf16)"
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
     add_cache_argument,
@@ -13,8 +13,12 @@ from gpuplan.cli._workload import (
     add_workload_arguments,
     workload_from_args,
 )
+from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from gpuplan.estimate import Estimate
     from gpuplan.measure.calibration import CalibrationEntry
 
 
@@ -27,6 +31,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4"),
                         help="weight-only quantized weights (--mode infer|generate): counted in the memory "
                              "figures and the fit, and in the matmuls' weight reads (time with --gpu)")
+    add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
@@ -44,13 +49,27 @@ def load_calibration(gpu: str | None) -> CalibrationEntry | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuplan.cli.pictures import estimate_sections, write_outputs
+    from gpuplan.cli.progress import Progress, wanted
     from gpuplan.estimate import estimate
 
     workload = workload_from_args(args)
-    est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
-                   weight_quant=args.weight_quant, calibration=load_calibration(args.gpu))
+    check_output_paths(args)
+    with Progress(f"tracing {args.model}", enabled=wanted(args.json)):
+        est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
+                       weight_quant=args.weight_quant, calibration=load_calibration(args.gpu))
+    data = est.to_dict()
+    write_outputs(args, title=f"gpuplan estimate {est.model}", data=data, text=str(est),
+                  figure=lambda: _figure(est, data), sections=lambda: estimate_sections(data))
     if args.json:
-        print(json.dumps(est.to_dict(), indent=2))
+        print(json.dumps(data, indent=2))
     else:
         print(est)
     return 1 if est.fits is False else 0
+
+
+def _figure(est: Estimate, data: dict[str, Any]) -> Figure:
+    from gpuplan.cli.pictures import estimate_timeline
+    from gpuplan.report.plot import estimate_figure
+
+    return estimate_figure(data, estimate_timeline(est))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
     _int,
@@ -14,7 +15,11 @@ from gpuplan.cli._workload import (
     add_workload_arguments,
     workload_from_args,
 )
+from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +41,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         "(default: at least the target, with the fewest accumulation steps)",
     )
     add_workload_arguments(parser)
+    add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
@@ -43,23 +49,38 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.fit import fit
     from gpuplan.cli.estimate import load_calibration
+    from gpuplan.cli.pictures import fit_sections, write_outputs
+    from gpuplan.cli.progress import Progress, wanted
     from gpuplan.hardware import get_gpu
 
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
     if args.exact_batch and args.target_batch_size is None:
         raise ConfigError("--exact-batch applies with --target-batch-size N only; add the target batch or drop it")
-    result = fit(
-        args.model,
-        gpu,
-        workload_from_args(args),
-        target_batch_size=args.target_batch_size,
-        exact_batch=args.exact_batch,
-        calibration=load_calibration(gpu.id),
-    )
+    check_output_paths(args)
+    with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
+        result = fit(
+            args.model,
+            gpu,
+            workload_from_args(args),
+            target_batch_size=args.target_batch_size,
+            exact_batch=args.exact_batch,
+            calibration=load_calibration(gpu.id),
+            progress=progress,
+        )
+    data = result.to_dict()
+    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id}", data=data, text=str(result),
+                  figure=lambda: _figure(data, [p.to_dict() for p in result.probes]),
+                  sections=lambda: fit_sections(data))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(data, indent=2))
         if result.reason:  # the text output says it on stdout; with --json stdout is the object only
             print(f"gpuplan fit: {result.reason}", file=sys.stderr)
     else:
         print(result)
     return 0 if result.ok else 1
+
+
+def _figure(data: dict[str, Any], probes: list[dict[str, Any]]) -> Figure:
+    from gpuplan.report.plot import fit_figure
+
+    return fit_figure(data, probes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
     _int,
@@ -14,6 +15,10 @@ from gpuplan.cli._workload import (
     positive_float,
     workload_from_args,
 )
+from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +41,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         help="your $/hour per GPU: YAML/JSON mapping or CSV 'GPU,price'",
     )
     parser.add_argument("--top", type=_int, default=25, metavar="K", help="rows shown in the text table")
+    add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
@@ -43,26 +49,33 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.prices import load_prices
     from gpuplan.advise.recommend import recommend
+    from gpuplan.cli.pictures import recommend_sections, write_outputs
+    from gpuplan.cli.progress import Progress, wanted
     from gpuplan.errors import ConfigError
+    from gpuplan.report.advise import render_recommendation
 
     if args.max_gpus < 1:
         raise ConfigError(f"--max-gpus {args.max_gpus} is out of range: allowed 1..100000")
     if args.top < 1:
         raise ConfigError(f"--top {args.top} is out of range: the rows shown must be at least 1")
     prices = load_prices(args.prices) if args.prices else None
-    result = recommend(
-        args.model,
-        workload_from_args(args),
-        max_gpus=args.max_gpus,
-        budget_usd=args.budget_usd,
-        prices=prices,
-    )
+    check_output_paths(args)
+    with Progress(f"recommend: tracing {args.model}", enabled=wanted(args.json)) as progress:
+        result = recommend(
+            args.model,
+            workload_from_args(args),
+            max_gpus=args.max_gpus,
+            budget_usd=args.budget_usd,
+            prices=prices,
+            progress=progress,
+        )
+    data = result.to_dict()
+    text = render_recommendation(result, top=args.top)
+    write_outputs(args, title=f"gpuplan recommend {result.model}", data=data, text=text,
+                  figure=lambda: _figure(data, args.top), sections=lambda: recommend_sections(data))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(data, indent=2))
     else:
-        from gpuplan.report.advise import render_recommendation
-
-        text = render_recommendation(result, top=args.top)
         print(text)
         if not result.ok:
             print(_nothing_fits(result))
@@ -71,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
 
         print(_nothing_fits(result), file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def _figure(data: dict[str, Any], top: int) -> Figure:
+    from gpuplan.report.plot import recommend_figure
+
+    return recommend_figure(data, top=top)
 
 
 def _nothing_fits(result: object) -> str:
