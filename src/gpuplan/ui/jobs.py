@@ -33,6 +33,10 @@ class Outcome:
         return self.error is None
 
 
+MEMORY_LIMIT_MESSAGE = ("the work needed more host memory than the UI allows its worker (gpuplan ui --memory-gib); "
+                        "try a smaller model, batch or sequence, or raise the limit")
+
+
 def failure(message: str, status: int = 400, *, cacheable: bool = True) -> Outcome:
     return Outcome(error=one_line(message), status=status, cacheable=cacheable)
 
@@ -140,11 +144,14 @@ def execute(query: Query, upload_dir: Path | None) -> Outcome:
     except GpuplanError as exc:
         return failure(str(exc), 400)
     except MemoryError:
-        return failure("the work needed more host memory than the UI allows its worker (gpuplan ui "
-                       "--memory-gib); try a smaller model, batch or sequence, or raise the limit", 400)
+        return failure(MEMORY_LIMIT_MESSAGE, 400)
+    except ImportError as exc:  # under the address-space limit, loading torch's libraries is what fails first
+        if "map segment" in str(exc) or "allocate memory" in str(exc):
+            return failure(MEMORY_LIMIT_MESSAGE, 400)
+        return failure(f"cannot import {exc.name or 'a library'}: {exc}", 500, cacheable=False)
     except RecursionError:
         return failure("recursion too deep (the model nests too deeply to trace)", 400)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         return failure(f"internal error: {type(exc).__name__}: {first} (please report it with the share link)",
-                       500)
+                       500, cacheable=False)

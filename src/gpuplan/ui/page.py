@@ -135,7 +135,9 @@ def _value(key: str, value: Any) -> tuple[str, bool]:
     if value is None:
         return "—", False
     if isinstance(value, (int, float)):
-        if key.endswith("_bytes") or key in ("bytes",):
+        if key.endswith("_per_s"):
+            return f"{value:,.4g} /s", True
+        if key.endswith("_bytes") or key in ("bytes", "components"):
             return format_bytes(value), True
         if key.endswith("_s"):
             return format_seconds(float(value)), True
@@ -161,8 +163,11 @@ def _is_scalar(value: Any) -> bool:
         isinstance(value, dict) and set(value) == {"value", "unit"})
 
 
-def _pairs_table(caption: str, items: Sequence[tuple[str, Any]], table_id: str = "") -> str:
-    rows = "".join(f"<tr><th scope=\"row\">{escape(k.replace('_', ' '))}</th>{_cell(k, v)}</tr>" for k, v in items)
+def _pairs_table(caption: str, items: Sequence[tuple[str, Any]], table_id: str = "", unit_key: str = "") -> str:
+    """Name / value rows; ``unit_key`` (the dict's own key, e.g. ``components`` or ``by_phase_s``) gives
+    the unit of values whose names carry none."""
+    rows = "".join(f"<tr><th scope=\"row\">{escape(k.replace('_', ' '))}</th>{_cell(unit_key or k, v)}</tr>"
+                   for k, v in items)
     attr = f' id="{table_id}"' if table_id else ""
     return f"<table{attr}><caption>{escape(caption)}</caption><tbody>{rows}</tbody></table>"
 
@@ -217,7 +222,8 @@ def render_result(query: Query, outcome: Outcome) -> str:
         if isinstance(value, dict) and value and all(_is_scalar(v) for v in value.values()) \
                 and set(value) != {"value", "unit"}:
             parts.append(_pairs_table(key.replace("_", " "), list(value.items()),
-                                      "components" if key == "components" else ""))
+                                      "components" if key == "components" else "",
+                                      unit_key=key if key == "components" or key.endswith(("_bytes", "_s")) else ""))
         elif isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             parts.append(_list_table(key.replace("_", " "), value))
     rest = [(k, v) for k, v in data.items() if k not in HEADLINE and _is_scalar(v)]

@@ -28,8 +28,12 @@ def component_bar_svg(data: dict[str, Any]) -> str | None:
     if total <= 0:
         return None
     usable = data.get("gpu_usable_memory_bytes")
-    scale_bytes = max(total, usable) if isinstance(usable, int) and usable > 0 else total
-    height = BAR_HEIGHT + 30 + ROW_HEIGHT * len(parts)
+    if not (isinstance(usable, int) and usable > 0):
+        usable = None
+    # the GPU's line is drawn when it is within twice the bar; beyond that the bar would be a sliver
+    # and the legend says how far off it is instead
+    scale_bytes = max(total, usable) if usable is not None and usable <= 2 * total else total
+    height = BAR_HEIGHT + 30 + ROW_HEIGHT * (len(parts) + 1)
     title = f"Memory of one step by component: {format_bytes(total)} in all"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="pic-title" '
            f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" class="picture">',
@@ -41,7 +45,7 @@ def component_bar_svg(data: dict[str, Any]) -> str | None:
         out.append(f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="{BAR_HEIGHT}" fill="{COLORS[i % len(COLORS)]}" '
                    f'data-component="{escape(name)}" data-bytes="{value}"><title>{escape(label)}</title></rect>')
         x += w
-    if isinstance(usable, int) and usable > 0:
+    if usable is not None and usable <= scale_bytes:
         ux = WIDTH * usable / scale_bytes - 1
         out.append(f'<line x1="{ux:.2f}" y1="0" x2="{ux:.2f}" y2="{BAR_HEIGHT + 6}" stroke="#000" stroke-width="2" '
                    f'data-usable-bytes="{usable}"><title>GPU usable memory: {escape(format_bytes(usable))}'
@@ -52,5 +56,8 @@ def component_bar_svg(data: dict[str, Any]) -> str | None:
                    f'<text x="18" y="{y}" font-size="13" font-family="sans-serif">'
                    f'{escape(name.replace("_", " "))}: {escape(format_bytes(value))}</text>')
         y += ROW_HEIGHT
+    if usable is not None:
+        out.append(f'<text x="0" y="{y}" font-size="13" font-family="sans-serif" data-usable-bytes="{usable}">'
+                   f'GPU usable memory: {escape(format_bytes(usable))} ({usable / total:.1f}× the bar)</text>')
     out.append("</svg>")
     return "".join(out)

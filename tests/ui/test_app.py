@@ -1,0 +1,174 @@
+"""The app in-process (Starlette's TestClient) with a real worker process: the API answers the same
+JSON as the CLI's ``--json``; the page shows it with the picture; every bad input is one inline line
+with a 4xx status, never a traceback; the time and memory limits stop a job and the server stays up."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from gpuplan.cli.main import main
+from gpuplan.ui.app import MULTIPART_OVERHEAD_BYTES, create_app
+from gpuplan.ui.uploads import UPLOAD_MAX_BYTES
+from gpuplan.ui.worker import Limits
+from gpuplan.units import GIB, format_bytes
+
+SHAPE = {"batch_size": "2", "seq_len": "16", "gpu": "H100-SXM"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Limits(time_limit_s=240)), base_url="http://127.0.0.1") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tiny_id(client: TestClient, tiny_config_bytes: bytes) -> str:
+    r = client.post("/api/upload?filename=config.json", content=tiny_config_bytes)
+    assert r.status_code == 200, r.text
+    model: str = r.json()["model"]
+    return model
+
+
+def cli_json(*argv: str) -> dict[str, Any]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*argv, "--json"])
+    assert code in (0, 1), err.getvalue()
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+class _Controls(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.controls: list[dict[str, str | None]] = []
+        self.label_for: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag in ("input", "select", "textarea") and a.get("type") not in ("hidden", "submit"):
+            self.controls.append(a)
+        if tag == "label" and a.get("for"):
+            self.label_for.append(str(a["for"]))
+
+
+@pytest.mark.slow
+def test_api_answers_the_same_json_as_the_cli(client: TestClient, tiny_id: str, tmp_path: Path,
+                                              tiny_config_bytes: bytes) -> None:
+    r = client.get("/api/estimate", params={"model": tiny_id, **SHAPE})
+    assert r.status_code == 200, r.text
+    api = r.json()
+    config = tmp_path / "config.json"
+    config.write_bytes(tiny_config_bytes)
+    cli = cli_json("estimate", str(config), "--batch-size", "2", "--seq-len", "16", "--gpu", "H100-SXM")
+    assert api.pop("model") == tiny_id and cli.pop("model") == str(config)
+    assert api == cli  # exact: the same library call, the same to_dict()
+
+
+@pytest.mark.slow
+def test_page_shows_the_answer_its_picture_and_a_share_link(client: TestClient, tiny_id: str) -> None:
+    data = client.get("/api/estimate", params={"model": tiny_id, **SHAPE}).json()
+    r = client.get("/", params={"model": tiny_id, **SHAPE})
+    assert r.status_code == 200
+    html = r.text
+    assert "Fits on H100-SXM." in html
+    peak = re.search(r"peak allocated bytes</th><td class=\"num\">([^<]+)<", html)
+    assert peak is not None and peak.group(1) == format_bytes(data["peak_allocated_bytes"])
+    # the picture's segments are the JSON's components, byte for byte
+    drawn = {m.group(1): int(m.group(2)) for m in re.finditer(r'data-component="(\w+)" data-bytes="(\d+)"', html)}
+    assert drawn == {k: v for k, v in data["components"].items() if v > 0}
+    assert f'data-usable-bytes="{data["gpu_usable_memory_bytes"]}"' in html
+    share = re.search(r'id="share"', html) and re.search(r'href="(/\?[^"]+)" id="share"', html)
+    assert share is not None
+    assert client.get(share.group(1).replace("&amp;", "&")).text == html  # the link reproduces the page
+
+
+def test_every_control_has_a_label(client: TestClient) -> None:
+    parser = _Controls()
+    parser.feed(client.get("/").text)
+    assert len(parser.controls) >= 25
+    for control in parser.controls:
+        assert control.get("id") in parser.label_for, f"no <label for> for {control}"
+
+
+@pytest.mark.parametrize("path", [
+    "/?model=gpt2&batch_size=-1", "/?model=../../etc/passwd", "/?model=x.py:factory", "/?model=gpt2&verb=fit",
+    "/?model=gpt2&nope=1", "/?model=gpt2&gpu=H100-SMX", "/?model=upload:0123456789abcdef&seq_len=abc",
+    "/?model=" + "g" * 5000,
+])
+def test_bad_input_on_the_page_is_one_inline_line(client: TestClient, path: str) -> None:
+    r = client.get(path)
+    assert r.status_code == 400
+    alert = re.search(r'<p role="alert" class="error" id="error">([^<]*)</p>', r.text)
+    assert alert is not None and alert.group(1) and "\n" not in alert.group(1)
+    assert "Traceback" not in r.text and "<form" in r.text  # the form stays, filled in
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/api/estimate?model=gpt2&batch_size=1e3", 400), ("GET", "/api/estimate", 400),
+    ("GET", "/api/train", 404), ("GET", "/nowhere", 404), ("POST", "/", 405),
+    ("GET", "/api/plan?model=gpt2&gpu=H100", 400),
+])
+def test_bad_api_calls_are_one_json_line(client: TestClient, method: str, path: str, status: int) -> None:
+    r = client.request(method, path)
+    assert r.status_code == status
+    if path.startswith("/api/"):
+        assert set(r.json()) == {"error"} and "\n" not in r.json()["error"]
+    assert "Traceback" not in r.text
+
+
+def test_upload_form_redirects_to_the_shareable_page(client: TestClient, tiny_config_bytes: bytes) -> None:
+    r = client.post("/upload", files={"file": ("config.json", tiny_config_bytes, "application/json")},
+                    follow_redirects=False)
+    assert r.status_code == 303
+    assert re.fullmatch(r"/\?model=upload%3A[0-9a-f]{16}", r.headers["location"])
+
+
+@pytest.mark.parametrize(("headers", "body", "status", "words"), [
+    ({}, b"{" + b" " * (UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD_BYTES) + b"}", 413, "at most"),
+    ({}, iter([b"{", b"}"]), 413, "Content-Length"),  # chunked: no length to check before reading
+])
+def test_uploads_are_refused_before_the_body_is_read(client: TestClient, headers: dict[str, str], body: Any,
+                                                     status: int, words: str) -> None:
+    for path in ("/api/upload", "/upload"):
+        r = client.post(path, headers=headers, content=body)
+        assert r.status_code == status and words in r.text
+
+
+def test_malformed_uploads_are_inline_errors(client: TestClient) -> None:
+    r = client.post("/upload", content=b"--x\r\ngarbage", headers={"content-type": "multipart/form-data; boundary=x"})
+    assert r.status_code == 400 and 'role="alert"' in r.text
+    r = client.post("/upload", files={"file": ("config.json", b"{\"model_type\": 7}", "application/json")})
+    assert r.status_code == 400 and "config.json" in r.text and "/tmp" not in r.text
+    r = client.post("/api/upload", content=b"#!/bin/sh\nrm -rf /\n")
+    assert r.status_code == 400 and "neither a config.json" in r.json()["error"]
+
+
+@pytest.mark.slow
+def test_time_limit_kills_the_worker_and_the_server_stays_up() -> None:
+    with TestClient(create_app(Limits(time_limit_s=0.5)), base_url="http://127.0.0.1") as c:
+        first = c.get("/health" + "z").json()["workers"]
+        r = c.get("/api/estimate", params={"model": "gpt2"})  # importing torch alone takes longer than 0.5 s
+        assert r.status_code == 504 and "time limit" in r.json()["error"]
+        health = c.get("/healthz").json()
+        assert health["restarts"] == 1 and health["workers"] != first and health["cached"] == 0
+        page = c.get("/", params={"model": "gpt2"})
+        assert page.status_code == 504 and 'role="alert"' in page.text
+
+
+@pytest.mark.slow
+def test_memory_limit_is_one_line_and_the_server_stays_up() -> None:
+    with TestClient(create_app(Limits(memory_limit_bytes=GIB)), base_url="http://127.0.0.1") as c:
+        r = c.get("/api/estimate", params={"model": "gpt2"})
+        assert r.status_code == 400 and "--memory-gib" in r.json()["error"]
+        assert c.get("/healthz").json()["ok"] is True
