@@ -194,6 +194,10 @@ def estimate(
     if target_gpu is None:
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(work, target_gpu)
+    from gpuplan.trace.float8 import fp8_notes
+    from gpuplan.trace.quantized import quantization_notes
+
+    assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work)])
     step = trace_source(source, work, cc, fake=True, cuda=True)
     mem = memory_on_gpu(step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
                         cuda_context_bytes=cal.cuda_context_bytes if cal else None, weight_quant=weight_quant)
@@ -235,6 +239,10 @@ def _check_calibration(calibration: Calibration | None, gpu: GPU | None) -> Cali
 def _check_precision(workload: Workload, gpu: GPU | None) -> None:
     if gpu is None:
         return
+    if workload.precision == "fp8":
+        from gpuplan.trace.float8 import check_fp8_gpu
+
+        check_fp8_gpu(gpu.id, gpu.compute_capability, gpu.compute_capability_label)
     if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
                           f"{gpu.compute_capability_label}); use --precision amp-fp16")

@@ -15,12 +15,14 @@ directly (fused dequantizing kernels: no 16-bit copy of a layer is materialised)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError, require_choice
 from gpuplan.workload import WEIGHT_QUANTS
+
+if TYPE_CHECKING:
+    from gpuplan.models.quant_config import QuantizationConfig
 
 QUANT_GROUP_SIZE = 128
 """Weights sharing one scale (and zero point for int4)."""
@@ -90,12 +92,13 @@ def quantize_weights(params_count: int, traced_weight_bytes: int, scheme: str) -
 # trace/quantized.py builds these tensors on the fake device (so the trace counts them like any weight), and
 # tests compare their bytes with the real libraries' tensors. One rule: :func:`layer_layout`.
 
-QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "mxfp4")
+QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "int8", "int4", "mxfp4")
 """Quantized base-weight formats (``--load-in-4bit`` = bnb-nf4 with double quantization, ``--load-in-8bit`` =
-bnb-int8, or a checkpoint's ``quantization_config``)."""
+bnb-int8, or a checkpoint's ``quantization_config``); the names of gpuplan.models.quant_config.SCHEMES, where
+``int8`` / ``int4`` are compressed-tensors integer weights."""
 
-DTYPE_BYTES: dict[str, int] = {"uint8": 1, "int8": 1, "float8_e4m3fn": 1, "int32": 4, "float16": 2, "bfloat16": 2,
-                               "float32": 4}
+DTYPE_BYTES: dict[str, int] = {"uint8": 1, "int8": 1, "float8_e4m3fn": 1, "int32": 4, "int64": 8, "float16": 2,
+                               "bfloat16": 2, "float32": 4}
 BNB_4BIT_BLOCK = 64
 """bitsandbytes Params4bit blocksize (weights per absmax)."""
 BNB_NESTED_BLOCK = 256
@@ -135,6 +138,10 @@ class WeightFormat:
     """bnb 4-bit: absmax quantized to uint8 per 256 (+ fp32 second-level absmax, code and offset)."""
     fp8_block: tuple[int, int] | None = None
     """fp8 with block scales (``weight_block_size``, DeepSeek-V3 style): (rows, columns) per fp32 scale."""
+    strategy: str = "channel"
+    """fp8 and compressed-tensors integer scales: ``channel`` (one per output row), ``tensor`` or ``group``."""
+    symmetric: bool = True
+    """compressed-tensors integer: False stores a zero point per scale."""
     skip: tuple[str, ...] = _DEFAULT_SKIP
     """Module names left unquantized (``modules_to_not_convert`` / ``llm_int8_skip_modules``; lm_head by default)."""
 
@@ -158,56 +165,43 @@ class WeightFormat:
             return f"{self.method.upper()} {self.bits}-bit ({group}, packed int32 + fp16 scales + packed zeros)"
         if self.method == "fp8":
             scale = (f"fp32 scale per {self.fp8_block[0]}x{self.fp8_block[1]} block" if self.fp8_block
-                     else "fp32 scale per output channel")
+                     else f"fp32 scale per {'tensor' if self.strategy == 'tensor' else 'output channel'}")
             return f"FP8 e4m3 ({scale})"
+        if self.method in ("int4", "int8"):
+            per = f"group {self.group_size}" if self.group_size > 0 else f"per {self.strategy}"
+            return f"compressed-tensors {self.method} ({per}, bf16 scales{'' if self.symmetric else ' + zero points'})"
         return f"MXFP4 (fp4 blocks of {MXFP4_BLOCK} + uint8 e8m0 scale)"
 
 
 def weight_format(method: str, *, group_size: int | None = None, bits: int = 4, double_quant: bool | None = None,
-                  skip: tuple[str, ...] | None = None, fp8_block: tuple[int, int] | None = None) -> WeightFormat:
+                  skip: tuple[str, ...] | None = None, fp8_block: tuple[int, int] | None = None,
+                  strategy: str = "channel", symmetric: bool = True) -> WeightFormat:
     """``method`` with the libraries' defaults for what is not given (bnb 4-bit: blocksize 64; GPTQ/AWQ: group
     128; ``--load-in-4bit``: double quantization on, as QLoRA runs it)."""
     require_choice("quantization format", method, QUANT_METHODS)
     defaults = {"bnb-nf4": BNB_4BIT_BLOCK, "bnb-fp4": BNB_4BIT_BLOCK, "gptq": 128, "awq": 128, "mxfp4": MXFP4_BLOCK}
     return WeightFormat(method, group_size if group_size is not None else defaults.get(method, 0), bits,
                         bool(double_quant) if double_quant is not None else method in ("bnb-nf4", "bnb-fp4"),
-                        fp8_block, skip if skip is not None else _DEFAULT_SKIP)
+                        fp8_block, strategy, symmetric, skip if skip is not None else _DEFAULT_SKIP)
 
 
-def format_from_quantization_config(qc: Mapping[str, Any]) -> WeightFormat:
-    """The format a config.json ``quantization_config`` describes (transformers' field names per method)."""
-    method = str(qc.get("quant_method", "")).lower()
-    skip_value = qc.get("modules_to_not_convert") or qc.get("llm_int8_skip_modules")
-    skip = tuple(str(s) for s in skip_value) if isinstance(skip_value, (list, tuple)) else None
-    if method == "bitsandbytes":
-        if qc.get("load_in_4bit"):
-            kind = str(qc.get("bnb_4bit_quant_type", "fp4")).lower()  # transformers' default is fp4
-            if kind not in ("nf4", "fp4"):
-                raise ConfigError(f"quantization_config bnb_4bit_quant_type {kind!r} is unknown (allowed: nf4, fp4)")
-            return weight_format(f"bnb-{kind}", double_quant=bool(qc.get("bnb_4bit_use_double_quant", False)),
-                                 skip=skip)
-        if qc.get("load_in_8bit"):
-            return weight_format("bnb-int8", skip=skip)
-        raise ConfigError("quantization_config quant_method 'bitsandbytes' sets neither load_in_4bit nor load_in_8bit; "
-                          "set one (or drop quantization_config)")
-    if method in ("gptq", "awq"):
-        group = qc.get("group_size", qc.get("q_group_size", 128))
-        bits = qc.get("bits", qc.get("w_bit", 4))
-        if method == "awq" and str(qc.get("version", "gemm")).lower() != "gemm":
-            raise ConfigError(f"AWQ version {qc.get('version')!r} is not modelled (allowed: gemm, the default)")
-        return weight_format(method, group_size=int(group), bits=int(bits), skip=skip)
-    if method in ("fbgemm_fp8", "fp8"):
-        block = qc.get("weight_block_size")
-        fp8_block = (int(block[0]), int(block[1])) if isinstance(block, (list, tuple)) and len(block) == 2 else None
-        return weight_format("fp8", skip=skip, fp8_block=fp8_block)
-    if method == "compressed-tensors" and "float" in str(qc.get("format", "")):
-        ignore = qc.get("ignore")
-        return weight_format("fp8", skip=tuple(str(s) for s in ignore) if isinstance(ignore, list) else skip)
-    if method == "mxfp4":
-        return weight_format("mxfp4", skip=skip)
-    raise ConfigError(f"unknown quantization_config quant_method {qc.get('quant_method')!r} (allowed: bitsandbytes, "
-                      "gptq, awq, fbgemm_fp8, fp8, compressed-tensors float-quantized, mxfp4); remove "
-                      "quantization_config to estimate the unquantized model")
+def format_from_config(qc: QuantizationConfig) -> WeightFormat:
+    """The layer layout of a checkpoint's parsed ``quantization_config`` (gpuplan.models.quant_config)."""
+    skip = qc.skip_modules or None
+    if qc.scheme in ("bnb-nf4", "bnb-fp4"):
+        return weight_format(qc.scheme, group_size=qc.group_size, double_quant=qc.double_quant, skip=skip)
+    if qc.scheme in ("gptq", "awq"):
+        if qc.scheme == "awq" and (qc.version or "gemm").lower() != "gemm":
+            raise ConfigError(f"AWQ version {qc.version!r} is not modelled (allowed: gemm, AutoAWQ's default); "
+                              "use a GEMM checkpoint's config or --weight-quant int4")
+        return weight_format(qc.scheme, group_size=qc.group_size or -1, bits=qc.bits, skip=skip)
+    if qc.scheme in ("int4", "int8"):
+        return weight_format(qc.scheme, group_size=qc.group_size or 0, bits=qc.bits, skip=skip,
+                             strategy=qc.strategy, symmetric=qc.symmetric)
+    if qc.scheme == "fp8":
+        return weight_format("fp8", skip=skip, fp8_block=qc.block_shape,
+                             strategy="tensor" if qc.strategy == "tensor" else "channel")
+    return weight_format(qc.scheme, skip=skip)
 
 
 def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tuple[StoredTensor, ...]:
@@ -224,6 +218,9 @@ def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tupl
       int32: no effect on bytes), qzeros int32 [groups, n·b/32], scales fp16 [groups, n];
     * fp8 (transformers FbgemmFp8Linear, compressed-tensors channel strategy): float8_e4m3fn [n, k] + fp32
       scale [n, 1]; with ``weight_block_size`` (FP8Linear) fp32 ``weight_scale_inv`` per block;
+    * compressed-tensors integer (``pack-quantized`` int4: int32 ``weight_packed`` [n, k/8] + ``weight_shape``;
+      ``int-quantized`` int8: int8 [n, k]); scales in the checkpoint dtype (bf16 here) per channel or group,
+      packed zero points when asymmetric;
     * MXFP4 (transformers Mxfp4 for gpt-oss): uint8 blocks [n, k/32, 16] + uint8 e8m0 scales [n, k/32].
     """
     n, k = out_features, in_features
@@ -257,7 +254,24 @@ def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tupl
             rows, cols = fmt.fp8_block
             return (StoredTensor("weight", (n, k), "float8_e4m3fn"),
                     StoredTensor("weight_scale_inv", (-(-n // rows), -(-k // cols)), "float32"))
-        return (StoredTensor("weight", (n, k), "float8_e4m3fn"), StoredTensor("weight_scale", (n, 1), "float32"))
+        scale_shape = (1,) if fmt.strategy == "tensor" else (n, 1)
+        return (StoredTensor("weight", (n, k), "float8_e4m3fn"), StoredTensor("weight_scale", scale_shape, "float32"))
+    if m in ("int4", "int8"):
+        groups = -(-k // fmt.group_size) if fmt.group_size > 0 else 1
+        scale_cols = groups if fmt.group_size > 0 else 1
+        scale_rows = 1 if fmt.strategy == "tensor" else n
+        if m == "int4":
+            tensors = [StoredTensor("weight_packed", (n, -(-k // 8)), "int32"),
+                       StoredTensor("weight_scale", (scale_rows, scale_cols), "bfloat16"),
+                       StoredTensor("weight_shape", (2,), "int64")]
+            if not fmt.symmetric:
+                tensors.append(StoredTensor("weight_zero_point", (-(-scale_rows // 8), scale_cols), "int32"))
+        else:
+            tensors = [StoredTensor("weight", (n, k), "int8"),
+                       StoredTensor("weight_scale", (scale_rows, scale_cols), "bfloat16")]
+            if not fmt.symmetric:
+                tensors.append(StoredTensor("weight_zero_point", (scale_rows, scale_cols), "int8"))
+        return tuple(tensors)
     blocks32 = -(-k // MXFP4_BLOCK)
     return (StoredTensor("weight_blocks", (n, blocks32, MXFP4_BLOCK // 2), "uint8"),
             StoredTensor("weight_scales", (n, blocks32), "uint8"))

@@ -21,20 +21,41 @@ from gpuplan.errors import ConfigError
 LEARNING_RATE = 1e-4
 
 
-class AdamW8bit(Optimizer):
-    """Memory-faithful stand-in for ``bitsandbytes.optim.AdamW8bit`` (bitsandbytes needs CUDA).
+class BnbAdamW(Optimizer):
+    """Memory-faithful stand-in for bitsandbytes' AdamW (``AdamW8bit``, ``PagedAdamW``, ``PagedAdamW8bit``;
+    bitsandbytes' kernels need CUDA). State per parameter exactly as ``Optimizer2State.init_state``
+    (bitsandbytes 0.50, ``optim/optimizer.py``) lays it out:
 
-    State per parameter as bitsandbytes keeps it: two uint8 moments plus one fp32 absmax per
-    256-element block each (blockwise quantisation, Dettmers et al. 2022; bitsandbytes
-    Optimizer2State.init_state), or two 32-bit moments for tensors under ``min_8bit_size`` = 4096
-    elements. The update is one fused kernel per tensor, so no step temporaries are allocated.
+    * 8-bit: ``state1`` / ``state2`` uint8 like the parameter, ``absmax1`` / ``absmax2`` fp32, one per
+      256-element block (blockwise quantisation, Dettmers et al. 2022), and ``qmap1`` / ``qmap2``: the
+      optimizer's two 256-entry fp32 quantisation maps, one pair shared by every parameter;
+    * 32-bit (``PagedAdamW``), and 8-bit for tensors under ``min_8bit_size`` = 4096 elements: ``state1`` /
+      ``state2`` fp32;
+    * ``step`` is a host counter. The update is one fused kernel per tensor: no step temporaries.
+
+    Paged: bitsandbytes puts the state of tensors of 1e5 elements or more in CUDA unified memory
+    (``get_paged``: cudaMallocManaged, outside PyTorch's caching allocator). It is modelled as resident
+    on the GPU (where it lives until the GPU runs short, when the driver pages it to host memory and the
+    step slows down): counted in the optimizer state like unpaged state.
     """
 
     BLOCK_SIZE = 256
     MIN_8BIT_SIZE = 4096
+    PAGED_MIN_SIZE = 100_000
+    QMAP_SIZE = 256
 
-    def __init__(self, params: Iterable[Any], lr: float = LEARNING_RATE) -> None:
+    def __init__(self, params: Iterable[Any], lr: float = LEARNING_RATE, *, bits: int = 8,
+                 paged: bool = False) -> None:
         super().__init__(params, {"lr": lr})
+        self.bits = bits
+        self.paged = paged
+        self._qmaps: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _shared_qmaps(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._qmaps is None:  # bitsandbytes' name2qmap["dynamic"] and ["udynamic"], created once
+            self._qmaps = (torch.zeros(self.QMAP_SIZE, dtype=torch.float32),
+                           torch.zeros(self.QMAP_SIZE, dtype=torch.float32))
+        return self._qmaps
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
@@ -44,18 +65,32 @@ class AdamW8bit(Optimizer):
                     continue
                 state = self.state[p]
                 if not state:
+                    # bitsandbytes counts steps in a host int; a host scalar here (the recorder leaves
+                    # "step" untracked under CUDA semantics, as for torch's optimizers)
                     state["step"] = torch.zeros((), dtype=torch.float32)
-                    if p.numel() < self.MIN_8BIT_SIZE:
-                        state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                        state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+                    if self.bits == 32 or p.numel() < self.MIN_8BIT_SIZE:
+                        state["state1"] = torch.zeros_like(p, dtype=torch.float32)
+                        state["state2"] = torch.zeros_like(p, dtype=torch.float32)
                     else:
                         blocks = -(-p.numel() // self.BLOCK_SIZE)
-                        state["exp_avg"] = torch.zeros_like(p, dtype=torch.uint8)
-                        state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.uint8)
+                        qmap1, qmap2 = self._shared_qmaps()
+                        state["state1"] = torch.zeros_like(p, dtype=torch.uint8)
+                        state["qmap1"] = qmap1
+                        state["state2"] = torch.zeros_like(p, dtype=torch.uint8)
+                        state["qmap2"] = qmap2
                         state["absmax1"] = torch.zeros(blocks, dtype=torch.float32)
                         state["absmax2"] = torch.zeros(blocks, dtype=torch.float32)
                 state["step"].add_(1)
                 p.add_(p.grad, alpha=-group["lr"])  # in place, as the fused kernel updates it
+
+
+def paged_state_bytes(opt: Optimizer | None) -> int:
+    """Bytes of optimizer state bitsandbytes would page (unified memory): tensors of parameters with at
+    least ``PAGED_MIN_SIZE`` elements of a paged optimizer."""
+    if not isinstance(opt, BnbAdamW) or not opt.paged:
+        return 0
+    return sum(v.untyped_storage().nbytes() for p, state in opt.state.items() if p.numel() >= opt.PAGED_MIN_SIZE
+               for k, v in state.items() if k in ("state1", "state2") and isinstance(v, torch.Tensor))
 
 
 class _HostScalars(TorchDispatchMode):
@@ -85,8 +120,8 @@ def build_optimizer(name: str, impl: str, params: list[torch.nn.Parameter], *, c
     """The optimizer ``name`` with implementation ``impl`` (auto | foreach | fused | for-loop)."""
     if name == "none":
         return None
-    if name == "adamw-8bit":
-        return AdamW8bit(params)
+    if name in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw"):
+        return BnbAdamW(params, bits=32 if name == "paged-adamw" else 8, paged=name.startswith("paged"))
     kwargs: dict[str, Any] = {}
     if impl == "auto":
         impl = "foreach" if cuda else "default"
@@ -115,7 +150,7 @@ def build_optimizer(name: str, impl: str, params: list[torch.nn.Parameter], *, c
 def state_tensors(opt: Optimizer | None) -> list[torch.Tensor]:
     if opt is None:
         return []
-    found: list[torch.Tensor] = []
+    found: dict[int, torch.Tensor] = {}  # a tensor shared by every parameter's state (bnb's qmaps) once
     for state in opt.state.values():
-        found.extend(v for v in state.values() if isinstance(v, torch.Tensor))
-    return found
+        found.update((id(v), v) for v in state.values() if isinstance(v, torch.Tensor))
+    return list(found.values())

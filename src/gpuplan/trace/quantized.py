@@ -15,9 +15,9 @@ allocates the temporaries the library's kernels allocate:
 * LLM.int8 (``MatMul8bitLt``): the input cast to fp16, quantized row-wise (int8 ``[m, k]`` + fp32 ``[m]``),
   an int32 product; outlier columns (threshold 6) depend on the data and are not modelled. Backward
   builds the fp16 weight ``CB·SCB/127`` for the input gradient;
-* GPTQ, MXFP4 and fp8: fused kernels read the packed weight (no 16-bit copy); fp8 quantizes the input per
-  row first (fbgemm ``f8f8bf16_rowwise``); AWQ's GEMM dequantizes the whole weight from 1024 tokens on;
-  in backward each dequantizes the weight for the input gradient.
+* GPTQ, MXFP4, fp8 and compressed-tensors integer: fused kernels read the packed weight (no 16-bit
+  copy); fp8 quantizes the input per row first (fbgemm ``f8f8bf16_rowwise``); AWQ's GEMM dequantizes
+  the whole weight from 1024 tokens on; in backward each dequantizes the weight for the input gradient.
 
 The matmuls read a zero-stride stand-in for the weight where the real kernel reads the packed one, so the
 trace counts their FLOPs without allocating a 16-bit weight that does not exist.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from gpuplan.memory.weight_quant import WeightFormat, format_from_quantization_config, layer_layout, weight_format
+from gpuplan.memory.weight_quant import WeightFormat, format_from_config, layer_layout, weight_format
 
 if TYPE_CHECKING:
     from gpuplan.models.sources import ModelSource
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "float32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn,
+    "bfloat16": torch.bfloat16, "float32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn, "int64": torch.int64,
 }
 BNB_FUSED_MAX_ROWS = 4
 """bitsandbytes ``_GEMM_4BIT_CUSTOM_FLOOR_M``: up to this many rows the fused 4-bit kernel runs on every GPU."""
@@ -176,11 +176,10 @@ def format_of(source: ModelSource, workload: Workload) -> WeightFormat | None:
     (``--load-in-4bit`` / ``--load-in-8bit``), else QLoRA's NF4 base; None for 16/32-bit weights."""
     from gpuplan.errors import ConfigError
 
-    config = source.config_dict() if hasattr(source, "config_dict") else {}
-    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
-    load_in = getattr(workload, "load_in", "none")
-    if isinstance(qc, Mapping):
-        fmt = format_from_quantization_config(qc)
+    qc = source.quantization()
+    load_in = workload.load_in
+    if qc is not None:
+        fmt = format_from_config(qc)
         if load_in != "none":
             raise ConfigError(f"{source.name} is already quantized ({fmt.describe()}); drop --load-in-{load_in}")
         return fmt
@@ -223,3 +222,21 @@ def logical_params_count(model: nn.Module) -> int:
 
 def quantized_layers(model: nn.Module) -> Mapping[str, QuantizedLinear]:
     return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+
+
+def quantization_notes(source: ModelSource, workload: Workload, weight_quant: str = "none") -> list[str]:
+    """The assumption lines for the base-weight format of the step (none without one). A quantized base
+    and ``--weight-quant`` are two answers to one question: refused in one line."""
+    from gpuplan.errors import ConfigError
+
+    fmt = format_of(source, workload)
+    if fmt is None:
+        return []
+    origin = (f"--load-in-{workload.load_in}" if workload.load_in != "none"
+              else "--peft qlora" if source.quantization() is None else "the checkpoint's quantization_config")
+    if weight_quant != "none":
+        raise ConfigError(f"--weight-quant {weight_quant} cannot apply on top of {origin} (weights already "
+                          f"{fmt.describe()}); drop --weight-quant")
+    return [f"base weights {fmt.describe()} ({origin}): the format's tensors traced exactly in bytes on the fake "
+            f"device, layers named {', '.join(fmt.skip)} kept 16-bit; the real kernels need a GPU, so their "
+            "temporaries follow the library's code (dequantized weight per layer where it dequantizes)"]

@@ -39,6 +39,7 @@ from gpuplan.trace.adapt import adapt_model
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
+from gpuplan.trace.quantized import logical_params_count
 from gpuplan.trace.records import RunResult
 from gpuplan.trace.tracker import Recorder, RecordingMode
 from gpuplan.workload import Workload
@@ -343,7 +344,7 @@ class StepRunner:
                 if gc_was_enabled:
                     gc.enable()
         unique = {id(p.untyped_storage()): p for p in model.parameters()}
-        params_count = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        params_count = logical_params_count(model)  # a quantized layer counts the weights it packs
         module_params, module_param_sizes = own_parameters(model)
         return RunResult(
             trace=recorder.trace,

@@ -183,6 +183,13 @@ def _tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _payload(t: torch.Tensor) -> torch.Tensor:
+    """The tensor a kernel reads: a wrapper subclass holding its values in ``_data`` (torchao's
+    Float8TrainingTensor reports the bf16 it stands for) reads those (fp8), at their rate and size."""
+    data = getattr(t, "_data", None)
+    return data if isinstance(data, torch.Tensor) and type(t) is not torch.Tensor else t
+
+
 class Recorder:
     """State of one traced run; the step program moves it through the phases (``enter``)."""
 
@@ -359,7 +366,7 @@ class Recorder:
     def _record_op(
         self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, block: str | None
     ) -> None:
-        in_tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        in_tensors = [_payload(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         out_tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         bytes_read = sum(_tensor_bytes(t) for t in in_tensors)
         bytes_written = sum(_tensor_bytes(t) for t in out_tensors)

@@ -1,0 +1,92 @@
+"""FP8 training (``--precision fp8``): the real torchao float8 training conversion, run on fake tensors.
+
+``torchao.float8.convert_to_float8_training`` swaps each eligible ``nn.Linear`` for a ``Float8Linear``
+(torchao 0.18, ``float8_linear.py``). Its semantics are therefore torchao's own, not a copy:
+
+* all three GEMMs of a linear layer run in fp8 through ``torch._scaled_mm``: forward ``input @ weightᵀ``
+  (both e4m3), backward ``grad_output @ weight`` (grad e5m2) and ``grad_outputᵀ @ input``;
+* the default recipe scales tensorwise (one fp32 amax-derived scale per cast, computed on the fly:
+  dynamic scaling); ``rowwise`` keeps one scale per row;
+* saved for backward: the high-precision input and weight (``save_for_backward(input_hp, weight_hp_t)``);
+  the fp8 copies are recast in backward, so there is no cached fp8 weight between forward and backward
+  on one GPU. Under FSDP2 with ``enable_fsdp_float8_all_gather`` the weights are all-gathered in fp8
+  (half the bf16 all-gather bytes; the planner's note, not modelled here);
+* parameters, gradients and optimizer state stay in the model dtype: bf16 here (torchao's and
+  torchtitan's single-GPU setting), so memory saves only the fp8 temporaries' halving, and time takes
+  the fp8 tensor-core rate for those GEMMs.
+
+Layers torchao cannot run (a dimension not divisible by 16, as ``torch._scaled_mm`` requires) and the output
+head (torchtitan's default ``filter_fqns=["output"]``; here ``lm_head``) stay in bf16.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from gpuplan.workload import Workload
+
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+"""FP8 tensor cores: Ada (8.9), Hopper (9.0) and later."""
+_SCALED_MM_MULTIPLE = 16
+"""``torch._scaled_mm`` needs both dimensions of the weight divisible by 16."""
+_SKIPPED = ("lm_head", "output")
+
+
+def check_fp8_gpu(gpu_id: str, compute_capability: tuple[int, int] | None, label: str) -> None:
+    """FP8 training needs FP8 tensor cores: a one-line refusal on an older GPU."""
+    if compute_capability is not None and tuple(compute_capability) < FP8_MIN_COMPUTE_CAPABILITY:
+        raise ConfigError(f"{gpu_id} has no FP8 tensor cores (compute capability {label}; FP8 needs 8.9+: Ada, "
+                          "Hopper, Blackwell); use --precision amp-bf16 or bf16, or pick an FP8 GPU")
+
+
+def _eligible(module: nn.Module, fqn: str) -> bool:
+    from torch import nn
+
+    if not isinstance(module, nn.Linear):
+        return False
+    if fqn.rsplit(".", 1)[-1] in _SKIPPED:
+        return False
+    return module.in_features % _SCALED_MM_MULTIPLE == 0 and module.out_features % _SCALED_MM_MULTIPLE == 0
+
+
+def convert_to_fp8_training(model: nn.Module) -> nn.Module:
+    """``model`` with torchao ``Float8Linear`` layers (tensorwise dynamic scaling, torchao's default)."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError as exc:
+        raise ConfigError("--precision fp8 models torchao's float8 training and needs torchao: "
+                          "pip install 'gpuplan[finetune]'") from exc
+    from gpuplan.trace.quantized import quantized_layers
+
+    if quantized_layers(model):
+        raise ConfigError("--precision fp8 trains the linear layers through torchao float8 and cannot run on "
+                          "quantized base weights; drop --load-in-4bit/--load-in-8bit (or the quantized checkpoint) "
+                          "or use --precision bf16")
+    return convert_to_float8_training(model, module_filter_fn=_eligible)
+
+
+def convert_for_precision(model: nn.Module, workload: Workload) -> nn.Module:
+    """``model`` as the precision runs it: fp8 converts the linear layers; every other precision is a dtype
+    (set when the model is built) and autocast."""
+    if workload.precision != "fp8":
+        return model
+    return convert_to_fp8_training(model)
+
+
+def fp8_layers(model: nn.Module) -> int:
+    """How many linear layers compute in fp8."""
+    return sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
+
+
+def fp8_notes(workload: Workload) -> list[str]:
+    """The assumption lines for ``--precision fp8``."""
+    if workload.precision != "fp8":
+        return []
+    return ["--precision fp8: torchao Float8Linear on every linear layer with both sides divisible by 16 (not the "
+            "output head), tensorwise dynamic scaling, bf16 parameters, gradients and optimizer state; the three "
+            "GEMMs per layer at the fp8 rate; under FSDP2 weights can be all-gathered in fp8 (not modelled)"]
