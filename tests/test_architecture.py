@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("perf",),
     ("estimate", "simulate"),
     ("parallel",),
+    ("serve",),
     ("advise",),
     ("measure",),
     ("cli", "ui"),

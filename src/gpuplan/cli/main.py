@@ -36,6 +36,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "explain": ("explain", "explain a pasted CUDA / PyTorch error message"),
     "measure": ("measure", "run the workload for real here and compare with the estimate"),
     "calibrate": ("calibrate", "fit calibration factors from stored measurements"),
+    "serve": ("serve", "serving capacity with vLLM / SGLang: KV cache, concurrency, launch command"),
     "ui": ("ui", "local web page (loopback) over the same library calls"),
 }
 

@@ -1,0 +1,98 @@
+"""Text and JSON of a serving-capacity result (``gpuplan serve``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.units import GIB
+
+if TYPE_CHECKING:
+    from gpuplan.serve.capacity import ServeResult
+
+
+def serve_to_dict(r: ServeResult) -> dict[str, Any]:
+    b = r.budget
+    out: dict[str, Any] = {
+        "model": r.model,
+        "gpu": r.gpu.id,
+        "ok": r.ok,
+        "reason": r.reason,
+        "params_count": r.params_count,
+        "total_memory_bytes": b.total_bytes,
+        "requested_memory_bytes": b.requested_bytes,
+        "weights_bytes": b.weights_bytes,
+        "activation_peak_bytes": b.activation_peak_bytes,
+        "non_torch_bytes": b.non_torch_bytes,
+        "cuda_graph_bytes": b.cuda_graph_bytes,
+        "cuda_context_bytes": b.context_bytes,
+        "kv_cache_bytes": b.kv_cache_bytes,
+        "kv_bytes_per_token": r.kv.bytes_per_token,
+        "kv_bytes_per_sequence": r.kv.sequence_bytes(r.context),
+        "kv_cache_tokens": r.kv_cache_tokens,
+        "context": r.context,
+        "concurrency": r.concurrency,
+        "concurrency_fits": r.concurrency_fits,
+        "max_concurrency": r.max_concurrency,
+        "max_model_len_fits": r.max_model_len_fits,
+        "attention": {"kind": r.layout.kind, "full_layers": r.layout.full_layers,
+                      "sliding_layers": r.layout.sliding_layers, "sliding_window": r.layout.sliding_window,
+                      "state_layers": r.layout.state_layers,
+                      "state_bytes_per_sequence": r.kv.state_bytes_per_sequence},
+        "prefill": {"tokens": r.prefill_tokens, "ttft_s": r.prefill.seconds, **r.prefill.to_dict()},
+        "decode": {"batch": r.decode_batch, "context": r.decode_context, "step_s": r.decode.seconds,
+                   "tokens_per_s": r.decode_tokens_per_s,
+                   "tokens_per_s_per_sequence": 1 / r.decode.seconds if r.decode.seconds > 0 else 0.0,
+                   "compute_bound_batch": r.compute_bound_batch, **r.decode.to_dict()},
+        "engine": r.settings.to_dict(),
+        "command": r.command,
+        "assumptions": list(r.assumptions),
+    }
+    if r.rate is not None:
+        q = r.rate
+        out["rate"] = {"requests_per_s": q.rate_per_s, "input_len": q.input_len, "output_len": q.output_len,
+                       "concurrency_per_replica": q.concurrency_per_replica,
+                       "requests_per_s_per_replica": q.requests_per_s_per_replica, "replicas": q.replicas,
+                       "gpus": q.gpus, "gpu": q.gpu, "usd_per_million_output_tokens": q.usd_per_million_output_tokens}
+    return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:8.2f} GiB"
+
+
+def _time(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def render_serve(r: ServeResult) -> str:
+    s, b = r.settings, r.budget
+    lines = [f"{r.model} on {s.tp * s.pp}× {r.gpu.id} (tp {s.tp}, pp {s.pp}) with {s.engine} {s.version}: "
+             + ("OK" if r.ok else "WOULD NOT START"),
+             f"  {r.reason}",
+             f"memory per GPU ({b.total_bytes / GIB:.2f} GiB; the engine may use {b.requested_bytes / GIB:.2f} GiB):"]
+    for name, value in (("weights", b.weights_bytes), ("activation peak", b.activation_peak_bytes),
+                        ("non-torch", b.non_torch_bytes), ("CUDA graphs", b.cuda_graph_bytes),
+                        ("CUDA context", b.context_bytes), ("KV cache", b.kv_cache_bytes)):
+        if value or name == "KV cache":
+            lines.append(f"  {name:<16}{_gib(value)}")
+    lines += [f"KV: {r.kv.bytes_per_token:,} bytes per token per GPU ({r.layout.kind.upper()}), "
+              f"{r.kv_cache_tokens:,} tokens in the cache",
+              f"  max concurrency at {r.context:,} tokens: {r.max_concurrency:,} sequences"
+              + ("" if r.concurrency is None else
+                 f" ({r.concurrency:,} asked: {'fits' if r.concurrency_fits else 'does NOT fit'})"),
+              f"  longest max_model_len that fits: {r.max_model_len_fits:,}",
+              f"time: TTFT {_time(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
+              f"{_time(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
+              f"({r.decode_tokens_per_s:,.0f} tokens/s)"]
+    if r.compute_bound_batch is not None:
+        lines.append(f"  decode turns compute-bound above a batch of ~{r.compute_bound_batch:,}")
+    if r.rate is not None:
+        q = r.rate
+        line = (f"for {q.rate_per_s:g} req/s of {q.input_len:,} in / {q.output_len:,} out: {q.replicas:,} replica(s) "
+                f"= {q.gpus:,}× {q.gpu} ({q.requests_per_s_per_replica:.2f} req/s per replica at "
+                f"{q.concurrency_per_replica:,} concurrent)")
+        if q.usd_per_million_output_tokens is not None:
+            line += f", ${q.usd_per_million_output_tokens:.3f} per million output tokens"
+        lines.append(line)
+    lines += ["launch:", f"  {r.command}", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)

@@ -1,0 +1,368 @@
+"""``gpuplan.serve.serve``: how many sequences of context L a serving engine holds on tp × pp GPUs, what
+it launches with, when it refuses to start, and how fast it answers.
+
+Pipeline: resolve MODEL (a decoder) → read its KV layout from the config (serve/kv.py) → trace the engine's
+profile run at ``max_num_batched_tokens`` (serve/profile.py, ``trace_source``) → the engine's budget per
+GPU (serve/budget.py) → KV tokens, concurrency, longest context → prefill / decode time (serve/timing.py)
+→ replicas for a target rate, cost with prices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.errors import ConfigError, ModelSourceError
+from gpuplan.hardware import resolve_gpu
+from gpuplan.memory.overheads import cuda_context_bytes
+from gpuplan.memory.weight_quant import quantized_weight_bytes
+from gpuplan.serve import budget as budgets
+from gpuplan.serve import engines
+from gpuplan.serve.kv import (
+    DTYPE_BYTES,
+    KVCost,
+    KVLayout,
+    kv_cost,
+    kv_dtype_bytes,
+    kv_layout,
+    model_dtype,
+    text_config,
+)
+from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
+from gpuplan.units import GIB
+from gpuplan.workload import WEIGHT_QUANTS, Workload
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import HFConfigSource, ModelSource
+    from gpuplan.trace.step import TracedStep
+
+MAX_PARALLEL = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RateAnswer:
+    """Replicas (of tp × pp GPUs) for a target request rate."""
+
+    rate_per_s: float
+    input_len: int
+    output_len: int
+    concurrency_per_replica: int
+    requests_per_s_per_replica: float
+    replicas: int
+    gpus: int
+    gpu: str
+    usd_per_million_output_tokens: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServeResult:
+    model: str
+    gpu: GPU
+    settings: engines.EngineSettings
+    budget: budgets.Budget
+    kv: KVCost
+    ok: bool
+    reason: str
+    context: int
+    concurrency: int | None
+    """The requested concurrency (None: not asked)."""
+    kv_cache_tokens: int
+    max_concurrency: int
+    max_model_len_fits: int
+    prefill: PhaseTime
+    prefill_tokens: int
+    decode: PhaseTime
+    decode_batch: int
+    decode_context: int
+    compute_bound_batch: int | None
+    command: str
+    rate: RateAnswer | None = None
+    assumptions: tuple[str, ...] = field(default=())
+    params_count: int = 0
+
+    @property
+    def layout(self) -> KVLayout:
+        return self.kv.layout
+
+    @property
+    def concurrency_fits(self) -> bool:
+        return self.concurrency is None or self.concurrency <= self.max_concurrency
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.decode_batch / self.decode.seconds if self.decode.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from gpuplan.report.serve import serve_to_dict
+
+        return serve_to_dict(self)
+
+    def __str__(self) -> str:
+        from gpuplan.report.serve import render_serve
+
+        return render_serve(self)
+
+
+def _decoder_source(model: str | ModelSource) -> HFConfigSource:
+    from gpuplan.models.sources import HFConfigSource, ModelSource, resolve_model
+
+    source = model if isinstance(model, ModelSource) else resolve_model(model)
+    if not isinstance(source, HFConfigSource):
+        raise ModelSourceError(f"{source.name} is not a Hugging Face decoder config (it is a {source.kind} model): "
+                               "serving engines load transformers decoders; give a catalog name or a config.json")
+    config = source.config_dict
+    if source.task != "causal-lm" and not isinstance(config.get("text_config"), dict):
+        raise ConfigError(f"{source.name} is a {source.task} model, not a decoder: vLLM and SGLang serve causal "
+                          "language models (generate); use gpuplan estimate --mode infer for it")
+    return source
+
+
+def _positive(name: str, value: int | None, upper: int = 1 << 24) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper):
+        raise ConfigError(f"{name} {value!r} is out of range: allowed 1..{upper:,}")
+
+
+def serve(
+    model: str | ModelSource,
+    *,
+    gpu: str | GPU,
+    tp: int = 1,
+    pp: int = 1,
+    engine: str = "vllm",
+    max_model_len: int | None = None,
+    context: int | None = None,
+    concurrency: int | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    rate: float | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    quantization: str = "none",
+    total_memory_bytes: int | None = None,
+    llm_class: bool = False,
+    prices: dict[str, float] | None = None,
+) -> ServeResult:
+    """Serving capacity of ``model`` on ``tp × pp`` GPUs of type ``gpu`` with ``engine``.
+
+    ``total_memory_bytes`` replaces the GPU's usable memory (a device as the engine saw it);
+    ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s."""
+    engines.check_engine(engine)
+    for name, value in (("--tp", tp), ("--pp", pp)):
+        _positive(name, value, MAX_PARALLEL)
+    for name, value in (("--max-model-len", max_model_len), ("--context", context), ("--concurrency", concurrency),
+                        ("--input-len", input_len), ("--output-len", output_len),
+                        ("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
+        _positive(name, value)
+    if quantization not in WEIGHT_QUANTS:
+        raise ConfigError(f"unknown --quantization {quantization!r} (allowed: {', '.join(WEIGHT_QUANTS)})")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ConfigError(f"--rate {rate!r} must be a positive number of requests per second")
+    if rate is not None and (input_len is None or output_len is None):
+        raise ConfigError("--rate needs --input-len and --output-len (tokens in and out per request)")
+    source = _decoder_source(model)
+    target = resolve_gpu(gpu)
+    assert target is not None
+    config = source.hf_config().to_dict()
+    layout = kv_layout(config, source.name)
+    dtype = model_dtype(config)
+    if dtype == "bfloat16" and not target.has_bf16:
+        dtype = "float16"
+    element = kv_dtype_bytes(kv_cache_dtype, dtype)
+    if kv_cache_dtype == "fp8" and engine == "hf":
+        raise ConfigError("--kv-cache-dtype fp8 needs a paged engine (--engine vllm or sglang); transformers' "
+                          "cache holds the model dtype")
+    trained = layout.max_context
+    if max_model_len is None:
+        max_model_len = trained or context or 2048
+    if trained is not None and max_model_len > trained:
+        raise ConfigError(f"--max-model-len {max_model_len:,} is above the {trained:,} tokens {source.name} was "
+                          "trained for (max_position_embeddings); vLLM refuses it unless "
+                          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: pass at most that")
+    if context is not None and context > max_model_len:
+        raise ConfigError(f"--context {context:,} is above --max-model-len {max_model_len:,}: the engine truncates "
+                          "nothing, it refuses such requests; raise --max-model-len or lower --context")
+    if input_len is not None and output_len is not None and input_len + output_len > max_model_len:
+        raise ConfigError(f"--input-len + --output-len = {input_len + output_len:,} is above --max-model-len "
+                          f"{max_model_len:,}; raise --max-model-len or shorten the requests")
+    total = total_memory_bytes or target.usable_memory_bytes
+    large = not target.id.upper().startswith("A100")
+    tokens = max_num_batched_tokens or engines.default_batched_tokens(engine, total, large, llm_class=llm_class)
+    if engine == "hf":
+        tokens = context or max_model_len
+    seqs = max_num_seqs or engines.default_max_num_seqs(engine, total, large)
+    utilization = gpu_memory_utilization
+    if utilization is None:
+        utilization = {"vllm": 0.9, "sglang": engines.sglang_mem_fraction_static(tp), "hf": 1.0}[engine]
+    engines.check_utilization(utilization)
+    settings = engines.EngineSettings(
+        engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
+        {"vllm": engines.VLLM_BLOCK_SIZE, "sglang": engines.SGLANG_PAGE_SIZE, "hf": 1}[engine], quantization,
+        engine != "hf")
+    cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
+                   block_size=settings.block_size, max_num_batched_tokens=tokens)
+    step = trace_profile_run(source, tokens=tokens, num_seqs=1 if engine == "hf" else seqs, dtype=dtype,
+                             gpu=target)
+    budget = _budget(settings, config, step, target, total, dtype)
+    assumptions = _assumptions(settings, layout, step, tp)
+    context_used = context or max_model_len
+    kv_tokens = cost.cache_tokens(budget.kv_cache_bytes)
+    max_conc = cost.max_concurrency(budget.kv_cache_bytes, context_used)
+    fits_len = cost.max_context(max(0, budget.kv_cache_bytes), trained or max_model_len * 64)
+    ok, reason = _verdict(settings, budget, cost, fits_len, source.name)
+    shape = _shape(config, layout, step, dtype)
+    if input_len is not None:
+        decode_context = input_len + (output_len or 0) // 2
+    else:
+        decode_context = context_used
+    batch = concurrency or max(1, min(max_conc, seqs))
+    decode = decode_step(shape, target, tp, batch=batch, context=decode_context,
+                         kv_read_bytes=batch * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization)
+    prefill_tokens = input_len or context_used
+    first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization)
+    rate_answer = None
+    if rate is not None and input_len is not None and output_len is not None:
+        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices)
+    return ServeResult(
+        model=source.name, gpu=target, settings=settings, budget=budget, kv=cost, ok=ok, reason=reason,
+        context=context_used, concurrency=concurrency, kv_cache_tokens=kv_tokens, max_concurrency=max_conc,
+        max_model_len_fits=fits_len, prefill=first, prefill_tokens=prefill_tokens, decode=decode,
+        decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
+        command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
+        params_count=step.params_count)
+
+
+def _model_id(source: HFConfigSource) -> str:
+    from gpuplan.models.catalog import get_catalog_model, is_catalog_name
+
+    return get_catalog_model(source.name).hf_id if is_catalog_name(source.name) else source.name
+
+
+def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dtype: str, gpu: GPU) -> TracedStep:
+    """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests."""
+    from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
+    from gpuplan.serve.profile import ProfileRunSource
+    from gpuplan.trace.step import trace_source
+
+    seqs = max(1, min(tokens, num_seqs))
+    work = Workload(mode="infer", batch_size=seqs, seq_len=-(-tokens // seqs),
+                    precision="bf16" if dtype == "bfloat16" else "fp16")
+    cc = gpu.compute_capability or DEFAULT_COMPUTE_CAPABILITY
+    return trace_source(ProfileRunSource(source), work, cc, fake=True, cuda=True)
+
+
+def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str) -> int:
+    weights = step.param_bytes if settings.quantization == "none" else quantized_weight_bytes(
+        step.params_count, settings.quantization)
+    shards = settings.tp * settings.pp
+    rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if settings.engine != "hf" else 0
+    return -(-weights // shards) + rope
+
+
+def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, gpu: GPU, total: int,
+            dtype: str) -> budgets.Budget:
+    weights = _weights_per_gpu(settings, config, step, dtype)
+    activation = max(0, step.rounded_peak_bytes - step.param_bytes)
+    non_torch = budgets.non_torch_bytes(gpu.compute_capability, gpu.vendor, gpu.arch)
+    text = text_config(config)
+    hidden = int(text.get("hidden_size") or 0)
+    layout = kv_layout(config)
+    if settings.engine == "vllm":
+        largest = min(512, 2 * settings.max_num_seqs)
+        sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
+        graphs = budgets.cuda_graph_bytes(sizes, layout.attention_layers, hidden, DTYPE_BYTES[dtype], largest) \
+            if settings.cuda_graphs else 0
+        return budgets.vllm_budget(total, settings.gpu_memory_utilization, weights_bytes=weights,
+                                   activation_peak_bytes=activation, non_torch=non_torch, graphs=graphs)
+    context, _ = cuda_context_bytes(gpu.arch)
+    if settings.engine == "sglang":
+        largest = min(160, settings.max_num_seqs)
+        sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
+        graphs = budgets.cuda_graph_bytes(sizes, 0, hidden, DTYPE_BYTES[dtype], largest)
+        return budgets.sglang_budget(total, settings.gpu_memory_utilization, weights_bytes=weights,
+                                     context_bytes=context, activation_peak_bytes=activation, non_torch=non_torch,
+                                     graphs=graphs)
+    return budgets.hf_budget(total, weights_bytes=weights, activation_peak_bytes=activation, non_torch=non_torch,
+                             context_bytes=context)
+
+
+def _verdict(settings: engines.EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
+             name: str) -> tuple[bool, str]:
+    kv = budget.kv_cache_bytes
+    if settings.engine == "sglang":
+        if kv <= 0:
+            return False, f"RuntimeError: {engines.SGLANG_NO_CACHE_MESSAGE}"
+        outside = budget.activation_peak_bytes + budget.cuda_graph_bytes + budget.non_torch_bytes
+        if outside > budget.outside_pool_bytes:
+            return False, (f"activations + CUDA graphs need {outside / GIB:.2f} GiB outside the static pool, which "
+                           f"leaves {budget.outside_pool_bytes / GIB:.2f} GiB (1 − --mem-fraction-static): CUDA out "
+                           "of memory at graph capture; lower --mem-fraction-static")
+    elif kv <= 0:
+        return False, f"ValueError: {engines.VLLM_NO_CACHE_MESSAGE}" if settings.engine == "vllm" else (
+            "the weights and activations leave no memory for the KV cache")
+    needed = cost.sequence_bytes(settings.max_model_len)
+    if needed > kv:
+        if settings.engine == "vllm":
+            return False, (f"ValueError: To serve at least one request with the models's max seq len "
+                           f"({settings.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which is larger "
+                           f"than the available KV cache memory ({kv / GIB:.2f} GiB). Based on the available memory, "
+                           f"the estimated maximum model length is {fits_len}. Try increasing "
+                           "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+        return False, (f"one sequence of --max-model-len {settings.max_model_len:,} needs {needed / GIB:.2f} GiB "
+                       f"of KV, {kv / GIB:.2f} GiB are left; the longest that fits is {fits_len:,}")
+    return True, (f"{name} serves with {kv / GIB:.2f} GiB of KV cache per GPU "
+                  f"({cost.cache_tokens(kv):,} tokens)")
+
+
+def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str) -> ModelShape:
+    text = text_config(config)
+    layers = int(text.get("num_hidden_layers") or 1)
+    head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
+    return ModelShape(step.params_count, step.param_bytes, layers, layout.attention_layers,
+                      int(text.get("hidden_size") or 0), layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype])
+
+
+def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: budgets.Budget,
+          settings: engines.EngineSettings, shape: ModelShape, gpu: GPU,
+          prices: dict[str, float] | None) -> RateAnswer:
+    """Little's law per replica: each request holds a slot for TTFT + output_len decode steps."""
+    conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
+    per_replica = 0.0
+    if conc > 0:
+        step = decode_step(shape, gpu, settings.tp, batch=conc, context=input_len + output_len // 2,
+                           kv_read_bytes=conc * cost.sequence_bytes(input_len + output_len // 2) * settings.pp,
+                           weight_quant=settings.quantization)
+        ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization)
+        per_replica = conc / (ttft.seconds * conc + output_len * step.seconds)
+    replicas = math.ceil(rate / per_replica) if per_replica > 0 else 0
+    gpus = replicas * settings.tp * settings.pp
+    usd = None
+    if prices is not None and gpu.id in prices and per_replica > 0:
+        tokens_per_hour = per_replica * output_len * 3600
+        usd = prices[gpu.id] * settings.tp * settings.pp / tokens_per_hour * 1e6
+    return RateAnswer(rate, input_len, output_len, conc, per_replica, replicas, gpus, gpu.id, usd)
+
+
+def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: TracedStep, tp: int) -> list[str]:
+    notes = [f"engine {settings.engine} {settings.version} as modelled (its defaults and budget arithmetic)",
+             f"KV layout: {layout.describe()}",
+             f"activation peak traced: the engine's profile run of {settings.max_num_batched_tokens:,} tokens "
+             f"over {min(settings.max_num_batched_tokens, settings.max_num_seqs):,} requests, logits of each "
+             "request's last token and the sampler (float32, top-k/top-p sort)"]
+    if tp > 1:
+        notes.append("activation peak per GPU taken unsharded (an upper bound: TP splits the MLP and attention "
+                     "intermediates, not the hidden states or the logits); NCCL buffers not counted in non-torch")
+        if layout.kind != "mla" and tp > layout.kv_heads:
+            notes.append(f"--tp {tp} > {layout.kv_heads} KV heads: vLLM replicates each KV head on "
+                         f"{tp // layout.kv_heads} ranks (every rank caches one head)")
+    if settings.engine == "vllm":
+        notes.append(f"CUDA graphs: piecewise, {budgets.GRAPH_BYTES_PER_CAPTURE // 1024} KiB per captured graph "
+                     "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs")
+    if layout.sliding_layers:
+        notes.append("sliding-window layers hold at most window − 1 + max_num_batched_tokens tokens per sequence "
+                     "(vLLM SlidingWindowSpec), not the whole context")
+    notes.extend(step.notes)
+    return notes
