@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from gpuplan.errors import MissingDependencyError, ModelSourceError, UnknownModelError, one_line
+from gpuplan.errors import MissingDependencyError, ModelSourceError, UnknownModelError, did_you_mean, one_line
 from gpuplan.models.files import CONFIG_MAX_BYTES, WeightsSummary, read_config_json, read_safetensors_headers
 
 HUB_ID: Final = re.compile(
@@ -131,16 +131,20 @@ def fetch_config(repo: str, revision: str | None, cache_dir: Path) -> Path:
                                "path); pass the model's config.json") from None
     except (OSError, ValueError) as exc:  # no network, DNS, timeouts, TLS, bad response: httpx errors are OSError
         raise ModelSourceError(
-            f"{shown} is not in the Hugging Face cache ({cache_dir}) and the Hub cannot be reached "
-            f"({type(exc).__name__}: {one_line(exc, 120)}); download it with {_download_hint(repo, revision)} "
+            f"{shown}: not in the Hugging Face cache {cache_dir} and the Hub cannot be reached "
+            f"({type(exc).__name__}: {one_line(exc, 80)}); run {_download_hint(repo, revision)} "
             "or pass a config.json path") from None
     return Path(path)
 
 
-def _catalog_source(repo: str) -> Any:
-    from gpuplan.models.catalog import catalog_models
+def _catalog_entry(repo: str) -> Any:
+    from gpuplan.models.catalog import get_catalog_model
 
-    return next((m for m in catalog_models() if m.hf_id.lower() == repo.lower()), None)
+    try:
+        entry = get_catalog_model(repo)
+    except UnknownModelError:
+        return None
+    return entry if entry.hf_id.lower() == repo.lower() else None
 
 
 def resolve_hub_id(spec: str) -> Any:
@@ -154,16 +158,18 @@ def resolve_hub_id(spec: str) -> Any:
     cache_dir = hub_cache_dir()
     config = cached_config(repo, revision, cache_dir)
     if config is None and revision is None:
-        entry = _catalog_source(repo)
+        entry = _catalog_entry(repo)
         if entry is not None:
             return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
                                   kind="catalog")
     if config is None:
         if hub_offline():
+            from gpuplan.models.catalog import catalog_models
+
+            built_in = did_you_mean(repo, [m.hf_id for m in catalog_models()]).replace("; did you mean", "; built in:")
             raise ModelSourceError(
-                f"{spec} is not in the Hugging Face cache ({cache_dir}) and HF_HUB_OFFLINE is set: download its "
-                f"config with {_download_hint(repo, revision)} (or unset HF_HUB_OFFLINE), or pass a config.json "
-                f"path (no file or folder named {spec!r} exists here)")
+                f"{spec}: no such path here, and not in the Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set); "
+                f"run {_download_hint(repo, revision)} or pass a config.json path{built_in}")
         config = fetch_config(repo, revision, cache_dir)
     snapshot = config.parent
     return HFConfigSource(spec, read_config_json(config)).with_stored_weights(lambda: cached_weights(snapshot))

@@ -768,7 +768,7 @@ def resolve_model(spec: str) -> ModelSource:
     spec = spec.strip()
     path = Path(spec)
     # Precedence, for input that could be read two ways: an existing path; timm:NAME; a factory
-    # (the only form with ':'); a model file by its suffix; a catalog name; a Hub id ORG/NAME; torchvision.
+    # (the only form with ':'); a model file by its suffix; a Hub id ORG/NAME; a catalog name; torchvision.
     if spec.startswith(TIMM_PREFIX) and not path.exists():
         from gpuplan.models.timm import TimmSource
 
@@ -799,6 +799,10 @@ def resolve_model(spec: str) -> ModelSource:
         raise ModelSourceError(f"folder {spec!r} holds neither config.json nor .safetensors or .gguf files")
     if path.suffix in (".json", ".safetensors", ".gguf", ".py"):
         raise ModelSourceError(f"file {spec!r} does not exist")
+    from gpuplan.models.hub import is_hub_id, resolve_hub_id
+
+    if is_hub_id(spec):  # the cached config first; the catalog entry of that id when nothing is cached
+        return resolve_hub_id(spec)  # type: ignore[no-any-return]
     from gpuplan.models.catalog import get_catalog_model
 
     try:
@@ -808,10 +812,6 @@ def resolve_model(spec: str) -> ModelSource:
     if entry is not None:
         return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
                               kind="catalog")
-    from gpuplan.models.hub import is_hub_id, resolve_hub_id
-
-    if is_hub_id(spec):
-        return resolve_hub_id(spec)  # type: ignore[no-any-return]
     tv = torchvision_names()
     if spec in tv:
         return TorchvisionSource(spec)
