@@ -50,19 +50,18 @@ AWQ_DEQUANT_MIN_TOKENS = 1024
 class QuantizedLinear(nn.Linear):
     """A linear layer whose weight is stored in a quantized format (see the module docstring)."""
 
-    def __init__(self, base: nn.Linear, fmt: WeightFormat, compute_dtype: torch.dtype) -> None:
+    def __init__(self, base: nn.Module, fmt: WeightFormat, compute_dtype: torch.dtype) -> None:
         nn.Module.__init__(self)  # not nn.Linear.__init__: it would allocate a full-precision weight
-        self.in_features = base.in_features
-        self.out_features = base.out_features
+        self.in_features, self.out_features = _features(base)
         self.fmt = fmt
         self.compute_dtype = compute_dtype
-        packed, *stats = layer_layout(fmt, base.out_features, base.in_features)
+        packed, *stats = layer_layout(fmt, self.out_features, self.in_features)
         self.weight = nn.Parameter(torch.zeros(packed.shape, dtype=TORCH_DTYPES[packed.dtype]), requires_grad=False)
         self.quant_buffers: tuple[str, ...] = tuple(t.name.replace(".", "_") for t in stats)
         for t, name in zip(stats, self.quant_buffers, strict=True):
             self.register_buffer(name, torch.zeros(t.shape, dtype=TORCH_DTYPES[t.dtype]))
         self.bias = base.bias
-        self.logical_params_count = base.in_features * base.out_features
+        self.logical_params_count = self.in_features * self.out_features
         """Weights the layer represents (the packed parameter holds fewer elements)."""
 
     def extra_repr(self) -> str:
@@ -147,6 +146,19 @@ class _QuantizedMatmul(torch.autograd.Function):
         return grad_x, grad_bias, None
 
 
+def _is_conv1d(module: nn.Module) -> bool:
+    """transformers' ``Conv1D`` (GPT-2 and kin): a linear layer with its weight stored [in, out]."""
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf") and hasattr(module, "weight")
+
+
+def _features(module: nn.Module) -> tuple[int, int]:
+    """(in_features, out_features) of a linear layer or a Conv1D."""
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    rows, cols = module.weight.shape  # Conv1D: [nx, nf]
+    return int(rows), int(cols)
+
+
 def _skipped(name: str, skip: Iterable[str]) -> bool:
     """transformers' rule for ``modules_to_not_convert``: a key names a module or a path segment of it."""
     dotted = f".{name}."
@@ -155,14 +167,15 @@ def _skipped(name: str, skip: Iterable[str]) -> bool:
 
 def quantize_linears(model: nn.Module, fmt: WeightFormat | str, *, compute_dtype: torch.dtype,
                      skip: Iterable[str] | None = None) -> nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` (in place) by a :class:`QuantizedLinear` in ``fmt``, except
+    """Replace every ``nn.Linear`` (and transformers ``Conv1D``, which bitsandbytes' transformers integration
+    quantizes too) of ``model`` in place by a :class:`QuantizedLinear` in ``fmt``, except
     the modules ``skip`` names (default: the format's, ``lm_head``). ``fmt`` is a :class:`WeightFormat` or a
     method name (``bnb-nf4`` with double quantization as ``--load-in-4bit``, ``bnb-int8``, ``gptq``, ...).
     Layers already quantized are left alone, so calling it twice changes nothing. Returns ``model``."""
     fmt = weight_format(fmt) if isinstance(fmt, str) else fmt
     keys = tuple(fmt.skip if skip is None else skip)
     targets = [(name, module) for name, module in model.named_modules()
-               if isinstance(module, nn.Linear) and not isinstance(module, QuantizedLinear)
+               if (isinstance(module, nn.Linear) or _is_conv1d(module)) and not isinstance(module, QuantizedLinear)
                and not _skipped(name, keys)]
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
