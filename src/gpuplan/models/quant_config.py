@@ -228,8 +228,13 @@ def _compressed_tensors(f: _Fields) -> QuantizationConfig:
         kind = sub.str_("type", "int", ("int", "float"))
         strategy = sub.str_("strategy", "tensor", _CT_STRATEGIES)
         group_size = sub.int_("group_size", None)
+        if group_size is not None and group_size <= 0:
+            raise sub._bad("group_size", "a positive integer or null")
         block = weights.get("block_structure")
-        schemes.add((bits, kind, strategy, group_size, tuple(block) if isinstance(block, list) else None,
+        if block is not None and not (isinstance(block, list) and len(block) == 2 and all(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise sub._bad("block_structure", "two positive integers such as [128, 128]")
+        schemes.add((bits, kind, strategy, group_size, tuple(block) if block else None,
                      sub.bool_("symmetric", True)))
     if len(schemes) > 1:
         raise ModelSourceError(f"{f.where}: compressed-tensors config_groups quantize weights in "
@@ -240,7 +245,7 @@ def _compressed_tensors(f: _Fields) -> QuantizationConfig:
         raise ModelSourceError(f"{f.where}: compressed-tensors float weights of {bits} bits are not modelled "
                                "(float weights: 8 bits, FP8)")
     scheme = "fp8" if kind == "float" else f"int{bits}"
-    shape = (int(block[0]), int(block[1])) if block and len(block) == 2 else None
+    shape = (block[0], block[1]) if block else None
     return QuantizationConfig("compressed-tensors", scheme, bits, group_size, strategy, block_shape=shape,
                               symmetric=symmetric, version=f.str_("format", None),
                               skip_modules=f.names("ignore"), raw=f.raw)
