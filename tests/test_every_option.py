@@ -257,3 +257,59 @@ def test_torchvision_builder() -> None:
     # batch 2: BatchNorm refuses a single value per channel in training, on CUDA as on the CPU
     result = estimate_json("resnet18", "--batch-size", "2", "--image-size", "64")
     assert result["params_count"] == 11_689_512
+
+
+@pytest.mark.slow
+def test_hub_id_from_the_local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_params: int) -> None:
+    from tests.fixtures.model_files import hub_repo
+
+    hub_repo(tmp_path, "acme/tiny-gpt2", {"config.json": TINY_GPT2})  # as huggingface_hub lays out its cache
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    for spec in ("acme/tiny-gpt2", "acme/tiny-gpt2@main"):
+        assert estimate_json(spec, *SHAPE)["params_count"] == tiny_params
+
+
+@pytest.mark.slow
+def test_timm_model() -> None:
+    import timm
+
+    # timm's test_vit, built at the --image-size asked (its position table follows the size)
+    result = estimate_json("timm:test_vit", "--batch-size", "2", "--image-size", "64")
+    assert result["params_count"] == _count_parameters(timm.create_model("test_vit", img_size=64))
+    assert result["components"]["activations"] > 0
+
+
+def test_gguf_file(tmp_path: Path) -> None:
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    from tests.fixtures.model_files import write_gguf
+
+    written = write_gguf(tmp_path / "tiny.gguf", {"w": (np.zeros((8, 2 * 34), dtype=np.uint8),
+                                                        GGMLQuantizationType.Q8_0)})
+    result = estimate_json(str(tmp_path / "tiny.gguf"), "--mode", "infer")
+    assert result["params_count"] == 8 * 64 and result["components"]["parameters"] == written["Q8_0"] == 8 * 68
+
+
+@pytest.mark.slow
+def test_ui_verb_with_every_flag_answers_as_estimate_does(tiny: Path) -> None:
+    # `gpuplan ui` end to end: the CLI process with each of its flags, the tiny model uploaded over
+    # HTTP, traced in the worker; its JSON is estimate's (tests/ui/ covers the page, browser and load)
+    import subprocess
+    import sys
+
+    import httpx
+
+    argv = [sys.executable, "-m", "gpuplan.cli.main", "ui", "--port", "0", "--host", "127.0.0.1", "--allow-remote",
+            "--workers", "1", "--time-limit-s", "240", "--memory-gib", "8", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = json.loads(proc.stdout.readline())["url"]
+        model = httpx.post(url + "api/upload", content=tiny.read_bytes()).json()["model"]
+        api = httpx.get(url + "api/estimate", params={"model": model, "batch_size": 4, "seq_len": 16},
+                        timeout=240).json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert {**api, "model": str(tiny)} == estimate_json(str(tiny), "--batch-size", "4", "--seq-len", "16")

@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 
+from gpuplan.cli._workload import _int, positive_float
 from gpuplan.errors import ConfigError, MissingDependencyError
 from gpuplan.units import GIB
 
@@ -15,16 +16,16 @@ DEFAULT_PORT = 8765
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+    parser.add_argument("--port", type=_int, default=DEFAULT_PORT, metavar="N",
                         help=f"TCP port (default {DEFAULT_PORT}; 0: any free port, printed)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--allow-remote", action="store_true",
                         help="allow a --host other machines can reach (the page runs traces for anyone who can)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes for traces (1..2)")
-    parser.add_argument("--time-limit-s", type=float, default=120.0, metavar="S",
+    parser.add_argument("--workers", type=_int, default=1, metavar="N", help="worker processes for traces (1..2)")
+    parser.add_argument("--time-limit-s", type=positive_float("a time in seconds"), default=120.0, metavar="S",
                         help="longest one query may run before its worker is stopped (default 120)")
-    parser.add_argument("--memory-gib", type=float, default=8.0, metavar="G",
+    parser.add_argument("--memory-gib", type=positive_float("an amount of GiB"), default=8.0, metavar="G",
                         help="host memory one worker may use (default 8)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with the URL once listening (for scripts), then serve")

@@ -40,8 +40,8 @@ class Limits:
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= MAX_WORKERS:
             raise ConfigError(f"--workers {self.workers} is out of range: allowed 1..{MAX_WORKERS}")
-        if not self.time_limit_s > 0:
-            raise ConfigError(f"--time-limit-s {self.time_limit_s} must be positive")
+        if not 0 < self.time_limit_s < float("inf"):
+            raise ConfigError(f"--time-limit-s {self.time_limit_s:g} must be a positive, finite number of seconds")
         if self.memory_limit_bytes < GIB:
             raise ConfigError(f"--memory-gib {self.memory_limit_bytes / GIB:g} is too small: at least 1 "
                               "(importing torch alone needs most of that)")
