@@ -28,7 +28,7 @@ CUBLAS_HANDLES = 2
 """Non-torch memory of one process after the profile run: the cuBLAS and cuBLASLt workspaces (torch
 allocates a cuBLASLt workspace of the cuBLAS size beside the cuBLAS one, ``CublasHandlePool.cpp``
 ``getCUDABlasLtWorkspace``); with TP > 1 NCCL's buffers come on top (not modelled: an assumption printed)."""
-GRAPH_BYTES_PER_CAPTURE = 200 * 1024
+GRAPH_BYTES_PER_CAPTURE = 214 * 1024
 """Driver memory per captured piecewise CUDA graph. FITTED on the one public figure we have (vLLM
 PR #21489, gemma-3-4b-it: 0.65 GiB for 67 sizes × 35 pieces, less the pieces' output buffers), so the
 CUDA-graph term of that example is not an independent check."""
