@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
     _int,
@@ -15,6 +17,13 @@ from gpuplan.cli._workload import (
     positive_float,
     workload_from_args,
 )
+from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from gpuplan.parallel.plan import Plan
+    from gpuplan.workload import Workload
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +44,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     lay.add_argument("--tp", type=_int, default=None)
     lay.add_argument("--pp", type=_int, default=None)
     lay.add_argument("--dp", type=_int, default=None)
+    lay.add_argument("--ep", type=_int, default=None, help="expert-parallel ranks (MoE models; divides dp)")
     shard = lay.add_mutually_exclusive_group()
     shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
@@ -61,16 +71,50 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="print the launch configuration for this engine",
     )
+    add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuplan.cli.pictures import plan_sections, write_outputs
+    from gpuplan.cli.progress import Progress, wanted
     from gpuplan.parallel.emit import emit, layout_engine_note
     from gpuplan.parallel.plan import plan
 
     workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
-    p = plan(
+    check_output_paths(args)
+    progress = Progress(f"plan: tracing {args.model} and searching layouts", enabled=wanted(args.json))
+    with progress:
+        p = _plan(plan, args, workload)
+    emitted = emit(p, args.emit) if args.emit else None  # refuses (exit 2) before anything is printed
+    note = layout_engine_note(p.best.layout, args.emit) if args.emit else None
+    data = p.to_dict()
+    write_outputs(args, title=f"gpuplan plan {p.model} on {p.gpus}× {p.gpu.id}", data=data, text=str(p),
+                  figure=lambda: _figure(data), sections=lambda: plan_sections(data))
+    if args.json:
+        out = data
+        if emitted is not None:
+            out["emit"] = {"engine": args.emit, "text": emitted, "note": note}
+        print(json.dumps(out, indent=2))
+    else:
+        print(p)
+        if emitted is not None:
+            print(f"\n--- {args.emit} ---")
+            if note:
+                print(f"# note: {note}")
+            print(emitted, end="")
+    return 0 if p.fits else 1
+
+
+def _figure(data: dict[str, Any]) -> Figure:
+    from gpuplan.report.plot import plan_figure
+
+    return plan_figure(data)
+
+
+def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workload) -> Plan:
+    return plan(
         args.model,
         gpus=args.gpus,
         gpu=args.gpu,
@@ -86,21 +130,7 @@ def run(args: argparse.Namespace) -> int:
         micro_batch_size=args.micro_batch_size,
         sequence_parallel=args.sequence_parallel,
         megatron=args.megatron,
+        ep=args.ep,
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,
     )
-    emitted = emit(p, args.emit) if args.emit else None  # refuses (exit 2) before anything is printed
-    note = layout_engine_note(p.best.layout, args.emit) if args.emit else None
-    if args.json:
-        out = p.to_dict()
-        if emitted is not None:
-            out["emit"] = {"engine": args.emit, "text": emitted, "note": note}
-        print(json.dumps(out, indent=2))
-    else:
-        print(p)
-        if emitted is not None:
-            print(f"\n--- {args.emit} ---")
-            if note:
-                print(f"# note: {note}")
-            print(emitted, end="")
-    return 0 if p.fits else 1
