@@ -16,6 +16,7 @@ from gpuplan.workload import (
     MODES,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
+    PEFTS,
     PRECISIONS,
     ZERO_GRADS,
     Workload,
@@ -82,8 +83,9 @@ def positive_float(what: str) -> Callable[[str], float]:
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL",
-                        help="catalog name (gpt2, llama-3.1-8b, resnet50, ...), config.json, .safetensors, "
-                             "or path/to/file.py:factory[,inputs_factory]")
+                        help="catalog name (gpt2, llama-3.1-8b, resnet50, ...), Hub id ORG/NAME[@REV], timm:NAME, "
+                             "config.json, .safetensors, .gguf, or path/to/file.py:factory[,inputs_factory] "
+                             "(gpuplan models --help)")
 
 
 def _default(field: str) -> Any:
@@ -127,6 +129,56 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
                    help="|".join(ZERO_GRADS) + f" (train mode; default {_default('zero_grad')})")
     g.add_argument("--loss", default=None, metavar="L",
                    help="|".join(LOSSES) + f" (train mode; default {_default('loss')})")
+    add_peft_arguments(g)
+    load = g.add_mutually_exclusive_group()
+    load.add_argument("--load-in-4bit", dest="load_in", action="store_const", const="4bit", default="none",
+                      help="base weights in bitsandbytes NF4 with double quantization (as QLoRA loads them)")
+    load.add_argument("--load-in-8bit", dest="load_in", action="store_const", const="8bit",
+                      help="base weights in bitsandbytes LLM.int8 (int8 + fp32 scale per row)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated module names (``q_proj,v_proj``), none empty."""
+    names = tuple(n.strip() for n in text.split(","))
+    if not names or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated module names, got {_shown(text)}")
+    return names
+
+
+# PEFT flags: given without --peft they would change nothing, which is never what the user meant.
+PEFT_FLAGS: tuple[str, ...] = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "train_modules")
+
+
+def add_peft_arguments(g: argparse._ArgumentGroup) -> None:
+    """--peft and the LoRA settings (trace/peft.py applies them with the real peft library)."""
+    g.add_argument("--peft", default=None, metavar="M",
+                   help="|".join(PEFTS) + ": adapters on a frozen base (qlora: on an NF4 base); default none")
+    g.add_argument("--lora-rank", type=_int, default=None, metavar="R",
+                   help=f"LoRA rank (default {_default('lora_rank')})")
+    g.add_argument("--lora-alpha", type=_float, default=None, metavar="A",
+                   help=f"LoRA alpha (default {_default('lora_alpha'):g}; values only, not memory)")
+    g.add_argument("--lora-dropout", type=_float, default=None, metavar="P",
+                   help=f"LoRA dropout in [0, 1) (default {_default('lora_dropout'):g})")
+    g.add_argument("--lora-targets", type=_names, default=None, metavar="NAMES",
+                   help="modules the adapters wrap: NAME[,NAME...] or all-linear (default: PEFT's for the "
+                        "architecture)")
+    g.add_argument("--train-modules", type=_names, default=None, metavar="NAMES",
+                   help="modules trained whole beside the adapters, e.g. embed_tokens,lm_head")
+
+
+def _peft_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The PEFT flags given, as Workload fields; a LoRA setting without --peft is a usage error."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "peft", None) is not None:
+        fields["peft"] = args.peft
+    given = [f for f in PEFT_FLAGS if getattr(args, f, None) is not None]
+    if given and fields.get("peft", "none") == "none":
+        from gpuplan.errors import ConfigError
+
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} configures PEFT adapters; add --peft lora (or qlora, dora) to use it")
+    fields.update({f: getattr(args, f) for f in given})
+    return fields
 
 
 def ignored_flag_notes(args: argparse.Namespace) -> list[str]:
@@ -146,10 +198,12 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     fields: dict[str, Any] = dict(
         mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size,
         precision=args.precision, grad_accum=args.grad_accum, attention=args.attention,
+        load_in=getattr(args, "load_in", "none"),
     )
     for field in MODE_ONLY_FLAGS:  # given ones only: Workload holds the defaults
         if getattr(args, field, None) is not None:
             fields[field] = getattr(args, field)
+    fields.update(_peft_fields(args))
     fields.update(overrides)
     workload = Workload(**fields)  # bad values fail first: a note about a flag in error is noise
     notes = ignored_flag_notes(args)

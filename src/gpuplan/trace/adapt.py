@@ -20,4 +20,13 @@ if TYPE_CHECKING:
 
 def adapt_model(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
     """``model`` as the workload runs it (unchanged when it asks for neither quantization nor PEFT)."""
+    from gpuplan.trace.float8 import convert_for_precision
+    from gpuplan.trace.quantized import quantize_for_workload
+
+    model = quantize_for_workload(model, source, workload)
+    model = convert_for_precision(model, workload)
+    if workload.uses_peft:
+        from gpuplan.trace.peft import apply_peft
+
+        model = apply_peft(model, source, workload)
     return model

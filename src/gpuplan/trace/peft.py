@@ -13,6 +13,7 @@ count (``runner.find_containers``), so block scaling sees them inside the wrappe
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -136,8 +137,11 @@ def _adapters_built_in_place(model: nn.Module) -> Iterator[None]:
         return
     from peft.tuners.tuners_utils import BaseTunerLayer
 
+    import peft.utils.other as peft_other
+
     original_move = BaseTunerLayer._move_adapter_to_device_of_base_layer
     original_to = nn.Module.to
+    original_copy = peft_other.copy
 
     def to(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
         device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
@@ -148,11 +152,35 @@ def _adapters_built_in_place(model: nn.Module) -> Iterator[None]:
 
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None  # type: ignore[method-assign]
     nn.Module.to = to  # type: ignore[method-assign,assignment]
+    peft_other.copy = _FakeAwareCopy  # type: ignore[assignment]
     try:
         yield
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = original_move  # type: ignore[method-assign]
         nn.Module.to = original_to  # type: ignore[method-assign]
+        peft_other.copy = original_copy
+
+
+class _FakeAwareCopy:
+    """``copy`` as PEFT's ``modules_to_save`` uses it (``copy.deepcopy(module)``), for fake tensors:
+    ``deepcopy`` of a fake tensor lands in a fake mode of its own, which the step cannot mix with the
+    model's (and which corrupted memory when it was freed). Each tensor's copy is made fresh in the
+    active fake mode instead (same shape, dtype, requires_grad; values mean nothing on fake tensors)."""
+
+    copy = staticmethod(copy.copy)
+
+    @staticmethod
+    def deepcopy(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+        import torch
+        from torch import nn
+
+        memo = {} if memo is None else memo
+        if isinstance(obj, nn.Module):
+            for t in [*obj.parameters(), *obj.buffers()]:
+                fresh = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+                memo[id(t)] = nn.Parameter(fresh, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) \
+                    else fresh
+        return copy.deepcopy(obj, memo)
 
 
 def trainable_parameters(model: nn.Module) -> tuple[int, int]:
