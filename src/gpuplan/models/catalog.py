@@ -243,8 +243,8 @@ def get_catalog_model(name: str) -> CatalogModel:
         hint = did_you_mean(query, names) or did_you_mean(query.rsplit("/", 1)[-1], names)
         raise UnknownModelError(
             f"unknown model {name!r}{hint} (built-in models: {list_choices(names, see='`gpuplan models`')};"
-            " MODEL may also be a Hub id ORG/NAME, timm:NAME,"
-            " a config.json, a .safetensors or .gguf file or folder, or path/to/file.py:factory)"
+            " MODEL may also be ORG/NAME, timm:NAME,"
+            " a config.json, .safetensors or .gguf file, or file.py:factory)"
         )
     raw = _entries()[key]
     return CatalogModel(

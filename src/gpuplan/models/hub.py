@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,7 +46,7 @@ DOWNLOAD_TIMEOUT_S: Final = 10.0
 def is_hub_id(spec: str) -> bool:
     """``spec`` has the shape of a Hub id (the caller has ruled out existing paths)."""
     match = HUB_ID.match(spec)
-    return bool(match) and ".." not in match.group("repo") and not spec.startswith(".")
+    return match is not None and ".." not in match.group("repo") and not spec.startswith(".")
 
 
 def hub_cache_dir() -> Path:
@@ -147,10 +149,19 @@ def _catalog_entry(repo: str) -> Any:
     return entry if entry.hf_id.lower() == repo.lower() else None
 
 
-def resolve_hub_id(spec: str) -> Any:
-    """The :class:`~gpuplan.models.sources.HFConfigSource` a Hub id names (see the module docstring)."""
-    from gpuplan.models.sources import HFConfigSource
+@dataclass(frozen=True, slots=True)
+class HubModel:
+    """What a Hub id resolved to: a config.json (and the cached snapshot it came from), or the built-in
+    catalog entry published under that id."""
 
+    config: Mapping[str, Any]
+    snapshot: Path | None = None
+    catalog: Any = None
+    """The :class:`~gpuplan.models.catalog.CatalogModel` when the answer is the built-in entry."""
+
+
+def resolve_hub_id(spec: str) -> HubModel:
+    """The config a Hub id names (see the module docstring); models/sources.resolve_model makes the source."""
     match = HUB_ID.match(spec)
     if match is None:
         raise UnknownModelError(f"{spec!r} is not a Hugging Face Hub id ORG/NAME[@REVISION]")
@@ -160,8 +171,7 @@ def resolve_hub_id(spec: str) -> Any:
     if config is None and revision is None:
         entry = _catalog_entry(repo)
         if entry is not None:
-            return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
-                                  kind="catalog")
+            return HubModel(entry.config, catalog=entry)
     if config is None:
         if hub_offline():
             from gpuplan.models.catalog import catalog_models
@@ -171,9 +181,8 @@ def resolve_hub_id(spec: str) -> Any:
                 f"{spec}: no such path here, and not in the Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set); "
                 f"run {_download_hint(repo, revision)} or pass a config.json path{built_in}")
         config = fetch_config(repo, revision, cache_dir)
-    snapshot = config.parent
-    return HFConfigSource(spec, read_config_json(config)).with_stored_weights(lambda: cached_weights(snapshot))
+    return HubModel(read_config_json(config), snapshot=config.parent)
 
 
-__all__ = ["HUB_ID", "cached_config", "cached_weights", "fetch_config", "hub_cache_dir", "hub_offline", "is_hub_id",
-           "resolve_hub_id"]
+__all__ = ["HUB_ID", "HubModel", "cached_config", "cached_weights", "fetch_config", "hub_cache_dir", "hub_offline",
+           "is_hub_id", "resolve_hub_id"]

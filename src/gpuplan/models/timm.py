@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import MissingDependencyError, UnknownModelError, did_you_mean
-from gpuplan.models.sources import TIMM_PREFIX, Inputs, ModelSource
+from gpuplan.models.base import TIMM_PREFIX, Inputs, ModelSource
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
