@@ -111,3 +111,16 @@ def test_shown_on_a_real_terminal(tiny_gpt2: str) -> None:
     code, terminal = _run_on_pty(["estimate", tiny_gpt2, "--batch-size", "2", "--seq-len", "16"])
     assert code == 0
     assert f"tracing {tiny_gpt2}" in terminal and "peak" in terminal
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_measure_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str,
+                                                   json_flag: bool) -> None:
+    monkeypatch.setattr(progress_mod, "DELAY_S", 0.0)
+    out, err = _Terminal(), _Terminal()
+    argv = ["measure", tiny_gpt2, "--mode", "infer", "--batch-size", "2", "--seq-len", "16", "--steps", "2",
+            "--warmup", "1", "--no-store", *(["--json"] if json_flag else [])]
+    assert _run_in_process(argv, out, err) == 0
+    assert ("measure: running" in err.getvalue()) is not json_flag
+    if json_flag:
+        json.loads(out.getvalue())

@@ -27,7 +27,9 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise ConfigError(f"no measurements store at {str(path)!r}; run gpuplan measure on a GPU first "
                           "(or pass --store PATH)")
-    with Store(path) as store:
+    from gpuplan.cli.progress import Progress, wanted
+
+    with Progress(f"calibrate: fitting the measurements in {path}", enabled=wanted(args.json)), Store(path) as store:
         entries = fit(store.records(device="cuda"))
         total = store.count()
     out = Path(args.out) if args.out else default_calibration_path()

@@ -52,16 +52,20 @@ def run(args: argparse.Namespace) -> int:
         from gpuplan.measure.store import Store
 
         store = Store(args.store)  # opened first: a bad path fails before minutes of work
+    from gpuplan.cli.progress import Progress, wanted
+
     try:
-        if args.nproc != 1 or args.layout is not None:
-            from gpuplan.measure.launch import measure_distributed
+        with Progress(f"measure: running {args.model} ({args.warmup} warm-up + {args.steps} timed steps)",
+                      enabled=wanted(args.json)):
+            if args.nproc != 1 or args.layout is not None:
+                from gpuplan.measure.launch import measure_distributed
 
-            m = measure_distributed(args.model, workload=workload, options=options, nproc=args.nproc,
-                                    layout=args.layout)
-        else:
-            from gpuplan.measure.local import measure
+                m = measure_distributed(args.model, workload=workload, options=options, nproc=args.nproc,
+                                        layout=args.layout)
+            else:
+                from gpuplan.measure.local import measure
 
-            m = measure(args.model, workload=workload, options=options)
+                m = measure(args.model, workload=workload, options=options)
         if store is not None:
             from dataclasses import replace
 
