@@ -84,13 +84,29 @@ def test_page_shows_the_answer_its_picture_and_a_share_link(client: TestClient, 
     assert "Fits on H100-SXM." in html
     peak = re.search(r"peak allocated bytes</th><td class=\"num\">([^<]+)<", html)
     assert peak is not None and peak.group(1) == format_bytes(data["peak_allocated_bytes"])
-    # the picture's segments are the JSON's components, byte for byte
-    drawn = {m.group(1): int(m.group(2)) for m in re.finditer(r'data-component="(\w+)" data-bytes="(\d+)"', html)}
-    assert drawn == {k: v for k, v in data["components"].items() if v > 0}
-    assert f'data-usable-bytes="{data["gpu_usable_memory_bytes"]}"' in html
+    # the picture is the --plot figure (report/plot.py), inline: its peak label carries the JSON's bytes
+    picture = re.search(r'<figure id="picture">(.*?)</figure>', html, re.S)
+    assert picture is not None and picture.group(1).startswith("<svg")
+    assert f"({data['tensor_peak_bytes']:,} bytes)" in picture.group(1)
     share = re.search(r'id="share"', html) and re.search(r'href="(/\?[^"]+)" id="share"', html)
     assert share is not None
     assert client.get(share.group(1).replace("&amp;", "&")).text == html  # the link reproduces the page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("verb", "extra", "fields"), [
+    ("plan", {"gpu": "H100-SXM", "gpus": "2", "seq_len": "16"}, ("per_gpu_peak_bytes", "parallelism", "fits")),
+    ("recommend", {"max_gpus": "2", "seq_len": "16"}, ("recommendations", "excluded")),
+    ("serve", {"gpu": "L4", "max_model_len": "128"}, ("ok", "kv_cache_bytes", "max_concurrency", "command")),
+])
+def test_other_verbs_answer_with_their_contract_fields(client: TestClient, tiny_id: str, verb: str,
+                                                       extra: dict[str, str], fields: tuple[str, ...]) -> None:
+    data = client.get(f"/api/{verb}", params={"model": tiny_id, **extra})
+    assert data.status_code == 200, data.text
+    assert set(fields) <= set(data.json())
+    page = client.get("/", params={"verb": verb, "model": tiny_id, **extra})
+    assert page.status_code == 200 and 'id="verdict"' in page.text
+    assert ('id="picture"' in page.text) == (verb != "serve")  # report/plot.py draws all but serve
 
 
 def test_every_control_has_a_label(client: TestClient) -> None:

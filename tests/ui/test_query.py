@@ -31,6 +31,14 @@ def test_fields_become_the_library_workload_and_a_canonical_link() -> None:
                           "seq_len": "128", "gpu": "H100-SXM"}
 
 
+def test_serve_takes_no_workload_and_says_which_fields_it_left_out() -> None:
+    q = parse_query({"model": "gpt2", "verb": "serve", "gpu": "l4", "batch_size": "8", "tp": "2",
+                     "engine": "sglang"}, CATALOG)
+    assert q is not None and q.workload == Workload()
+    assert q.ignored == ("batch_size",)
+    assert q.params() == {"verb": "serve", "model": "gpt2", "engine": "sglang", "gpu": "L4", "tp": "2"}
+
+
 @pytest.mark.parametrize("model", ["../../etc/passwd", "/tmp/config.json", "meta-llama/Llama-3.1-8B", "x.py:build",
                                    "os:system", "https://example.com/config.json", "gpt2@main", "upload:../../x",
                                    "upload:XYZ"])

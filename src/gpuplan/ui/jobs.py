@@ -63,6 +63,11 @@ def _int(query: Query, name: str) -> int | None:
     return int(text) if text is not None else None
 
 
+def _float(query: Query, name: str) -> float | None:
+    text = query.option(name)
+    return float(text) if text is not None else None
+
+
 def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
     """(the ``--json`` object, the result) of the library call behind ``query.verb``."""
     from gpuplan.cli.estimate import load_calibration
@@ -88,6 +93,18 @@ def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
         budget = query.option("budget_usd")
         result = recommend(source, w, max_gpus=_int(query, "max_gpus") or 8,
                            budget_usd=float(budget) if budget is not None else None)
+    elif query.verb == "serve":
+        from gpuplan.serve import serve
+
+        assert gpu is not None
+        result = serve(source, gpu=gpu, tp=_int(query, "tp") or 1, pp=_int(query, "pp") or 1,
+                       engine=query.option("engine") or "vllm", max_model_len=_int(query, "max_model_len"),
+                       context=_int(query, "context"), concurrency=_int(query, "concurrency"),
+                       input_len=_int(query, "input_len"), output_len=_int(query, "output_len"),
+                       rate=_float(query, "rate"), gpu_memory_utilization=_float(query, "gpu_memory_utilization"),
+                       kv_cache_dtype=query.option("kv_cache_dtype") or "auto",
+                       max_num_batched_tokens=_int(query, "max_num_batched_tokens"),
+                       max_num_seqs=_int(query, "max_num_seqs"), quantization=query.option("quantization") or "none")
     else:
         from gpuplan.parallel.plan import plan
 
@@ -107,22 +124,29 @@ def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
 
 
 def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
-    """The report layer's SVG of ``result`` when it has one, else the component bar of an estimate."""
+    """The report layer's picture of ``result`` as inline SVG (the ``--plot`` figure); without
+    matplotlib (the ``plot`` extra), an estimate's component bar drawn as plain SVG."""
     try:
-        from gpuplan.report import plot  # type: ignore[attr-defined,unused-ignore]
+        import matplotlib  # noqa: F401  (the optional extra is there)
     except ImportError:
-        plot = None
-    svg_of = getattr(plot, "to_svg", None) if plot is not None else None
-    if svg_of is not None:
-        try:
-            text = svg_of(result)
-        except Exception:
-            text = None
-        if isinstance(text, str):
-            return text
-    from gpuplan.ui.picture import component_bar_svg
+        from gpuplan.ui.picture import component_bar_svg
 
-    return component_bar_svg(data)
+        return component_bar_svg(data) if query.verb == "estimate" else None
+    from gpuplan.report import plot
+
+    if query.verb == "estimate":
+        from gpuplan.cli.pictures import estimate_timeline
+
+        fig = plot.estimate_figure(data, estimate_timeline(result))
+    elif query.verb == "fit":
+        fig = plot.fit_figure(data, [p.to_dict() for p in result.probes])
+    elif query.verb == "plan":
+        fig = plot.plan_figure(data)
+    elif query.verb == "recommend":
+        fig = plot.recommend_figure(data)
+    else:
+        return None
+    return plot.figure_svg(fig)
 
 
 def _weights_only(source: Any) -> dict[str, Any]:
@@ -140,7 +164,12 @@ def execute(query: Query, upload_dir: Path | None) -> Outcome:
         if getattr(source, "kind", "") == "safetensors":  # weights only: what the header says, no trace
             return Outcome(data=_weights_only(source))
         data, result = _call(query, source)
-        return Outcome(data=data, svg=_picture(query, data, result))
+        try:
+            svg = _picture(query, data, result)
+        except Exception as exc:  # a picture must never cost the answer: the tables still show it
+            data.setdefault("assumptions", []).append(f"no picture: {type(exc).__name__}: {one_line(exc, 120)}")
+            svg = None
+        return Outcome(data=data, svg=svg)
     except GpuplanError as exc:
         return failure(str(exc), 400)
     except MemoryError:

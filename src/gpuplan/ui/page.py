@@ -8,6 +8,8 @@ from html import escape
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from gpuplan.serve.engines import ENGINES
+from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.ui.jobs import Outcome
 from gpuplan.ui.query import VERBS, Query
 from gpuplan.ui.uploads import UPLOAD_MAX_BYTES
@@ -20,6 +22,7 @@ from gpuplan.workload import (
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
+    WEIGHT_QUANTS,
     ZERO_GRADS,
 )
 
@@ -29,6 +32,13 @@ MAX_ROWS: Final = 60
 HEADLINE: Final = ("fits", "ok", "max_batch_size", "target_fits", "peak_allocated_bytes", "total_required_bytes",
                    "min_required_bytes", "per_gpu_peak_bytes", "headroom_bytes", "step_time_s", "mfu",
                    "params_count", "weight_bytes", "reason")
+
+CAPTIONS: Final = {
+    "estimate": "Memory over the traced step by category, phases shaded, and the whole requirement by component",
+    "fit": "Memory and step time against batch size: the largest batch that fits",
+    "plan": "Memory per rank by component and the step time's parts, best layout and alternatives",
+    "recommend": "Step time (or cost) per GPU option, the Pareto front marked",
+}
 
 STYLE: Final = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;max-width:70rem;color:#111}
@@ -42,6 +52,7 @@ td,th{border:1px solid #ccc;padding:.15rem .5rem;text-align:left;font-size:.9rem
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .error{color:#a00;font-weight:bold;border-left:4px solid #a00;padding-left:.5rem}
 .verdict{font-size:1.2rem;font-weight:bold}
+#picture svg{max-width:100%;height:auto}
 """
 
 
@@ -74,7 +85,7 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_select("verb", "Question", VERBS, g("verb", "estimate"), None)}
   {_input("model", "Model (catalog name or upload:ID)", g("model", ""),
           extra=' list="models" required autocomplete="off" spellcheck="false"')}
-  {_input("gpu", "GPU (needed for fit and plan)", g("gpu", ""), extra=' list="gpus" autocomplete="off"')}
+  {_input("gpu", "GPU (needed for fit, plan and serve)", g("gpu", ""), extra=' list="gpus" autocomplete="off"')}
  </div>
  <datalist id="models">{models}</datalist><datalist id="gpus">{gpu_list}</datalist>
  <fieldset><legend>Workload</legend><div class="grid">
@@ -93,7 +104,7 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_select("loss", "Loss", LOSSES, g("loss", ""), "default (auto)")}
  </div></fieldset>
  <fieldset><legend>Estimate and fit</legend><div class="grid">
-  {_select("weight_quant", "Weight-only quantization (inference)", ("none", "int8", "fp8", "int4"),
+  {_select("weight_quant", "Weight-only quantization (inference)", WEIGHT_QUANTS,
            g("weight_quant", ""), "default (none)")}
   {_select("cuda_module_loading", "CUDA module loading", ("lazy", "eager"), g("cuda_module_loading", ""),
            "default (lazy)")}
@@ -115,6 +126,21 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
    <label for="f-fsdp" style="display:inline">FSDP2</label></div>
   {_number("global_batch_size", "Global batch size", g("global_batch_size", ""))}
   {_number("micro_batch_size", "Micro-batch size", g("micro_batch_size", ""))}
+ </div></fieldset>
+ <fieldset><legend>Serve (inference engine; tensor and pipeline parallel above)</legend><div class="grid">
+  {_select("engine", "Engine", ENGINES, g("engine", ""), "default (vllm)")}
+  {_number("max_model_len", "Max model length (tokens)", g("max_model_len", ""))}
+  {_number("context", "Context per sequence", g("context", ""))}
+  {_number("concurrency", "Concurrent sequences", g("concurrency", ""))}
+  {_number("input_len", "Prompt tokens per request", g("input_len", ""))}
+  {_number("output_len", "Generated tokens per request", g("output_len", ""))}
+  {_input("rate", "Requests per second", g("rate", ""), kind="number", extra=' min="0" step="any" inputmode="decimal"')}
+  {_input("gpu_memory_utilization", "GPU memory utilization (0-1)", g("gpu_memory_utilization", ""), kind="number",
+          extra=' min="0" max="1" step="any" inputmode="decimal"')}
+  {_select("kv_cache_dtype", "KV cache dtype", KV_CACHE_DTYPES, g("kv_cache_dtype", ""), "default (auto)")}
+  {_number("max_num_batched_tokens", "Max batched tokens", g("max_num_batched_tokens", ""))}
+  {_number("max_num_seqs", "Max sequences", g("max_num_seqs", ""))}
+  {_select("quantization", "Weight quantization", WEIGHT_QUANTS, g("quantization", ""), "default (none)")}
  </div></fieldset>
  <button type="submit" id="submit">Answer</button>
 </form>
@@ -139,7 +165,7 @@ def _value(key: str, value: Any) -> tuple[str, bool]:
             return f"{value:,.4g} /s", True
         if key.endswith("_bytes") or key in ("bytes", "components"):
             return format_bytes(value), True
-        if key.endswith("_s"):
+        if key.endswith("_s") or key == "seconds":
             return format_seconds(float(value)), True
         if "flops" in key and not key.startswith("tflops"):
             return format_flops(value), True
@@ -184,6 +210,8 @@ def _list_table(caption: str, rows: list[dict[str, Any]]) -> str:
 
 
 def _verdict(verb: str, data: dict[str, Any]) -> str:
+    if verb == "serve" and data.get("reason"):
+        return str(data["reason"])
     if "fits" in data and data["fits"] is not None:
         gpu = data.get("gpu") or "the GPU"
         return f"Fits on {gpu}." if data["fits"] else f"Does not fit on {gpu}."
@@ -214,7 +242,7 @@ def render_result(query: Query, outcome: Outcome) -> str:
     if head:
         parts.append(_pairs_table("Headline figures", head, "headline"))
     if outcome.svg:
-        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>Memory of one step by component'
+        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(CAPTIONS.get(query.verb, ""))}'
                      "</figcaption></figure>")
     for key, value in data.items():
         if key in HEADLINE or key == "assumptions":

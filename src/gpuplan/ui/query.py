@@ -14,9 +14,11 @@ from typing import Final
 
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
-from gpuplan.workload import Workload, make_workload
+from gpuplan.serve.engines import ENGINES
+from gpuplan.serve.kv import KV_CACHE_DTYPES
+from gpuplan.workload import WEIGHT_QUANTS, Workload, make_workload
 
-VERBS: Final = ("estimate", "fit", "recommend", "plan")
+VERBS: Final = ("estimate", "fit", "recommend", "plan", "serve")
 """The library calls the page offers (the CLI verbs of the same names)."""
 
 UPLOAD_PREFIX: Final = "upload:"
@@ -34,8 +36,15 @@ VERB_OPTIONS: Final[Mapping[str, Mapping[str, str]]] = {
     "recommend": {"max_gpus": "int", "budget_usd": "float"},
     "plan": {"gpu": "text", "gpus": "int", "nodes": "int", "tp": "int", "pp": "int", "dp": "int",
              "zero": "choice:0|1|2|3", "fsdp": "flag", "global_batch_size": "int", "micro_batch_size": "int"},
+    "serve": {"gpu": "text", "tp": "int", "pp": "int", "engine": "choice:" + "|".join(ENGINES),
+              "max_model_len": "int", "context": "int", "concurrency": "int", "input_len": "int", "output_len": "int",
+              "rate": "float", "gpu_memory_utilization": "float",
+              "kv_cache_dtype": "choice:" + "|".join(KV_CACHE_DTYPES), "max_num_batched_tokens": "int",
+              "max_num_seqs": "int", "quantization": "choice:" + "|".join(WEIGHT_QUANTS)},
 }
-REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {"fit": ("gpu",), "plan": ("gpu", "gpus")}
+REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {"fit": ("gpu",), "plan": ("gpu", "gpus"), "serve": ("gpu",)}
+NO_WORKLOAD: Final = ("serve",)
+"""Verbs whose library call takes no training/inference workload (serve sizes an engine instead)."""
 
 MAX_VALUE_CHARS: Final = 100
 """Longest value accepted in any field: names and numbers are short; more is a paste accident."""
@@ -127,6 +136,9 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
                           f"{', '.join(sorted(workload_fields | all_options))}")
     # another verb's field filled in on the same form: left out of this query (and of its share link)
     ignored = tuple(sorted(k for k in values if k in all_options and k not in options_spec))
+    if verb in NO_WORKLOAD:
+        ignored = tuple(sorted([*ignored, *(k for k in values if k in workload_fields and k not in options_spec)]))
+        values = {k: v for k, v in values.items() if k not in workload_fields}
     work: dict[str, object] = {}
     given: dict[str, str] = {}
     for name in WORKLOAD_INTS:
