@@ -243,6 +243,10 @@ def _check_precision(workload: Workload, gpu: GPU | None) -> None:
         from gpuplan.trace.float8 import check_fp8_gpu
 
         check_fp8_gpu(gpu.id, gpu.compute_capability, gpu.compute_capability_label)
+    if workload.peft == "qlora" and not gpu.has_bf16:  # QLoRA's NF4 layers compute in bf16
+        raise ConfigError(f"--peft qlora computes in bfloat16, which {gpu.id} lacks (compute capability "
+                          f"{gpu.compute_capability_label}); use --peft lora with --precision amp-fp16, or a GPU "
+                          "with bf16 (compute capability 8.0+)")
     if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
                           f"{gpu.compute_capability_label}); use --precision amp-fp16")

@@ -346,6 +346,8 @@ def recommend(
 
 
 def _dtype_ok(gpu: GPU, w: Workload) -> str | None:
+    if w.peft == "qlora" and not gpu.has_bf16:
+        return "no bfloat16 support (QLoRA computes in bf16)"
     if w.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
         return "no bfloat16 support (use --precision amp-fp16)"
     if w.precision == "fp8":
