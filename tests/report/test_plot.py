@@ -217,3 +217,21 @@ def test_user_text_is_drawn_as_itself(tmp_path: Path) -> None:
             "components": {"parameters": 1}}
     svg = plot.save_figure(plot.estimate_figure(data, None), tmp_path / "m.svg").read_text(encoding="utf-8")
     assert "a$x^2$&lt;b&gt;&amp;" in svg and "<b>" not in svg
+
+
+@pytest.mark.slow
+def test_serve_picture(tiny_gpt2: str, tmp_path: Path) -> None:
+    from gpuplan.serve import serve
+
+    data = json.loads(json.dumps(serve(tiny_gpt2, gpu="RTX-4090").to_dict()))
+    fig = plot.serve_figure(data)
+    _, svg = _render_both(fig, tmp_path, "serve")
+    mem, tim = fig.axes
+    texts = _svg_texts(svg)
+    assert _bytes_in(texts, "KV cache") == data["kv_cache_bytes"]
+    assert _bytes_in(texts, "GPU") == data["total_memory_bytes"]
+    assert _bytes_in(texts, "engine budget") == data["requested_memory_bytes"]
+    div, _ = plot._scale(data["total_memory_bytes"])
+    stacked = sum(data[p] or 0 for p in plot.SERVE_PARTS)
+    assert sum(p.get_height() for p in mem.patches) * div == pytest.approx(stacked, rel=1e-12)
+    assert [t.get_text().split(" (")[0] for t in tim.get_yticklabels()] == ["prefill", "decode"]

@@ -120,3 +120,16 @@ def recommend_sections(data: dict[str, Any]) -> list[str]:
     return [records_table("GPU options that fit, fastest first", data["recommendations"]),
             records_table("Cheapest first", data.get("by_cost") or []),
             records_table("Excluded", data.get("excluded") or [])]
+
+
+def serve_figure(data: dict[str, Any]) -> Figure:
+    from gpuplan.report.plot import serve_figure as draw
+
+    return draw(data)
+
+
+def serve_sections(data: dict[str, Any]) -> list[str]:
+    from gpuplan.report.html import mapping_table
+
+    return [mapping_table("Engine", data["engine"]), mapping_table("Attention", data.get("attention") or {}),
+            mapping_table("Prefill", data.get("prefill") or {}), mapping_table("Decode", data.get("decode") or {})]

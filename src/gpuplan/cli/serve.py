@@ -12,6 +12,7 @@ import argparse
 import json
 
 from gpuplan.cli._workload import _int, add_json_argument, add_model_argument, positive_float
+from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant)")
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
+    add_output_arguments(parser)
     add_json_argument(parser)
 
 
@@ -57,14 +59,20 @@ def run(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices) if args.prices else None
     if prices is not None and args.rate is None:
         raise ConfigError("--prices prices a target rate: add --rate R --input-len I --output-len O")
+    check_output_paths(args)
     result = serve(args.model, gpu=args.gpu, tp=args.tp, pp=args.pp, engine=args.engine,
                    max_model_len=args.max_model_len, context=args.context, concurrency=args.concurrency,
                    input_len=args.input_len, output_len=args.output_len, rate=args.rate,
                    gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
                    max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                    quantization=args.quantization, prices=prices)
+    from gpuplan.cli.pictures import serve_figure, serve_sections, write_outputs
+
+    data = result.to_dict()
+    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(result),
+                  figure=lambda: serve_figure(data), sections=lambda: serve_sections(data))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(data, indent=2))
     else:
         print(result)
     return 0 if result.ok and result.concurrency_fits else 1

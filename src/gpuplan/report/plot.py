@@ -362,6 +362,54 @@ def recommend_figure(data: Mapping[str, Any], top: int = 20) -> Figure:
     return fig
 
 
+# --- serve ------------------------------------------------------------------------------------
+
+SERVE_PARTS: tuple[str, ...] = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes",
+                                "cuda_context_bytes", "kv_cache_bytes")
+SERVE_COLORS: dict[str, str] = {"weights_bytes": COLORS["parameters"], "activation_peak_bytes": COLORS["activations"],
+                                "non_torch_bytes": "#b0b0b0", "cuda_graph_bytes": "#64b5cd",
+                                "cuda_context_bytes": COLORS["cuda_context"], "kv_cache_bytes": COLORS["kv_cache"]}
+
+
+def serve_figure(data: Mapping[str, Any]) -> Figure:
+    """Per-GPU memory of the serving engine (weights, profile-run activations, non-torch, CUDA
+    graphs, KV cache) against the GPU and the engine's budget, and the prefill / decode step split."""
+    fig = _figure(11.0, 4.6)
+    mem, tim = fig.subplots(1, 2, width_ratios=[1, 2])
+    fig.suptitle(f"{plain(data['model'])} served by {data['engine']['name']} on {data['gpu']}: {plain(data['reason'])}",
+                 fontsize=9)
+    total, budget = int(data["total_memory_bytes"]), int(data["requested_memory_bytes"])
+    div, unit = _scale(total)
+    bottom = 0.0
+    for part in SERVE_PARTS:
+        value = int(data.get(part) or 0)
+        if value:
+            mem.bar([0], [value / div], bottom=bottom, color=SERVE_COLORS[part], width=0.6,
+                    label=part.removesuffix("_bytes").replace("_", " "))
+            bottom += value / div
+    mem.axhline(total / div, color=LIMIT_COLOR, linestyle="--", linewidth=1.2, label=_peak_text("GPU", total))
+    mem.axhline(budget / div, color=MISS_COLOR, linestyle=":", linewidth=1.2, label=_peak_text("engine budget", budget))
+    mem.set_xticks([0], ["per GPU"])
+    mem.set_xlim(-0.6, 0.6)
+    mem.set_ylabel(unit)
+    mem.set_title(_peak_text("KV cache", int(data["kv_cache_bytes"])).replace(" (", "\n("), fontsize=8)
+    handles, labels = mem.get_legend_handles_labels()
+    mem.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(0.0, -0.08), fontsize=7, frameon=False)
+    steps = [(name, data[name]) for name in ("prefill", "decode") if data.get(name)]
+    ys = list(range(len(steps)))[::-1]
+    left = [0.0] * len(steps)
+    for key, color in (("compute_s", "#4c72b0"), ("memory_s", "#dd8452"), ("communication_s", "#55a868")):
+        ms = [float(step.get(key) or 0.0) * 1e3 for _, step in steps]
+        if any(ms):
+            tim.barh(ys, ms, left=left, color=color, height=0.6, label=key.removesuffix("_s"))
+            left = [a + v for a, v in zip(left, ms, strict=True)]
+    tim.set_yticks(ys, [f"{name} ({step.get('tokens') or step.get('batch')} "
+                        f"{'tokens' if name == 'prefill' else 'sequences'})" for name, step in steps], fontsize=8)
+    tim.set_xlabel("time of one step (ms)")
+    tim.legend(fontsize=7)
+    return fig
+
+
 # --- output -----------------------------------------------------------------------------------
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
