@@ -9,6 +9,7 @@ from scripts.calibrate_fit import FIT_EXCLUDED, REFERENCE_CSV, check_reference
 
 from gpuplan.perf import DEFAULT_EFFICIENCY
 from gpuplan.perf.calibration import CASES
+from gpuplan.perf.efficiency import efficiency_for, load_factors
 
 
 @pytest.mark.skipif(not REFERENCE_CSV.exists(), reason="shared reference data not present")
@@ -26,4 +27,29 @@ def test_fitted_factors_name_their_rows() -> None:
     assert all(0 < f <= 1 for f in (DEFAULT_EFFICIENCY.tensor_core_matmul, DEFAULT_EFFICIENCY.fp32_matmul,
                                     DEFAULT_EFFICIENCY.attention_fused, DEFAULT_EFFICIENCY.bandwidth))
     text = " ".join(DEFAULT_EFFICIENCY.describe())
-    assert "hf-bertl-vanilla-tput" in text and "launch overhead" in text
+    assert "hf-bertl-vanilla-tput" in text and "eager dispatch" in text
+
+
+def test_factors_file_has_every_architecture_with_source_and_residuals() -> None:
+    """Issue 10: factors are data per architecture, each with its source, the fit and residuals."""
+    data = load_factors()
+    assert set(data["architectures"]) == {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna"}
+    assert data["fitted"]["method"] and data["fitted"]["fitted_on"]
+    for key, arch in data["architectures"].items():
+        assert arch["source"] and arch["attention_source"] and arch["bandwidth_source"], key
+        assert isinstance(arch["residuals"], dict), key
+    # the rows sit under the architecture of their GPU
+    assert "hf-bertl-vanilla-tput" in data["architectures"]["volta"]["residuals"]
+    assert "timm-infer-vitb-4090" in data["architectures"]["ada"]["residuals"]
+    assert set(data["fitted"]["leave_one_family_out"]) == {c.row_id for c in CASES}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "arch"),
+    [("V100-SXM2-16GB", "volta"), ("T4", "turing"), ("A100-80GB-SXM", "ampere"), ("RTX-4090", "ada"),
+     ("H100-SXM", "hopper"), ("B200", "blackwell"), ("MI300X", "cdna")],
+)
+def test_each_gpu_gets_its_architectures_factors(gpu: str, arch: str) -> None:
+    from gpuplan.hardware import get_gpu
+
+    assert efficiency_for(get_gpu(gpu).arch).arch == arch

@@ -1,4 +1,5 @@
-"""Per-op roofline: which peak an op gets, and that the time is max(compute, memory) + launch."""
+"""Per-op roofline: which peak an op gets, the GEMM shape efficiency (tile and wave quantization,
+K loop), and that the time is max(compute, memory) + the GPU gap between kernels."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import pytest
 
 from gpuplan.hardware import get_gpu
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY as EFF
-from gpuplan.perf.roofline import launches_kernel, op_time, rate_key, weight_bytes_factor
+from gpuplan.perf.efficiency import efficiency_for
+from gpuplan.perf.gemm_shape import GemmShape, matmul_shape, shape_efficiency
+from gpuplan.perf.roofline import gemm_efficiency, launches_kernel, op_time, rate_key, weight_bytes_factor
 from gpuplan.trace.records import OpRecord
 
 
@@ -22,15 +25,53 @@ def test_fp32_matmul_uses_cuda_cores_unless_tf32() -> None:
     assert rate_key(_mm("bfloat16"), "amp-bf16", a100) == ("bf16", True)
 
 
+def _conv(dtype: str = "float32") -> OpRecord:
+    return OpRecord("aten.convolution.default", "forward", "c", "conv", dtype, 2 * 10**9, 10**7, 10**7)
+
+
+def test_fp32_convolutions_run_in_tf32_as_cudnn_defaults() -> None:
+    # torch.backends.cudnn.allow_tf32 is True by default (matmul's allow_tf32 is False): an fp32
+    # conv on Ampere+ runs on tensor cores in TF32; a V100 has no TF32 and stays on CUDA cores
+    assert rate_key(_conv(), "fp32", get_gpu("A100-80GB-SXM")) == ("tf32", True)
+    assert rate_key(_conv(), "fp32", get_gpu("V100-SXM2-16GB")) == ("fp32", False)
+
+
 def test_big_bf16_matmul_is_compute_bound_at_tensor_core_rate() -> None:
     h100 = get_gpu("H100-SXM")
+    eff = efficiency_for(h100.arch)
     op = _mm("bfloat16")
-    t = op_time(op, h100, "amp-bf16", EFF)
+    t = op_time(op, h100, "amp-bf16", eff)
     peak = h100.peak_flops_per_s("bf16")
-    assert peak is not None
+    assert peak is not None and h100.sm_count == 132
+    # 4096² output in 256×128 tiles = 512 tiles over 132 SMs: 4 waves, the last 88% full, so
+    # 512 / (4 × 132) of the large-GEMM rate (NVIDIA matmul guide, wave quantization)
+    assert gemm_efficiency(op, h100, eff) == pytest.approx(512 / 528)
     assert t.compute_bound
-    assert t.compute_s == pytest.approx(op.flops / (peak * EFF.tensor_core_matmul))
-    assert t.total_s == pytest.approx(t.compute_s + EFF.launch_overhead_s)
+    assert t.compute_s == pytest.approx(op.flops / (peak * eff.tensor_core_matmul * 512 / 528))
+    assert t.total_s == pytest.approx(t.compute_s + eff.graph_launch_overhead_s)
+    assert t.dispatch_s == eff.launch_overhead_s
+
+
+def test_matmul_shape_is_recovered_from_flops_and_bytes() -> None:
+    m, n, k = 1000, 300, 77
+    op = OpRecord("aten.mm.default", "forward", "m", "matmul", "float16", 2 * m * n * k, 2 * (m * k + k * n), 2 * m * n)
+    shape = matmul_shape(op)
+    assert shape is not None
+    assert (shape.m, shape.n, shape.k) == pytest.approx((m, n, k))
+
+
+def test_wave_and_tile_quantization() -> None:
+    tiles = ((128, 128, 1.0),)
+    # 108 tiles on 108 SMs: one full wave; 109 tiles: a second wave with one tile in it
+    full = shape_efficiency(GemmShape(128 * 108, 128, 4096), 108, tiles, 0.0)
+    spill = shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0)
+    assert full == pytest.approx(1.0)
+    assert spill == pytest.approx(109 / 216)
+    # a 129-wide output pads to two 128-wide tiles (tile quantization)
+    assert shape_efficiency(GemmShape(129, 128 * 54, 4096), 108, tiles, 0.0) == pytest.approx(129 / 256)
+    # a short K loop pays its prologue/epilogue: K / (K + k_half), relative to K = 4096
+    short = shape_efficiency(GemmShape(128 * 108, 128, 32), 108, tiles, 32.0)
+    assert short == pytest.approx(32 / 64 * (1 + 32 / 4096))
 
 
 def test_elementwise_is_memory_bound() -> None:

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from gpuplan.hardware import all_gpus, get_gpu
 from gpuplan.perf import DEFAULT_EFFICIENCY, model_flops, step_time
+from gpuplan.perf.efficiency import efficiency_for
+from gpuplan.perf.step_time import BREAKDOWN_KEYS
 from gpuplan.trace.records import OpRecord
 from gpuplan.trace.step import TracedStep
 from gpuplan.workload import Workload
@@ -52,9 +54,27 @@ def test_total_is_compute_plus_memory_plus_overhead() -> None:
     t = step_time(_step(ops), get_gpu("H100-SXM"), w)
     assert t.total_s == pytest.approx(t.compute_s + t.memory_s + t.overhead_s)
     assert t.total_s == pytest.approx(sum(t.by_phase_s.values()))
-    assert t.overhead_s == pytest.approx(12 * DEFAULT_EFFICIENCY.launch_overhead_s)
+    # long kernels: the CPU's dispatch runs ahead, only the GPU gaps between kernels show
+    eff = efficiency_for(get_gpu("H100-SXM").arch)
+    assert t.overhead_s == pytest.approx(12 * eff.graph_launch_overhead_s)
     assert t.kernels == 12
     assert t.flops == 12 * 10**12
+    assert set(t.breakdown_s) == set(BREAKDOWN_KEYS)
+    assert sum(t.breakdown_s.values()) == pytest.approx(t.total_s)
+    assert t.breakdown_s["launch"] == pytest.approx(t.overhead_s)
+    assert t.breakdown_s["gemm"] + t.breakdown_s["memory_bound"] == pytest.approx(t.compute_s + t.memory_s)
+
+
+def test_tiny_kernels_are_cpu_bound_in_eager_mode() -> None:
+    # 1000 tiny adds: each kernel is far shorter than eager dispatch, so the phase takes the CPU's
+    # time (1000 × dispatch) and the GPU kernels hide under it; the breakdown says "launch"
+    add = OpRecord("aten.add.Tensor", "forward", "h.1", "other", "float32", 0, 8192, 4096, None, 1000)
+    gpu = get_gpu("A100-80GB-SXM")
+    eff = efficiency_for(gpu.arch)
+    t = step_time(_step([add]), gpu, Workload(mode="infer", precision="fp32"))
+    assert t.total_s == pytest.approx(1000 * eff.launch_overhead_s)
+    assert t.breakdown_s["launch"] == pytest.approx(t.total_s - t.breakdown_s["memory_bound"])
+    assert any("CPU-bound" in a for a in t.assumptions)
 
 
 def test_mfu_counts_model_flops_against_the_dtype_peak() -> None:
@@ -119,3 +139,60 @@ def test_more_bandwidth_and_flops_never_slower(
     w = Workload(mode="train", precision=precision)
     step = _step(ops)
     assert step_time(step, faster, w).total_s <= step_time(step, base, w).total_s * (1 + 1e-12)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(_op, min_size=1, max_size=12),
+    gpu=st.sampled_from([g for g in _GPUS if g.sm_count]),
+    sms=st.floats(1.0, 2.0),
+    per_sm=st.floats(1.0, 2.0),
+    bw=st.floats(1.0, 2.0),
+    precision=st.sampled_from(["fp32", "amp-bf16"]),
+)
+def test_better_on_every_axis_never_slower(
+    ops: list[OpRecord], gpu: object, sms: float, per_sm: float, bw: float, precision: str
+) -> None:
+    """Issue 10 invariant: more SMs, each at least as fast, and more bandwidth is never slower (wave
+    quantization included: fewer or equal waves, each no longer)."""
+    base = gpu
+    count = int(base.sm_count * sms)  # type: ignore[attr-defined]
+    rate = count / base.sm_count * per_sm  # type: ignore[attr-defined]
+    better = dataclasses.replace(
+        base,
+        sm_count=count,
+        memory_bandwidth_gb_per_s=base.memory_bandwidth_gb_per_s * bw,  # type: ignore[attr-defined]
+        **{f: (getattr(base, f) * rate if getattr(base, f) else None) for f in _RATE_FIELDS},
+    )
+    w = Workload(mode="train", precision=precision)
+    step = _step(ops)
+    assert step_time(step, better, w).total_s <= step_time(step, base, w).total_s * (1 + 1e-9)  # type: ignore[arg-type]
+
+
+def _batch_ops(batch: int, shapes: list[tuple[int, int, int]], dtype: str) -> list[OpRecord]:
+    """A layer stack whose GEMM rows (M) and elementwise bytes grow with the batch, as a trace's do."""
+    e = 2 if dtype == "bfloat16" else 4
+    out = []
+    for m0, n, k in shapes:
+        m = m0 * batch
+        out.append(OpRecord("aten.mm.default", "forward", "l", "matmul", dtype, 2 * m * n * k, e * (m * k + k * n), e * m * n))
+        out.append(OpRecord("aten.gelu.default", "forward", "l", "other", dtype, 0, e * m * n, e * m * n))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 8192), st.integers(1, 8192)), min_size=1, max_size=6),
+    batch=st.integers(1, 64),
+    more=st.integers(1, 64),
+    gpu=st.sampled_from(_GPUS),
+    dtype=st.sampled_from(["float32", "bfloat16"]),
+)
+def test_more_batch_never_lowers_step_time(
+    shapes: list[tuple[int, int, int]], batch: int, more: int, gpu: object, dtype: str
+) -> None:
+    """Issue 10 invariant: a larger batch never takes less time (tile/wave quantization included)."""
+    w = Workload(mode="infer", precision="amp-bf16" if dtype == "bfloat16" else "fp32")
+    small = step_time(_step(_batch_ops(batch, shapes, dtype)), gpu, w).total_s  # type: ignore[arg-type]
+    large = step_time(_step(_batch_ops(batch + more, shapes, dtype)), gpu, w).total_s  # type: ignore[arg-type]
+    assert large >= small * (1 - 1e-9)

@@ -16,10 +16,26 @@ package does not depend on that file, and ``calibrate_fit`` checks them against 
   other op of a layer are split 8 ways; without SP the layer norms, dropouts and residual adds are
   replicated. Launch overheads are not divided. The TP all-reduces are added with the planner's
   communication model (perf/collectives.py: NVLink at its bus efficiency, ring/tree latency).
-  Attention is costed as flash (fused; Megatron 2022 used its fused softmax kernels) and the
-  optimizer as one fused Adam (apex FusedAdam in Megatron).
+  Attention is costed unfused (eager: QKᵀ and ·V batched matmuls with the b·a·s² scores through
+  softmax and dropout in DRAM), as Megatron 2022 ran it (fused scale-mask-softmax kernels, no
+  FlashAttention), and the optimizer as one fused Adam (apex FusedAdam in Megatron).
+* ``lam-rn50-fp32-a100sxm``: Lambda deeplearning-benchmark, NVIDIA DeepLearningExamples ResNet-50
+  trainer (SGD with momentum, synthetic data, NCHW), batch 640 per GPU, fp32: the convolutions run in
+  TF32 (cuDNN's default), costed as such.
+* ``timm-infer-rn50-4090`` / ``timm-infer-vitb-4090``: timm benchmark.py inference, AMP fp16, NCHW,
+  batch 1024 on an RTX 4090 (torch 2.4, eager), traced on timm's own modules (no weights); timm
+  runs ViT attention through SDPA (flash in fp16), costed as flash.
+* ``lam-bertl-fp16-a100sxm``: Lambda / DeepLearningExamples BERT-large SQuAD fine-tuning, batch 112
+  × 384 tokens, AMP fp16, on an A100-80GB-SXM; that modeling code runs attention as matmul + softmax
+  (eager) and the optimizer as one fused kernel.
+* ``ibm-a100-7b``: Llama-2-7B, 2 × 4096 tokens per GPU, bf16 mixed, FlashAttention-2, no activation
+  checkpointing, FSDP over 128 A100s; ``mpt-a100-125m-8``: MPT-125M (GPT-2 block, 768 × 12, vocab
+  50368, flash attention), micro-batch 40 × grad-accum 2 × 2048 tokens per GPU, FSDP over 8 A100s.
+  Both are costed as the single-GPU step (the per-layer FSDP gathers of these runs overlap the
+  compute; slice B's planner reproduces the communication rows).
 * ``meg-t1-*`` (Narayanan 2021) are not modelled: pipeline/data parallel runs whose micro-batch is
-  not stated.
+  not stated. ``tune-8b-*-tps`` (torchtune LoRA/QLoRA under torch.compile) wait for the fine-tuning
+  trace (issue 11).
 """
 
 from __future__ import annotations
@@ -85,8 +101,10 @@ class Case:
     tp: int = 1
     sequence_parallel: bool = False
     quantity: str = "samples_per_s"
-    """samples_per_s | iteration_time_s | mfu"""
+    """samples_per_s | tokens_per_s | iteration_time_s | mfu"""
     source: str = ""
+    family: str = "bert"
+    """Model family the accuracy targets are stated per: bert | decoder-llm | cnn | vit."""
 
 
 CASES: tuple[Case, ...] = (
@@ -140,12 +158,13 @@ CASES: tuple[Case, ...] = (
             optimizer="adam",
             optimizer_impl="fused",
             checkpointing="selective",
-            attention="flash",
+            attention="eager",
         ),
         tp=8,
         sequence_parallel=True,
         quantity="iteration_time_s",
         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-sel)",
+        family="decoder-llm",
     ),
     Case(
         "kor-t5-22b-iter-full",
@@ -161,12 +180,13 @@ CASES: tuple[Case, ...] = (
             optimizer="adam",
             optimizer_impl="fused",
             checkpointing="full",
-            attention="flash",
+            attention="eager",
         ),
         tp=8,
         sequence_parallel=False,
         quantity="iteration_time_s",
         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-iter-full)",
+        family="decoder-llm",
     ),
     Case(
         "kor-t5-22b-mfu",
@@ -182,18 +202,135 @@ CASES: tuple[Case, ...] = (
             optimizer="adam",
             optimizer_impl="fused",
             checkpointing="selective",
-            attention="flash",
+            attention="eager",
         ),
         tp=8,
         sequence_parallel=True,
         quantity="mfu",
         source="Korthikanti et al. 2022 Table 5 (calibration.csv kor-t5-22b-mfu)",
+        family="decoder-llm",
+    ),
+    Case(
+        "lam-rn50-fp32-a100sxm",
+        1066,
+        "images/s",
+        "resnet50",
+        "A100-80GB-SXM",
+        dict(mode="train", batch_size=640, image_size=224, precision="fp32", optimizer="sgd-momentum"),
+        source="lambdal/deeplearning-benchmark pytorch-train-throughput-fp32.csv @0551cb70 (calibration.csv)",
+        family="cnn",
+    ),
+    Case(
+        "timm-infer-rn50-4090",
+        4217.6,
+        "images/s",
+        "timm:resnet50",
+        "RTX-4090",
+        dict(mode="infer", batch_size=1024, image_size=224, precision="amp-fp16"),
+        source="timm results/benchmark-infer-amp-nchw-pt240-cu124-rtx4090.csv @aa4b5850 (calibration.csv)",
+        family="cnn",
+    ),
+    Case(
+        "timm-infer-vitb-4090",
+        2787.15,
+        "images/s",
+        "timm:vit_base_patch16_224",
+        "RTX-4090",
+        dict(mode="infer", batch_size=1024, image_size=224, precision="amp-fp16", attention="flash"),
+        source="timm results/benchmark-infer-amp-nchw-pt240-cu124-rtx4090.csv @aa4b5850 (calibration.csv)",
+        family="vit",
+    ),
+    Case(
+        "lam-bertl-fp16-a100sxm",
+        152,
+        "sequences/s",
+        "bert-large-qa",
+        "A100-80GB-SXM",
+        dict(mode="train", batch_size=112, seq_len=384, precision="amp-fp16", optimizer="adamw",
+             optimizer_impl="fused", attention="eager"),
+        source="lambdal/deeplearning-benchmark pytorch-train-throughput-fp16.csv @0551cb70 (calibration.csv)",
+        family="bert",
+    ),
+    Case(
+        "ibm-a100-7b",
+        3700,
+        "tokens/s/GPU",
+        "llama-2-7b",
+        "A100-80GB-SXM",
+        dict(mode="train", batch_size=2, seq_len=4096, precision="amp-bf16", optimizer="adamw",
+             optimizer_impl="fused", attention="flash"),
+        quantity="tokens_per_s",
+        source="PyTorch blog 'Maximizing training throughput using PyTorch FSDP' 2024-03-13, Table 1 (calibration.csv)",
+        family="decoder-llm",
+    ),
+    Case(
+        "mpt-a100-125m-8",
+        142830,
+        "tokens/s/GPU",
+        "mpt-125m",
+        "A100-80GB-SXM",
+        dict(mode="train", batch_size=40, grad_accum=2, seq_len=2048, precision="amp-bf16", optimizer="adamw",
+             optimizer_impl="fused", attention="flash"),
+        quantity="tokens_per_s",
+        source="mosaicml/llm-foundry scripts/train/benchmarking/README.md @061f2c7c (calibration.csv)",
+        family="decoder-llm",
     ),
 )
 
 
+BERT_LARGE_QA_CONFIG: dict[str, Any] = {
+    **BERT_LARGE_SEQ_CLS_CONFIG,
+    "architectures": ["BertForQuestionAnswering"],
+}
+del BERT_LARGE_QA_CONFIG["num_labels"]
+
+LLAMA_2_7B_CONFIG: dict[str, Any] = {
+    # meta-llama/Llama-2-7b-hf config.json
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+}
+
+MPT_125M_CONFIG: dict[str, Any] = {
+    # llm-foundry scripts/train/yamls/pretrain/mpt-125m.yaml: d_model 768, n_heads 12, n_layers 12,
+    # expansion_ratio 4, max_seq_len 2048, vocab 50368; a GPT-2 block of the same sizes
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_positions": 2048,
+    "n_ctx": 2048,
+    "vocab_size": 50368,
+    "activation_function": "gelu",
+}
+
+
 def model_source(name: str) -> Any:
-    from gpuplan.models.sources import HFConfigSource
+    from gpuplan.models.sources import HFConfigSource, resolve_model
+
+    if name.startswith("timm:"):
+        return _timm_source(name.removeprefix("timm:"))
+    if name in ("resnet50", "vit_b_16"):
+        return resolve_model(name)  # torchvision builders, no weights
+    if name == "bert-large-qa":
+        return HFConfigSource(
+            "bert-large-uncased (question answering)", BERT_LARGE_QA_CONFIG, task="question-answering",
+            default_seq_len=384,
+        )
+    if name == "llama-2-7b":
+        return HFConfigSource("Llama-2-7B", LLAMA_2_7B_CONFIG, task="causal-lm", default_seq_len=4096)
+    if name == "mpt-125m":
+        return HFConfigSource("MPT-125M", MPT_125M_CONFIG, task="causal-lm", default_seq_len=2048)
 
     if name == "bert-large-seq-cls":
         return HFConfigSource(
@@ -207,6 +344,36 @@ def model_source(name: str) -> Any:
             "GPT 22B (Korthikanti Table 3)", GPT_22B_CONFIG, task="causal-lm", default_seq_len=2048
         )
     raise KeyError(name)
+
+
+def _timm_source(name: str) -> Any:
+    """A timm model (no weights) traced as torchvision models are: the rows were measured on timm's
+    own modules (vit_base_patch16_224 runs attention through F.scaled_dot_product_attention)."""
+    from gpuplan.models.sources import TorchvisionSource
+
+    class TimmSource(TorchvisionSource):
+        kind = "timm"
+
+        def build(self, workload: Workload, layers: Any = None) -> Any:
+            import timm
+            import timm.models.vision_transformer as vit
+
+            # timm computes stochastic-depth rates with tensor.item(), which a fake tensor cannot
+            # answer; the same linear rule in plain Python (the rows ran without drop path anyway)
+            original = vit.calculate_drop_path_rates
+
+            def rates(rate: float, depth: Any, stagewise: bool = False) -> Any:
+                if isinstance(depth, int):
+                    return [rate * i / max(depth - 1, 1) for i in range(depth)]
+                return original(rate, depth, stagewise)
+
+            vit.calculate_drop_path_rates = rates
+            try:
+                return timm.create_model(self.name, pretrained=False)
+            finally:
+                vit.calculate_drop_path_rates = original
+
+    return TimmSource(name)
 
 
 def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
@@ -224,15 +391,16 @@ def tensor_parallel_time(
     step: TracedStep, gpu: GPU, workload: Workload, eff: Efficiency, tp: int, sequence_parallel: bool
 ) -> float:
     """Per-rank iteration time of Megatron tensor parallelism (see module docstring)."""
-    split_s = overhead_s = 0.0
+    split_s = overhead_s = dispatch_s = 0.0
     other_s = {"forward": 0.0, "backward": 0.0}
     replicated_fwd_s = 0.0
     for op in step.ops:
         if not launches_kernel(op):
             continue
         t = op_time(op, gpu, workload.precision, eff)
-        busy = max(t.compute_s, t.memory_s) * op.count
+        busy = t.kernel_s * op.count
         overhead_s += t.overhead_s * op.count
+        dispatch_s += t.dispatch_s * op.count
         if op.op_class == "other" and op.block is not None and op.phase in other_s:
             other_s[op.phase] += busy
             if op.phase == "forward" and _replicated(op.module, op.block):
@@ -251,7 +419,8 @@ def tensor_parallel_time(
     message = workload.batch_size * (workload.seq_len or 0) * int(GPT_22B_CONFIG["n_embd"]) * 2  # fp16 b·s·h
     link_gb_per_s = gpu.nvlink_gb_per_s_per_direction or gpu.pcie_gb_per_s_per_direction or 0
     comm_s = allreduces * all_reduce_s(intra_node_group(tp, link_gb_per_s), message) if link_gb_per_s else 0.0
-    return busy_s + overhead_s + comm_s
+    # the CPU dispatches ahead of the GPU (step_time's rule): it shows only if it is the longer
+    return max(busy_s + overhead_s, dispatch_s) + comm_s
 
 
 def _replicated(module: str, block: str | None) -> bool:
@@ -271,6 +440,8 @@ def predict(case: Case, step: TracedStep, workload: Workload, gpu: GPU, eff: Eff
         t = step_time(step, gpu, workload, efficiency=eff).total_s
     if case.quantity == "samples_per_s":
         return workload.batch_size * workload.grad_accum / t
+    if case.quantity == "tokens_per_s":
+        return workload.batch_size * workload.grad_accum * (workload.seq_len or 0) / t
     if case.quantity == "iteration_time_s":
         return t
     peak = gpu.peak_flops_per_s("fp16") or 1.0

@@ -8,8 +8,16 @@ their source named here, because no calibration row constrains them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+from gpuplan.perf.gemm_shape import Tile
+
+# cuBLAS-like candidate tiles (rows, cols, relative speed per FLOP): the big tile is the fastest per
+# FLOP, smaller ones fill more SMs. Prior, per the NVIDIA matmul performance guide (gemm_shape.py).
+DEFAULT_TILES: tuple[Tile, ...] = ((256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,7 +25,8 @@ class Efficiency:
     """Achievable fractions of peak, and fixed per-kernel costs."""
 
     tensor_core_matmul: float
-    """Matmul/conv on tensor cores (fp16, bf16, tf32): fraction of the dense peak. FITTED."""
+    """Large matmul on tensor cores (fp16, bf16, tf32): fraction of the dense peak. FITTED. A GEMM of
+    a given shape reaches this times its shape efficiency (perf/gemm_shape.py)."""
     fp32_matmul: float
     """Plain fp32 matmul/conv on CUDA cores (TF32 off): fraction of the fp32 peak. FITTED."""
     attention_fused: float
@@ -30,10 +39,22 @@ class Efficiency:
     for a whole Llama-2-7B decode step on an A100-80GB power-limited to 330 W (it notes ~1700 GB/s
     as the empirical peak there); 0.8 of the datasheet 2039 GB/s is used."""
     launch_overhead_s: float
-    """Per kernel launch in eager PyTorch (CPU dispatch + launch latency not hidden by the GPU). FITTED."""
+    """CPU time eager PyTorch spends per kernel (Python + ATen dispatch + cudaLaunchKernel). It runs
+    ahead of the GPU, so it shows only where the kernels are shorter (small batches and models):
+    eager step = max(sum of GPU kernel times + gaps, sum of dispatch times). FITTED."""
     graph_launch_overhead_s: float
-    """Per kernel when the decode loop is replayed as a CUDA graph (vLLM, TensorRT-LLM, torch.compile
-    reduce-overhead). Prior: ~1-2 µs between kernels of a graph (NVIDIA CUDA graphs blog, 2019)."""
+    """GPU-side gap between back-to-back kernels, and the whole per-kernel cost when the loop is
+    replayed as a CUDA graph (vLLM, TensorRT-LLM, torch.compile reduce-overhead). Prior: ~1-2 µs
+    between kernels of a graph (NVIDIA CUDA graphs blog, 2019)."""
+    conv_tensor_core: float = 1.0
+    """Convolution (cuDNN implicit GEMM, NCHW as PyTorch defaults: layout transforms included) on
+    tensor cores: fraction of the large-GEMM rate, before its shape efficiency. FITTED."""
+    tiles: tuple[Tile, ...] = DEFAULT_TILES
+    """Candidate GEMM tiles of this architecture (gemm_shape.shape_efficiency)."""
+    gemm_k_half: float = 32.0
+    """K-loop prologue/epilogue cost in K elements (gemm_shape.shape_efficiency). FITTED."""
+    arch: str = "ampere"
+    """Architecture key of perf/data/arch_factors.json these factors belong to."""
     fitted_on: tuple[str, ...] = ()
     """calibration.csv row ids the FITTED factors came from."""
 
@@ -43,25 +64,76 @@ class Efficiency:
     def describe(self) -> tuple[str, ...]:
         fitted = ", ".join(self.fitted_on) or "none"
         return (
-            f"efficiency: tensor-core matmul/conv {self.tensor_core_matmul:.0%} of dense peak, "
+            f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
+            f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that, "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
             f"efficiency: fused attention {self.attention_fused:.0%} of peak (FlashAttention-2 prior), "
             f"memory-bound ops at {self.bandwidth:.0%} of DRAM bandwidth (prior)",
-            f"launch overhead {self.launch_overhead_s * 1e6:.1f} µs per kernel (fitted); "
-            f"{self.graph_launch_overhead_s * 1e6:.1f} µs per kernel in a CUDA-graph decode loop (prior)",
+            f"eager dispatch {self.launch_overhead_s * 1e6:.1f} µs CPU per kernel (fitted; shows when kernels are "
+            f"shorter); {self.graph_launch_overhead_s * 1e6:.1f} µs GPU gap per kernel (prior)",
         )
 
 
-# The fitted values are the output of ``python scripts/calibrate_fit.py`` (coordinate descent
-# on squared log errors; residuals in docs/accuracy.md). With four rows and three fitted factors the
-# two BERT rows essentially pin fp32_matmul and launch_overhead_s; the two Korthikanti rows pin
-# tensor_core_matmul.
-DEFAULT_EFFICIENCY = Efficiency(
-    tensor_core_matmul=0.60,
-    fp32_matmul=0.82,
-    attention_fused=0.55,
-    bandwidth=0.80,
-    launch_overhead_s=6.5e-6,
-    graph_launch_overhead_s=1.5e-6,
-    fitted_on=("hf-bertl-vanilla-tput", "hf-bertl-fp16-tput", "kor-t5-22b-iter-sel", "kor-t5-22b-iter-full"),
+# The per-architecture factors are data (perf/data/arch_factors.json, written by
+# scripts/calibrate_fit.py); perf/arch.py builds them. DEFAULT_EFFICIENCY is Ampere's, kept for
+# callers that name no GPU architecture.
+
+FACTORS_FILE = Path(__file__).with_name("data") / "arch_factors.json"
+
+# catalog ``arch`` text (lower case, first match wins) -> architecture key of the factors file
+_ARCH_KEYS: tuple[tuple[str, str], ...] = (
+    ("volta", "volta"),
+    ("turing", "turing"),
+    ("ampere", "ampere"),
+    ("ada", "ada"),
+    ("hopper", "hopper"),
+    ("blackwell", "blackwell"),
+    ("cdna", "cdna"),
 )
+
+
+def load_factors(path: Path = FACTORS_FILE) -> dict[str, Any]:
+    """The factors file as data (schema in its ``about`` field)."""
+    with path.open(encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
+    """One Efficiency per architecture: the shared fitted values × the architecture's own priors."""
+    fitted = data["fitted"]
+    out: dict[str, Efficiency] = {}
+    for key, a in data["architectures"].items():
+        out[key] = Efficiency(
+            tensor_core_matmul=min(0.98, fitted["tensor_core_matmul"] * a["gemm_scale"]),
+            conv_tensor_core=fitted["conv_tensor_core"],
+            fp32_matmul=fitted["fp32_matmul"],
+            attention_fused=a["attention_fused"],
+            bandwidth=a["bandwidth"],
+            launch_overhead_s=fitted["launch_overhead_s"],
+            graph_launch_overhead_s=a["graph_launch_overhead_s"],
+            tiles=tuple((int(t[0]), int(t[1]), float(t[2])) for t in a["tiles"]),
+            gemm_k_half=float(fitted.get("gemm_k_half", a.get("gemm_k_half", 32.0))),
+            arch=key,
+            fitted_on=tuple(fitted["fitted_on"]),
+        )
+    return out
+
+
+ARCH_EFFICIENCY: dict[str, Efficiency] = build_efficiencies(load_factors())
+DEFAULT_EFFICIENCY: Efficiency = ARCH_EFFICIENCY["ampere"]
+
+
+def arch_key(arch: str) -> str:
+    """Factors-file key of a catalog ``arch`` text; GPUs of other families (Pascal, Apple, Gaudi,
+    RDNA) use Ampere's factors, stated in the assumptions as that architecture."""
+    low = arch.lower()
+    for needle, key in _ARCH_KEYS:
+        if needle in low:
+            return key
+    return "ampere"
+
+
+def efficiency_for(arch: str) -> Efficiency:
+    """The efficiency factors of a GPU architecture (catalog ``GPU.arch`` text)."""
+    return ARCH_EFFICIENCY.get(arch_key(arch), DEFAULT_EFFICIENCY)

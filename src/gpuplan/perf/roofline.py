@@ -6,6 +6,10 @@ Which peak an op may use follows what PyTorch does on CUDA:
   (``GPU.peak_tflops`` already gives GeForce cards their half-rate FP32-accumulate figure);
 * fp32 matmuls use the plain fp32 (CUDA-core) rate unless the workload enables TF32
   (``precision="tf32"``): ``torch.backends.cuda.matmul.allow_tf32`` is False by default;
+  fp32 convolutions run in TF32 on GPUs that have it: ``torch.backends.cudnn.allow_tf32`` is True
+  by default;
+* a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
+  (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py);
 * every other op (elementwise, norms, softmax, reductions, optimizer updates) is memory-bound:
   its bytes read and written over the achievable bandwidth;
 * flash / memory-efficient attention are fused kernels: their FLOPs at the fused-attention
@@ -21,6 +25,7 @@ from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import WEIGHT_QUANT_BITS as WEIGHT_QUANT_BITS  # re-exported for callers
 from gpuplan.memory.weight_quant import bits_per_weight
 from gpuplan.perf.efficiency import Efficiency
+from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -95,7 +100,9 @@ def rate_key(op: OpRecord, precision: str, gpu: GPU) -> tuple[str, bool]:
     (CUDA cores), then to the other half type; fp32 work never borrows a tensor-core rate. No usable
     rate at all is a NoRateError."""
     base = _DTYPE_RATE.get(op.dtype, "fp32")
-    if base == "fp32" and precision == "tf32" and gpu.peak_tflops("tf32"):
+    # torch: matmul TF32 off by default (allow_tf32 False), cuDNN convolutions TF32 on by default
+    tf32 = precision == "tf32" or op.op_class == "conv"
+    if op.dtype == "float32" and tf32 and gpu.peak_tflops("tf32"):
         base = "tf32"
     if gpu.peak_tflops(base):
         return base, base != "fp32"
@@ -118,6 +125,7 @@ def compute_dtype_key(precision: str) -> str:
         "bf16": "bf16",
         "amp-fp16": "fp16",
         "fp16": "fp16",
+        "fp8": "bf16",  # torchtitan quotes float8 training MFU against the bf16 peak; its GEMMs run at fp8 rates
     }[precision]
 
 
@@ -132,10 +140,18 @@ class OpTime:
     compute_s: float
     memory_s: float
     overhead_s: float
+    """GPU-side gap before the kernel (launch latency between back-to-back kernels)."""
+    dispatch_s: float = 0.0
+    """CPU time to dispatch the kernel in eager mode; runs ahead of the GPU (see step_time)."""
+
+    @property
+    def kernel_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
 
     @property
     def total_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.overhead_s
+        """GPU time of the op: kernel + gap."""
+        return self.kernel_s + self.overhead_s
 
     @property
     def compute_bound(self) -> bool:
@@ -175,10 +191,19 @@ def op_time(
         peak = gpu.peak_flops_per_s(key) or 0.0
         if op.op_class == "attention":
             fraction = eff.attention_fused if tensor else eff.fp32_matmul
-        elif op.op_class in TENSOR_OP_CLASSES:
-            fraction = eff.tensor_core_matmul if tensor else eff.fp32_matmul
+        elif op.op_class in ("matmul", "conv"):
+            fraction = (eff.tensor_core_matmul if tensor else eff.fp32_matmul) * gemm_efficiency(op, gpu, eff)
         else:
             fraction = eff.bandwidth  # the rare 'other' op with a FLOP formula: plain ALU work
-        compute_s = op.flops / (peak * fraction) if peak > 0 else 0.0
-    overhead = eff.graph_launch_overhead_s if graph else eff.launch_overhead_s
-    return OpTime(compute_s, memory_s, overhead)
+        compute_s = op.flops / (peak * fraction) if peak > 0 and fraction > 0 else 0.0
+    return OpTime(compute_s, memory_s, eff.graph_launch_overhead_s, 0.0 if graph else eff.launch_overhead_s)
+
+
+def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
+    """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
+    quantization over the GPU's SMs and K loop; convolutions also at the cuDNN conv fraction."""
+    shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
+    if shape is None:
+        return 1.0
+    fraction = shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half)
+    return fraction * eff.conv_tensor_core if op.op_class == "conv" else fraction

@@ -1,23 +1,26 @@
 """``step_time``: the time of a traced step on a GPU, from the per-op roofline (perf/roofline.py).
 
 The step is the sum of its kernels: one device, one stream, no overlap between kernels (what eager
-PyTorch does). Each op costs ``max(flops / achievable rate, bytes / achievable bandwidth)`` plus a
-launch overhead; the efficiency factors are explicit (perf/efficiency.py) and listed in
-``assumptions``. Generation (``mode="generate"``) is split into prefill (time to first token) and
+PyTorch does). Each op costs ``max(flops / achievable rate, bytes / achievable bandwidth)`` plus the
+GPU gap between kernels; the CPU dispatches the kernels ahead of the GPU, so a phase takes the
+longer of its GPU time and its CPU dispatch time (small batches and small models are CPU-bound).
+The efficiency factors are per GPU architecture (perf/efficiency.py, perf/data/arch_factors.json)
+and listed in ``assumptions``. Generation (``mode="generate"``) is split into prefill (time to first token) and
 decode (per new token), the decode loop costed as a CUDA-graph replay the way serving engines run it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import quantize_weights
-from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from gpuplan.perf.efficiency import Efficiency, efficiency_for
 from gpuplan.perf.roofline import (
     WEIGHT_QUANT_BITS,
     NoRateError,
+    OpTime,
     compute_dtype_key,
     launches_kernel,
     op_time,
@@ -30,6 +33,60 @@ if TYPE_CHECKING:
     from gpuplan.workload import Workload
 
 WEIGHT_QUANTS: tuple[str, ...] = tuple(WEIGHT_QUANT_BITS)
+
+BREAKDOWN_KEYS: Final = ("gemm", "conv", "attention", "memory_bound", "launch", "communication_exposed")
+"""Keys of ``StepTime.breakdown_s`` (the JSON ``time.breakdown_s``): kernel time by op class, the
+launch time not hidden behind kernels (GPU gaps + CPU dispatch the GPU waits for), and the
+communication a multi-GPU layout cannot overlap (0 on one GPU; the planner fills it)."""
+_BREAKDOWN_OF_CLASS: Final = {"matmul": "gemm", "conv": "conv", "attention": "attention"}
+
+
+@dataclass(slots=True)
+class KernelSum:
+    """Running sum of op times over a step, phase by phase (see the module docstring)."""
+
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    kernels: int = 0
+    gpu_by_phase_s: dict[str, float] = field(default_factory=dict)
+    cpu_by_phase_s: dict[str, float] = field(default_factory=dict)
+    kernel_by_class_s: dict[str, float] = field(default_factory=dict)
+    """Kernel time (no gaps) by the trace's op class."""
+
+    def add(self, t: OpTime, n: float, op_class: str, phase: str) -> None:
+        if t.compute_bound:
+            self.compute_s += t.compute_s * n
+        else:
+            self.memory_s += t.memory_s * n
+        self.gpu_by_phase_s[phase] = self.gpu_by_phase_s.get(phase, 0.0) + t.total_s * n
+        self.cpu_by_phase_s[phase] = self.cpu_by_phase_s.get(phase, 0.0) + t.dispatch_s * n
+        self.kernel_by_class_s[op_class] = self.kernel_by_class_s.get(op_class, 0.0) + t.kernel_s * n
+
+    @property
+    def by_phase_s(self) -> dict[str, float]:
+        """Each phase: the longer of its GPU time and the CPU time dispatching it."""
+        return {p: max(g, self.cpu_by_phase_s.get(p, 0.0)) for p, g in self.gpu_by_phase_s.items()}
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.by_phase_s.values())
+
+    @property
+    def overhead_s(self) -> float:
+        return max(self.total_s - self.compute_s - self.memory_s, 0.0)
+
+    @property
+    def cpu_bound_s(self) -> float:
+        """Time the GPU waits for the CPU's dispatch."""
+        return sum(max(self.cpu_by_phase_s.get(p, 0.0) - g, 0.0) for p, g in self.gpu_by_phase_s.items())
+
+    def breakdown_s(self) -> dict[str, float]:
+        out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        for op_class, t in self.kernel_by_class_s.items():
+            key = _BREAKDOWN_OF_CLASS.get(op_class, "memory_bound")
+            out[key] += t
+        out["launch"] = self.overhead_s
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +143,10 @@ class StepTime:
     kernels: int = 0
     inference: InferenceTime | None = None
     by_op_class_s: dict[str, float] = field(default_factory=dict)
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    """Time by cost class (``BREAKDOWN_KEYS``); sums to ``total_s``."""
+    arch: str = ""
+    """Architecture key whose efficiency factors timed the step."""
 
 
 def model_flops(step: TracedStep, workload: Workload) -> int:
@@ -127,26 +188,22 @@ def step_time(
     if not step.ops:  # a checkpoint without config.json: weights from headers, no operation to time
         raise NoRateError("the step runs no operation (weights only, no config.json beside the checkpoint), "
                           "so it has no step time; put the model's config.json next to it")
-    eff = efficiency or DEFAULT_EFFICIENCY
+    eff = efficiency or efficiency_for(gpu.arch)
     generate = workload.mode == "generate"
-    compute = memory = overhead = 0.0
-    by_phase: dict[str, float] = {}
+    acc = KernelSum()
     by_class: dict[str, float] = {}
-    kernels = 0
     quant = "none" if workload.trains else weight_quant
     for op in step.ops:
         decode = generate and op.phase == "decode"
         t = op_time(op, gpu, workload.precision, eff, graph=decode, weight_quant=quant)
         n = op.count * time_factor
-        if t.compute_bound:
-            compute += t.compute_s * n
-        else:
-            memory += t.memory_s * n
-        overhead += t.overhead_s * n
-        by_phase[op.phase] = by_phase.get(op.phase, 0.0) + t.total_s * n
+        acc.add(t, n, op.op_class, op.phase)
         by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
-        kernels += op.count if launches_kernel(op) else 0
-    total = compute + memory + overhead
+        acc.kernels += op.count if launches_kernel(op) else 0
+    kernels = acc.kernels
+    by_phase = acc.by_phase_s
+    total = acc.total_s
+    compute, memory, overhead = acc.compute_s, acc.memory_s, acc.overhead_s
     hw_flops = step.flops
     m_flops = model_flops(step, workload)
     key = compute_dtype_key(workload.precision)
@@ -161,13 +218,16 @@ def step_time(
     assumptions = list(eff.describe())
     assumptions.append(
         f"step = sum of kernel times on one stream (no overlap between kernels); {kernels:,} kernel launches"
+        + (f", CPU-bound for {acc.cpu_bound_s / total:.0%} of the step (eager dispatch slower than the kernels)"
+           if total > 0 and acc.cpu_bound_s > 0.005 * total else "")
     )
     if time_factor != 1.0:
         assumptions.append(f"every kernel time ×{time_factor:.3f}: calibrated (measured / estimated step time "
                            "on this GPU and software)")
     if workload.precision == "fp32":
         assumptions.append(
-            "fp32 matmuls on CUDA cores: TF32 off, PyTorch's default (--precision tf32 allows it)"
+            "fp32 matmuls on CUDA cores: TF32 off, PyTorch's default (--precision tf32 allows it); "
+            "fp32 convolutions in TF32 where the GPU has it (torch.backends.cudnn.allow_tf32 is True by default)"
         )
     inference = None
     if generate:
@@ -197,6 +257,8 @@ def step_time(
         kernels=kernels,
         inference=inference,
         by_op_class_s=by_class,
+        breakdown_s=acc.breakdown_s(),
+        arch=eff.arch,
     )
 
 

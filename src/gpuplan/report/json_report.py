@@ -57,6 +57,8 @@ def timing_to_dict(timing: Timing) -> dict[str, Any]:
             "overhead_s": st.overhead_s,
             "by_phase_s": dict(st.by_phase_s),
             "by_op_class_s": dict(st.by_op_class_s),
+            "breakdown_s": dict(st.breakdown_s),
+            "efficiency_arch": st.arch,
             "kernels": st.kernels,
             "model_flops": st.model_flops,
             "tflops_achieved": st.tflops_achieved,

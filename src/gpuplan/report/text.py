@@ -98,6 +98,7 @@ def render_estimate(est: Estimate) -> str:
             tp = est.timing.throughput
             lines.append(f"step time {format_seconds(est.timing.step_time_s)}   throughput {tp['value']:,.1f} "
                          f"{tp['unit']}   MFU {100 * est.timing.mfu:.1f}%")
+            lines.append(_breakdown_line(est.timing.time.breakdown_s, est.timing.step_time_s))
     if est.step.top_activation_modules:
         where = f"the peak ({est.step.peak_phase}), as in the activations component"
         lines += ["", f"activation memory at {where}, by module (top 10):"]
@@ -106,6 +107,17 @@ def render_estimate(est: Estimate) -> str:
     if est.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
+
+
+_BREAKDOWN_WORDS = {"gemm": "GEMM", "conv": "conv", "attention": "attention", "memory_bound": "memory-bound",
+                    "launch": "launch/dispatch", "communication_exposed": "exposed communication"}
+
+
+def _breakdown_line(breakdown_s: dict[str, float], total_s: float) -> str:
+    """Where the step time goes: the cost classes over 0.5% of it, largest first."""
+    total = total_s or 1.0
+    parts = sorted(((v, k) for k, v in breakdown_s.items() if v > 0.005 * total), reverse=True)
+    return "time by class   " + " · ".join(f"{_BREAKDOWN_WORDS.get(k, k)} {100 * v / total:.0f}%" for v, k in parts)
 
 
 def verdict_line(est: Estimate) -> str:

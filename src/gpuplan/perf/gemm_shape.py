@@ -1,0 +1,96 @@
+"""GEMM efficiency as a function of shape: tile and wave quantization over the GPU's SMs, and the
+fixed cost of a short K loop.
+
+The model follows NVIDIA's "Matrix Multiplication Background User's Guide" (docs.nvidia.com/
+deeplearning/performance/dl-performance-matrix-multiplication, sections "Tile Quantization" and
+"Wave Quantization"): a GEMM's M×N output is cut into tiles, each tile runs on one SM, and the
+tiles run in waves of ``sm_count``; a partial last tile or a partial last wave does full-tile work.
+cuBLAS picks among tile sizes (smaller tiles fill more SMs but run slower per FLOP), so the
+efficiency is the best of a few candidate tiles. A K loop of ``k`` elements pays a prologue and
+epilogue worth about ``k_half`` elements of main loop: ``k / (k + k_half)``.
+
+The trace records FLOPs and bytes, not shapes: the shape is recovered from them
+(:func:`matmul_shape`, :func:`conv_shape`), exact for ``mm`` and close for ``addmm``/``bmm``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuplan.trace.records import OpRecord
+
+DTYPE_BYTES: dict[str, int] = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+}
+
+Tile = tuple[int, int, float]
+"""(tile rows, tile columns, per-FLOP speed of that tile relative to the largest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """``batch`` independent ``m×k @ k×n`` products (a convolution as its implicit GEMM)."""
+
+    m: float
+    n: float
+    k: float
+    batch: float = 1.0
+
+
+def matmul_shape(op: OpRecord) -> GemmShape | None:
+    """Shape of a traced matmul from its FLOPs (2·M·N·K), output bytes (M·N) and input bytes
+    (M·K + K·N); None when the record cannot be a GEMM (no FLOPs or no output)."""
+    elem = DTYPE_BYTES.get(op.dtype, 4)
+    out = op.bytes_written / elem
+    if op.flops <= 0 or out <= 0:
+        return None
+    k = op.flops / (2.0 * out)
+    mn_sum = op.bytes_read / elem / k if k > 0 else 0.0  # M + N (bias and batch make it a little larger)
+    disc = mn_sum * mn_sum - 4.0 * out
+    if disc < 0:  # batched or with a bias: a square output is the neutral guess
+        side = math.sqrt(out)
+        return GemmShape(side, side, k)
+    root = math.sqrt(disc)
+    return GemmShape((mn_sum + root) / 2.0, max((mn_sum - root) / 2.0, 1.0), k)
+
+
+def conv_shape(op: OpRecord) -> GemmShape | None:
+    """Implicit GEMM of a convolution: the output elements (N·Ho·Wo × C_out) as the M×N, and
+    K = C_in·kh·kw / groups from FLOPs = 2·outputs·K. C_out cannot be told from the input bytes,
+    so the output is taken as square in tiles (only the tile count matters here)."""
+    elem = DTYPE_BYTES.get(op.dtype, 4)
+    out = op.bytes_written / elem
+    if op.flops <= 0 or out <= 0:
+        return None
+    side = math.sqrt(out)
+    return GemmShape(side, side, op.flops / (2.0 * out))
+
+
+def shape_efficiency(shape: GemmShape, sm_count: int | None, tiles: tuple[Tile, ...], k_half: float) -> float:
+    """Fraction of the large-GEMM rate a GEMM of ``shape`` reaches (1.0: a large square GEMM).
+
+    Without an SM count (GPUs the catalog has not counted) only the K-loop term applies."""
+    k_term = shape.k / (shape.k + k_half) if shape.k > 0 else 0.0
+    big = (1 + k_half / 4096.0)  # a 4096-deep K loop is what "large" is calibrated on
+    if not sm_count or not tiles:
+        return min(1.0, k_term * big)
+    best = 0.0
+    # either orientation of a tile (cuBLAS transposes freely): symmetric in M and N, and the best of
+    # tile options each non-increasing in efficiency-time keeps time monotone in M, N and batch
+    for tm, tn, speed in tiles + tuple((b, a, v) for a, b, v in tiles):
+        rows, cols = math.ceil(shape.m / tm), math.ceil(shape.n / tn)
+        count = rows * cols * max(shape.batch, 1.0)
+        useful = shape.m * shape.n * max(shape.batch, 1.0) / (count * tm * tn)  # tile quantization
+        waves = count / sm_count
+        wave_fill = waves / math.ceil(waves)  # wave quantization
+        best = max(best, speed * useful * wave_fill)
+    return min(1.0, best * k_term * big)
