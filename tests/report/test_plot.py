@@ -9,6 +9,8 @@ exact-accounting peak, ``tensor_peak_bytes``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import sys
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
+from gpuplan.cli.main import main
 from gpuplan.cli.pictures import estimate_timeline
 from gpuplan.errors import ConfigError
 from gpuplan.estimate import estimate
@@ -49,6 +52,30 @@ def _render_both(fig: Figure, tmp_path: Path, name: str) -> tuple[Path, Path]:
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
     assert svg.read_text(encoding="utf-8").lstrip().startswith("<?xml")
     return png, svg
+
+
+def _cli_picture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, drawer: str, argv: list[str]
+                 ) -> tuple[dict[str, Any], Figure, Path]:
+    """Run ``gpuplan ARGV --plot F.svg --html F.html --json`` in-process, keeping the figure the CLI drew
+    (to render it to PNG as well and read its artists). Returns (stdout JSON, figure, SVG path)."""
+    drawn: list[Figure] = []
+    original = getattr(plot, drawer)
+
+    def spy(*args: Any, **kwargs: Any) -> Figure:
+        drawn.append(original(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(plot, drawer, spy)
+    svg, page = tmp_path / f"{argv[0]}.svg", tmp_path / f"{argv[0]}.html"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*argv, "--plot", str(svg), "--html", str(page), "--json"])
+    assert code == 0, err.getvalue()
+    data = json.loads(out.getvalue())  # stdout: the one JSON object
+    assert len(drawn) == 1 and page.read_text(encoding="utf-8").count("<svg") == 1
+    png = plot.save_figure(drawn[0], tmp_path / f"{argv[0]}.png")
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    return data, drawn[0], svg
 
 
 @pytest.fixture(scope="module")
@@ -115,15 +142,10 @@ def test_weights_only_estimate_draws_the_bar_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_fit_picture(tiny_gpt2: str, tmp_path: Path) -> None:
-    from gpuplan.advise.fit import fit
-
-    result = fit(tiny_gpt2, "GTX-1080-Ti", None, target_batch_size=8)
-    data = json.loads(json.dumps(result.to_dict()))
-    probes = [p.to_dict() for p in result.probes]
-    assert len(probes) >= 3  # batch 1, 2 and the confirming traces
-    fig = plot.fit_figure(data, probes)
-    _, svg = _render_both(fig, tmp_path, "fit")
+def test_fit_picture(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str, tmp_path: Path) -> None:
+    data, fig, svg = _cli_picture(monkeypatch, tmp_path, "fit_figure",
+                                  ["fit", tiny_gpt2, "--gpu", "RTX-3070", "--target-batch-size", "8"])
+    probes = [p for p in (data["max_batch"], data["max_batch_plus_one"]) if p]
     mem, tim, ladder = fig.axes
     assert mem.get_xlabel() == "batch size" and "memory needed" in mem.get_ylabel()
     assert tim.get_ylabel() == "step time (ms)"
@@ -133,6 +155,7 @@ def test_fit_picture(tiny_gpt2: str, tmp_path: Path) -> None:
     fits, misses = mem.collections[0].get_offsets(), mem.collections[1].get_offsets()
     assert max(x for x, _ in fits) == data["max_batch_size"]
     assert min(x for x, _ in misses) == data["max_batch_size"] + 1
+    assert len(fits) + len(misses) >= 3  # batch 1, 2 and the confirming traces at least
     div, _ = plot._scale(max(data["gpu_usable_memory_bytes"], *(p["min_required_bytes"] for p in probes)))
     top_fit = max(fits, key=lambda xy: xy[0])
     assert top_fit[1] * div == pytest.approx(data["max_batch"]["min_required_bytes"], rel=1e-12)
@@ -141,13 +164,10 @@ def test_fit_picture(tiny_gpt2: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_plan_picture(tiny_gpt2: str, tmp_path: Path) -> None:
-    from gpuplan.parallel.plan import plan
-
-    p = plan(tiny_gpt2, gpus=2, gpu="A100-80GB", global_batch_size=4, micro_batch_size=2)
-    data = json.loads(json.dumps(p.to_dict()))
-    fig = plot.plan_figure(data)
-    _, svg = _render_both(fig, tmp_path, "plan")
+def test_plan_picture(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str, tmp_path: Path) -> None:
+    data, fig, svg = _cli_picture(monkeypatch, tmp_path, "plan_figure",
+                                  ["plan", tiny_gpt2, "--gpus", "2", "--gpu", "A100-80GB", "--global-batch-size", "4",
+                                   "--micro-batch-size", "2"])
     mem, tim = fig.axes
     rows = len(data["ranks"]) + len(data["alternatives"])
     assert len(mem.get_yticklabels()) == rows and len(tim.get_yticklabels()) == 1 + len(data["alternatives"])
@@ -166,19 +186,15 @@ def test_plan_picture(tiny_gpt2: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_recommend_picture_marks_the_pareto_front(tiny_gpt2: str, tmp_path: Path) -> None:
-    from gpuplan.advise.recommend import recommend
-    from gpuplan.hardware import get_gpu
-
-    gpus = [get_gpu(g) for g in ("RTX-4090", "A100-80GB", "H100-SXM", "L4")]
-    prices = {"RTX-4090": 0.4, "A100-80GB": 1.6, "H100-SXM": 2.5, "L4": 0.5}
-    result = recommend(tiny_gpt2, None, max_gpus=1, prices=prices, gpus=gpus)
-    data = json.loads(json.dumps(result.to_dict()))
-    fig = plot.recommend_figure(data)
-    _, svg = _render_both(fig, tmp_path, "recommend")
+def test_recommend_picture_marks_the_pareto_front(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str,
+                                                  tmp_path: Path) -> None:
+    prices = tmp_path / "prices.csv"
+    prices.write_text("RTX-4090,0.4\nA100-80GB,1.6\nH100-SXM,2.5\nL4,0.5\n")
+    data, fig, svg = _cli_picture(monkeypatch, tmp_path, "recommend_figure",
+                                  ["recommend", tiny_gpt2, "--max-gpus", "1", "--prices", str(prices)])
     times, costs = fig.axes
     fitting = [c for c in data["recommendations"] if c["step_time_s"]]
-    assert [t.get_text() for t in times.get_yticklabels()] == [f"{c['count']}× {c['gpu']}" for c in fitting]
+    assert [t.get_text() for t in times.get_yticklabels()] == [f"{c['count']}× {c['gpu']}" for c in fitting][:25]
     assert costs.get_ylabel() == "$ per million"
     pts = [(c["step_time_s"] * 1e3, c["cost_per_million_usd"]) for c in fitting if c["cost_per_million_usd"]]
     assert len(pts) >= 2
@@ -220,12 +236,8 @@ def test_user_text_is_drawn_as_itself(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_serve_picture(tiny_gpt2: str, tmp_path: Path) -> None:
-    from gpuplan.serve import serve
-
-    data = json.loads(json.dumps(serve(tiny_gpt2, gpu="RTX-4090").to_dict()))
-    fig = plot.serve_figure(data)
-    _, svg = _render_both(fig, tmp_path, "serve")
+def test_serve_picture(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str, tmp_path: Path) -> None:
+    data, fig, svg = _cli_picture(monkeypatch, tmp_path, "serve_figure", ["serve", tiny_gpt2, "--gpu", "RTX-4090"])
     mem, tim = fig.axes
     texts = _svg_texts(svg)
     assert _bytes_in(texts, "KV cache") == data["kv_cache_bytes"]
