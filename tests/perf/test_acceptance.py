@@ -1,42 +1,75 @@
 """Cost model against published measurements (shared/reference/calibration.csv rows, cited by id)
-and the decode bandwidth bound."""
+and the decode bandwidth bound. The timm rows need timm (the vision extra)."""
 
 from __future__ import annotations
+
+import statistics
+from typing import Any
 
 import pytest
 
 from gpuplan.estimate import estimate
-from gpuplan.perf import DEFAULT_EFFICIENCY, step_time
-from gpuplan.perf.calibration import CASES, predict, trace_case
+from gpuplan.perf import step_time
+from gpuplan.perf.calibration import CASES, Case, predict, trace_case
+from gpuplan.perf.efficiency import efficiency_for, load_factors
 
-TOLERANCE = 0.25  # issue 3 acceptance: throughput rows within 25%
+# Issue 10 acceptance, per family present on the public rows: median |error| <= 10%, worst <= 25%.
+# Each row's own tolerance is the worst-case bound (25%); the estimates are shown in docs/accuracy.md.
+ROW_TOLERANCE = 0.25
+FAMILY_MEDIAN = 0.10
+LOFO_MEDIAN = 0.20
+# Korthikanti et al. 2022 Table 5 rows held within ~10% before cost model v2 and must still hold.
+KORTHIKANTI_TOLERANCE = 0.10
 
 
-def _case(row_id: str):  # type: ignore[no-untyped-def]
+def _case(row_id: str) -> Case:
     return next(c for c in CASES if c.row_id == row_id)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("row_id", ["hf-bertl-vanilla-tput", "hf-bertl-fp16-tput"])
-def test_bert_large_v100_samples_per_s(row_id: str) -> None:
-    """calibration.csv hf-bertl-vanilla-tput (8.86 samples/s, fp32) and hf-bertl-fp16-tput (18.64,
-    AMP fp16): HF perf_train_gpu_one.mdx @0016acf7, bert-large-uncased seq-cls, b4 × 512, V100-SXM2-16GB,
-    Trainer with transformers' AdamW loop, zeroed grads and eager attention (see perf/calibration.py)."""
-    case = _case(row_id)
-    step, w, gpu = trace_case(case)
-    got = predict(case, step, w, gpu, DEFAULT_EFFICIENCY)
-    assert abs(got / case.published - 1) < TOLERANCE, (got, case.published)
+@pytest.fixture(scope="module")
+def errors() -> dict[str, float]:
+    """estimate / published − 1 for every calibration row (each (model, workload) traced once)."""
+    cache: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
+    out = {}
+    for case in CASES:
+        key = (case.model, repr(sorted(case.workload.items())), case.gpu)
+        if key not in cache:
+            cache[key] = trace_case(case)
+        step, w, gpu = cache[key]
+        out[case.row_id] = predict(case, step, w, gpu, efficiency_for(gpu.arch)) / case.published - 1
+    return out
 
 
 @pytest.mark.slow
-def test_korthikanti_22b_iteration_times() -> None:
-    """calibration.csv kor-t5-22b-iter-sel (1.1 s) and kor-t5-22b-iter-full (1.42 s): Korthikanti
-    et al. 2022 Table 5, GPT 22B, micro-batch 4 × 2048, TP 8 on DGX A100 80GB; and kor-t5-22b-mfu (41.5%)."""
-    for row_id in ("kor-t5-22b-iter-sel", "kor-t5-22b-iter-full", "kor-t5-22b-mfu"):
-        case = _case(row_id)
-        step, w, gpu = trace_case(case)
-        got = predict(case, step, w, gpu, DEFAULT_EFFICIENCY)
-        assert abs(got / case.published - 1) < TOLERANCE, (row_id, got, case.published)
+@pytest.mark.parametrize("row_id", [c.row_id for c in CASES])
+def test_row_within_25_percent(errors: dict[str, float], row_id: str) -> None:
+    """Every public throughput row of shared/reference/calibration.csv that gpuplan models (source and
+    workload in perf/calibration.py, cited by row id) is estimated within 25%."""
+    assert abs(errors[row_id]) <= ROW_TOLERANCE, (row_id, errors[row_id], _case(row_id).source)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted({c.family for c in CASES}))
+def test_family_median_within_10_percent(errors: dict[str, float], family: str) -> None:
+    """Issue 10: per family (bert, cnn, decoder-llm, vit) median |error| <= 10% on the public rows."""
+    family_errors = [abs(errors[c.row_id]) for c in CASES if c.family == family]
+    assert statistics.median(family_errors) <= FAMILY_MEDIAN, (family, family_errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row_id", ["kor-t5-22b-iter-sel", "kor-t5-22b-iter-full", "kor-t5-22b-mfu"])
+def test_korthikanti_figures_still_hold(errors: dict[str, float], row_id: str) -> None:
+    """calibration.csv kor-t5-22b-iter-sel (1.1 s), -iter-full (1.42 s), -mfu (41.5%): Korthikanti et
+    al. 2022 Table 5, GPT 22B, micro-batch 4 × 2048, TP 8 on DGX A100 80GB: within 10% as before v2."""
+    assert abs(errors[row_id]) <= KORTHIKANTI_TOLERANCE, (row_id, errors[row_id])
+
+
+def test_stored_fit_reproduces_and_leave_one_family_out_holds() -> None:
+    """The leave-one-family-out residuals scripts/calibrate_fit.py stored with the factors (refit
+    without a family, predict it): overall median |error| <= 20% (issue 10)."""
+    lofo = load_factors()["fitted"]["leave_one_family_out"]
+    assert set(lofo) == {c.row_id for c in CASES}
+    assert statistics.median(abs(e) for e in lofo.values()) <= LOFO_MEDIAN
 
 
 @pytest.mark.slow

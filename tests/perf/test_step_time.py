@@ -175,14 +175,17 @@ def _batch_ops(batch: int, shapes: list[tuple[int, int, int]], dtype: str) -> li
     out = []
     for m0, n, k in shapes:
         m = m0 * batch
-        out.append(OpRecord("aten.mm.default", "forward", "l", "matmul", dtype, 2 * m * n * k, e * (m * k + k * n), e * m * n))
+        flops, read = 2 * m * n * k, e * (m * k + k * n)
+        out.append(OpRecord("aten.mm.default", "forward", "l", "matmul", dtype, flops, read, e * m * n))
         out.append(OpRecord("aten.gelu.default", "forward", "l", "other", dtype, 0, e * m * n, e * m * n))
     return out
 
 
 @settings(max_examples=80, deadline=None)
 @given(
-    shapes=st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 8192), st.integers(1, 8192)), min_size=1, max_size=6),
+    shapes=st.lists(
+        st.tuples(st.integers(1, 4096), st.integers(1, 8192), st.integers(1, 8192)), min_size=1, max_size=6
+    ),
     batch=st.integers(1, 64),
     more=st.integers(1, 64),
     gpu=st.sampled_from(_GPUS),
