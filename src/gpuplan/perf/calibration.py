@@ -355,8 +355,11 @@ def _timm_source(name: str) -> Any:
         kind = "timm"
 
         def build(self, workload: Workload, layers: Any = None) -> Any:
+            import importlib
+
             import timm
-            import timm.models.vision_transformer as vit
+
+            vit: Any = importlib.import_module("timm.models.vision_transformer")
 
             # timm computes stochastic-depth rates with tensor.item(), which a fake tensor cannot
             # answer; the same linear rule in plain Python (the rows ran without drop path anyway)
