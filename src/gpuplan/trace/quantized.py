@@ -60,7 +60,8 @@ class QuantizedLinear(nn.Linear):
         self.quant_buffers: tuple[str, ...] = tuple(t.name.replace(".", "_") for t in stats)
         for t, name in zip(stats, self.quant_buffers, strict=True):
             self.register_buffer(name, torch.zeros(t.shape, dtype=TORCH_DTYPES[t.dtype]))
-        self.bias = base.bias
+        bias = base.bias
+        self.register_parameter("bias", bias if isinstance(bias, nn.Parameter) else None)
         self.logical_params_count = self.in_features * self.out_features
         """Weights the layer represents (the packed parameter holds fewer elements)."""
 
@@ -83,16 +84,22 @@ class QuantizedLinear(nn.Linear):
         """The weight as a fused kernel sees it: ``[n, k]`` in ``dtype`` without a byte behind it."""
         return torch.zeros((), dtype=dtype).expand(self.out_features, self.in_features)
 
+    def _stat(self, name: str) -> torch.Tensor:
+        """One of the format's buffers (scales, absmax, codes) by its attribute name."""
+        value = self._buffers[name]
+        assert value is not None
+        return value
+
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         """A real ``[n, k]`` copy of the weight in ``dtype`` (bnb's dequantize, CB·SCB/127, AWQ's dequant)."""
         if self.fmt.method in ("bnb-nf4", "bnb-fp4") and self.fmt.double_quant:
-            absmax = torch.empty(self.weight_absmax.shape, dtype=torch.float32)  # the uint8 absmax, dequantized
-            absmax = absmax + self.weight_nested_offset
+            absmax = torch.empty(self._stat("weight_absmax").shape, dtype=torch.float32)  # dequantized absmax
+            absmax = absmax + self._stat("weight_nested_offset")
             weight = torch.empty((self.out_features, self.in_features), dtype=dtype)
             del absmax
             return weight
         if self.fmt.method == "bnb-int8":
-            scale = self.SCB.unsqueeze(1).mul(1.0 / 127.0)
+            scale = self._stat("SCB").unsqueeze(1).mul(1.0 / 127.0)
             return self.weight.to(dtype, copy=True).mul_(scale)
         return torch.empty((self.out_features, self.in_features), dtype=dtype)
 
@@ -155,7 +162,9 @@ def _features(module: nn.Module) -> tuple[int, int]:
     """(in_features, out_features) of a linear layer or a Conv1D."""
     if isinstance(module, nn.Linear):
         return module.in_features, module.out_features
-    rows, cols = module.weight.shape  # Conv1D: [nx, nf]
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    rows, cols = weight.shape  # Conv1D: [nx, nf]
     return int(rows), int(cols)
 
 
@@ -228,8 +237,8 @@ def logical_params_count(model: nn.Module) -> int:
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
-            quantized = isinstance(module, QuantizedLinear) and name == "weight"
-            seen[id(p)] = module.logical_params_count if quantized else p.numel()
+            seen[id(p)] = (module.logical_params_count if isinstance(module, QuantizedLinear) and name == "weight"
+                           else p.numel())
     return sum(seen.values())
 
 
