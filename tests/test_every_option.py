@@ -312,3 +312,20 @@ def test_ui_verb_with_every_flag_answers_as_estimate_does(tiny: Path) -> None:
         proc.terminate()
         proc.wait(timeout=30)
     assert {**api, "model": str(tiny)} == estimate_json(str(tiny), "--batch-size", "4", "--seq-len", "16")
+
+
+@pytest.mark.slow
+def test_plan_ep(tmp_path: Path) -> None:
+    # plan --ep: expert parallelism on a tiny Mixtral (8 experts, top-2); the answer carries ep and
+    # the all-to-all time it adds
+    cfg = dict(model_type="mixtral", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=256,
+               num_local_experts=8, num_experts_per_tok=2)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["plan", str(tmp_path / "config.json"), "--gpus", "8", "--gpu", "H100-SXM", "--ep", "4",
+                     "--seq-len", "16", "--json"])
+    assert code == 0
+    result = json.loads(out.getvalue())
+    assert result["parallelism"]["ep"] == 4 and result["time_parts_s"]["ep_comm"] > 0
