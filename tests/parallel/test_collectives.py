@@ -6,7 +6,7 @@ import pytest
 
 from gpuplan.errors import ConfigError, LayoutError
 from gpuplan.hardware import get_gpu
-from gpuplan.parallel.collectives import all_gather_s, all_reduce_s, group, p2p_s
+from gpuplan.parallel.collectives import all_gather_s, all_reduce_s, all_to_all_s, group, p2p_s
 from gpuplan.parallel.topology import INTER_EFFICIENCY, INTRA_EFFICIENCY, INTRA_LATENCY_S, make_topology
 
 
@@ -26,9 +26,44 @@ def test_ring_all_reduce_inside_a_node() -> None:
     assert not g.crosses_nodes and g.bus_gb_per_s == pytest.approx(450 * INTRA_EFFICIENCY)
     size = 1e9
     bw_term = 2 * 7 / 8 * size / (450 * INTRA_EFFICIENCY * 1e9)
-    # NCCL picks tree latency (2·log2 8 = 6 steps) over ring (2·7 steps); same bus bytes
-    assert all_reduce_s(g, size) == pytest.approx(bw_term + 6 * INTRA_LATENCY_S)
-    assert all_gather_s(g, size) == pytest.approx(bw_term / 2 + 7 * INTRA_LATENCY_S)
+    # Large message: ring, Simple protocol (NCCL tuning.cc): base 8.4 µs + 2·7 NVLink hops of 3.4 µs
+    assert all_reduce_s(g, size) == pytest.approx(bw_term + 8.4e-6 + 14 * INTRA_LATENCY_S)
+    assert all_gather_s(g, size) == pytest.approx(bw_term / 2 + 8.4e-6 + 7 * INTRA_LATENCY_S)
+    assert INTRA_LATENCY_S == pytest.approx(3.4e-6)
+
+
+def test_small_messages_are_latency_bound_on_ll() -> None:
+    # 1 KiB all-reduce on 8 NVLink GPUs: LL ring, base 6.6 µs + 14 hops × 0.6 µs + bytes at 1/4 bus bw
+    g = group(make_topology(get_gpu("H100-SXM"), 8), 8, 1)
+    small = 1024.0
+    ll = 6.6e-6 + 14 * 0.6e-6 + 2 * 7 / 8 * small / (g.bus_gb_per_s * 1e9 / 4)
+    assert all_reduce_s(g, small) == pytest.approx(ll)
+    # α dominates: doubling a tiny message barely changes the time, doubling a large one doubles it
+    assert all_reduce_s(g, 2 * small) < 1.01 * all_reduce_s(g, small)
+    assert all_reduce_s(g, 2e9) == pytest.approx(2 * all_reduce_s(g, 1e9), rel=0.01)
+
+
+def test_tree_beats_ring_across_many_nodes() -> None:
+    # 1536 GPUs (192 nodes): a ring all-reduce pays 2·1535 hops; NCCL's tree pays
+    # 2·(7 NVLink hops + log2(192) = 8 network hops), so small all-reduces stay near 0.1 ms
+    t = make_topology(get_gpu("A100-80GB-SXM"), 1536)
+    g = group(t, 1536, 1)
+    assert g.nodes == 192 and g.ranks_per_node == 8
+    assert all_reduce_s(g, 1e6) < 0.2e-3
+    # all-gather and reduce-scatter have no tree: per-layer gathers of small shards are latency-bound
+    assert all_gather_s(g, 1e3) > 1e-3
+    assert all_gather_s(g, 1e3) == pytest.approx(all_gather_s(g, 1e5), rel=0.05)
+
+
+def test_all_to_all_across_nodes_goes_through_each_ranks_nic() -> None:
+    # 64 ranks on 8 nodes: 56/64 of each rank's bytes leave the node through its own NIC
+    t = make_topology(get_gpu("H100-SXM"), 64, nodes=8)
+    g = group(t, 64, 1)
+    size = 1e9
+    nic = 50 * INTER_EFFICIENCY * 1e9
+    assert all_to_all_s(g, size) == pytest.approx(56 / 64 * size / nic, rel=0.01)
+    inside = group(t, 8, 1)
+    assert all_to_all_s(inside, size) < all_to_all_s(g, size) / 5
 
 
 def test_group_across_nodes_uses_its_nics() -> None:

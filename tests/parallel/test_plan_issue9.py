@@ -257,7 +257,8 @@ def test_every_layout_has_an_engine_or_a_reason(gpt2_ctx: Any) -> None:
 @pytest.mark.slow
 def test_emit_refusal_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], config_json: str) -> None:
     code, out, err = _run(
-        capsys, "plan", config_json, "--gpus", "4", "--gpu", "H100-SXM", "--zero", "3", "--emit", "torchrun"
+        capsys, "plan", config_json, "--gpus", "4", "--gpu", "H100-SXM", "--zero", "3", "--tp", "1",
+        "--emit", "torchrun"
     )
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "--emit deepspeed or --emit accelerate" in err

@@ -9,9 +9,10 @@ node, each with its own NIC, so its bus bandwidth is the smaller of the intra-no
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpuplan.parallel.topology import Topology
 from gpuplan.perf.collectives import (
-    INTER_LATENCY_S,
     Group,
     all_gather_s,
     all_reduce_s,
@@ -24,13 +25,16 @@ from gpuplan.perf.collectives import (
 __all__ = ["Group", "all_gather_s", "all_reduce_s", "all_to_all_s", "group", "p2p_s", "reduce_scatter_s"]
 
 
+@lru_cache(maxsize=4096)  # a search places the same few groups thousands of times
 def group(topo: Topology, size: int, stride: int) -> Group:
     """The process group of ``size`` ranks spaced ``stride`` apart."""
-    if size <= 1 or size * stride <= topo.gpus_per_node:
-        return intra_node_group(size, topo.intra_gb_per_s, topo.intra_efficiency)
+    link = "pcie" if topo.intra_link == "pcie" else "nvlink"
     intra = topo.intra_gb_per_s * topo.intra_efficiency
+    if size <= 1 or size * stride <= topo.gpus_per_node:
+        return intra_node_group(size, topo.intra_gb_per_s, topo.intra_efficiency, link)
     per_node = max(1, topo.gpus_per_node // stride) if stride < topo.gpus_per_node else 1
     per_node = min(per_node, size)
-    inter = per_node * topo.inter_gb_per_s * topo.inter_efficiency
+    nic = topo.inter_gb_per_s * topo.inter_efficiency
+    inter = per_node * nic
     bw = min(intra, inter) if intra > 0 else inter
-    return Group(size, bw, INTER_LATENCY_S, True)
+    return Group(size, bw, -(-size // per_node), link, nic_gb_per_s=nic, link_gb_per_s=intra or bw)

@@ -293,6 +293,10 @@ def megatron_args(p: Plan) -> list[str]:
         args.append(f"--group-query-attention --num-query-groups {prof.kv_heads}")
     if lay.tp > 1 and lay.sequence_parallel:
         args.append("--sequence-parallel")
+    if prof.experts:
+        args.append(f"--num-experts {prof.experts} --moe-router-topk {prof.experts_per_token}")
+    if lay.ep > 1:
+        args.append(f"--expert-model-parallel-size {lay.ep}")
     if lay.pp > 1 and lay.schedule == "interleaved":
         args.append(f"--num-layers-per-virtual-pipeline-stage {prof.layers // (lay.pp * lay.virtual_stages)}")
     if lay.checkpointing == "full":
@@ -307,6 +311,10 @@ def megatron_args(p: Plan) -> list[str]:
 
 def engines_for(lay: Layout) -> tuple[str, ...]:
     """The ``--emit`` values whose output implements ``lay`` as planned (may be empty)."""
+    if lay.ep > 1:
+        # Megatron-LM has --expert-model-parallel-size; a ds_config, accelerate's plugins and the
+        # torch snippet have no expert-parallel setting (DeepSpeed-MoE / torchtitan need model code).
+        return ("torchrun",) if lay.engine == "megatron" else ()
     if lay.engine == "deepspeed":
         # a ds_config (and accelerate's DeepSpeed plugin) carries ZeRO, offload and batching only:
         # tensor parallelism needs Megatron-DeepSpeed, pipelines a PipelineModule in user code.
@@ -326,6 +334,11 @@ def refusal(lay: Layout, kind: str) -> str | None:
     what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
     if can:
         return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
+    if lay.ep > 1:
+        return (
+            f"no --emit value implements it: {what} with expert parallelism (ep={lay.ep}), which only "
+            "Megatron-LM's arguments express; use --megatron for Megatron-LM arguments, or --ep 1"
+        )
     return (
         f"no --emit value implements it: {what} with tp={lay.tp} pp={lay.pp}, which needs Megatron-DeepSpeed; "
         "fix --tp 1 --pp 1 for a DeepSpeed config, or --megatron for Megatron-LM arguments"

@@ -14,10 +14,21 @@ slowest stage; data-parallel gradient traffic overlaps the last backward as the 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from gpuplan.memory.offload import optimizer_offload_time
-from gpuplan.parallel.collectives import Group, all_gather_s, all_reduce_s, group, p2p_s, reduce_scatter_s
+from gpuplan.parallel.collectives import (
+    Group,
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    group,
+    p2p_s,
+    reduce_scatter_s,
+)
 from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
 from gpuplan.parallel.profile import ModelProfile
 from gpuplan.parallel.topology import Topology
@@ -25,6 +36,9 @@ from gpuplan.parallel.zero import model_states_bytes
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 """torch DistributedDataParallel's default bucket_cap_mb (25 MiB)."""
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+"""torch DDP's first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB): reduced as soon as the
+last layers' gradients exist, so gradient traffic starts early in the backward."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +242,18 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
             )
         )
     out = []
+    a2a = _a2a_message_bytes(p, layout)
     for kind, rank_params, act, cast in kinds:
-        params, grads, opt, buffers = _states(ctx, layout, rank_params)
+        dense, expert = _expert_split(p, layout, rank_params, per_stage_layers)
+        params, grads, opt, buffers = _states(ctx, layout, dense)
+        opt_temp = _optimizer_temp(ctx, layout, dense)
+        if expert:
+            # the rank's own experts: sharded/replicated over the dp/ep ranks that hold the same ones
+            ep_layout = _expert_layout(layout)
+            e_params, e_grads, e_opt, _ = _states(ctx, ep_layout, expert)
+            params, grads, opt = params + e_params, grads + e_grads, opt + e_opt
+            opt_temp += _optimizer_temp(ctx, ep_layout, expert)
+            buffers += 2 * a2a  # dispatch and combine receive buffers of one MoE layer
         rank = RankMemory(
             kind,
             int(params),
@@ -238,7 +262,7 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
             int((act + transient) * scale),
             int(buffers + p2p),
             ctx.overhead_bytes,
-            int(_optimizer_temp(ctx, layout, rank_params)),
+            int(opt_temp),
             int(cast),
         )
         slack = p.allocator_slack_fraction * (rank.allocated_bytes - ctx.overhead_bytes)
@@ -246,9 +270,95 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     return tuple(out)
 
 
+def _expert_split(p: ModelProfile, layout: Layout, rank_params: float, layers: float) -> tuple[float, float]:
+    """(dense, own-expert) parameters of a rank that would hold ``rank_params`` without expert
+    parallelism: under ``ep`` it keeps 1/ep of its stage's routed experts."""
+    if layout.ep <= 1 or not p.block_expert_params:
+        return rank_params, 0.0
+    experts = p.block_expert_params * layers / layout.tp
+    return rank_params - experts, experts / layout.ep
+
+
+@lru_cache(maxsize=1024)
+def _expert_layout(layout: Layout) -> Layout:
+    """The layout the expert weights see: data-parallel over the dp/ep ranks holding the same experts."""
+    return replace(layout, dp=layout.dp // layout.ep, ep=1)
+
+
+def _a2a_message_bytes(p: ModelProfile, layout: Layout) -> float:
+    """Bytes one rank sends in one MoE all-to-all: its tokens × experts per token × hidden."""
+    if layout.ep <= 1 or not p.block_expert_params:
+        return 0.0
+    sp = layout.sequence_parallel and layout.tp > 1
+    tokens = layout.micro_batch_size * p.seq_len / (layout.tp if sp else 1)
+    return tokens * max(p.experts_per_token, 1) * p.hidden * p.compute_bytes
+
+
+def _calls_s(op: Callable[[Group, float], float], g: Group, total_bytes: float, per_call_bytes: float) -> float:
+    """``op`` over ``total_bytes`` issued in calls of at most ``per_call_bytes`` (each pays α)."""
+    if total_bytes <= 0 or g.size <= 1:
+        return 0.0
+    per = min(per_call_bytes, total_bytes) if per_call_bytes > 0 else total_bytes
+    full = math.floor(total_bytes / per)
+    rest = total_bytes - full * per
+    return full * op(g, per) + (op(g, rest) if rest > 0 else 0.0)
+
+
+def _bucketed_exposed(
+    op: Callable[[Group, float], float],
+    g: Group,
+    total_bytes: float,
+    bucket_bytes: float,
+    first_bucket_bytes: float,
+    window_s: float,
+) -> float:
+    """Gradient buckets reduced while the backward (``window_s``) still runs: bucket k is ready
+    once its share of the backward is done; the comm stream runs them in order. With equal buckets
+    the comm stream ends at max(first ready + all buckets, last ready + last bucket), so what shows
+    past the backward is the larger of the excess and the last bucket, which always waits."""
+    if total_bytes <= 0 or g.size <= 1:
+        return 0.0
+    first = min(first_bucket_bytes, total_bytes)
+    comm = op(g, first) + _calls_s(op, g, total_bytes - first, bucket_bytes)
+    last = op(g, min(bucket_bytes, total_bytes))
+    first_ready_s = window_s * first / total_bytes
+    return max(last, first_ready_s + comm - window_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathers:
+    """Per-block parameter gathers and gradient reduce-scatters of FSDP2 / ZeRO-3 (seconds)."""
+
+    block_ag_s: float
+    block_rs_s: float
+    outer_ag_s: float
+    outer_rs_s: float
+
+
+def _sharded_exposed(layout: Layout, g: _Gathers, layers: float, bf: float, bb: float, covered: float) -> float:
+    """Communication of one micro-batch that FSDP2 / ZeRO-3 cannot hide behind block compute.
+
+    FSDP2: the next block's all-gather is in flight while this block computes (prefetch depth 1,
+    forward and backward); the root's and the first block's gathers come before any compute, the
+    last block's and the root's reduce-scatters after the last backward. Gathers and
+    reduce-scatters share one NCCL communicator, so in backward they queue behind each other.
+    DeepSpeed ZeRO-3 fetches a block's submodules in order and prefetches only ``covered`` (the
+    prefetch bucket's share of a block) ahead; the rest of each block's gather is on demand."""
+    s = layout.sharding
+    ag, rs = g.block_ag_s, g.block_rs_s
+    regather = not (isinstance(s, FSDP2) and not s.reshard_after_forward)
+    lead = ag * (1 - covered)  # fetched on demand: always exposed
+    ahead = ag * covered
+    rest = max(layers - 1, 0.0)
+    fwd = g.outer_ag_s + ag + rest * (lead + max(0.0, ahead - bf))
+    bwd_ag = ahead if regather else 0.0
+    bwd = rest * ((lead if regather else 0.0) + max(0.0, bwd_ag + rs - bb)) + rs + g.outer_rs_s
+    return fwd + bwd
+
+
 def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     p, topo = ctx.profile, ctx.topology
-    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
     scale = layout.micro_batch_size / p.micro_batch
     cb = p.compute_bytes
     tp_group = group(topo, tp, 1)
@@ -270,29 +380,65 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
     # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
     act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * cb
-    per_block = 4 + (2 if layout.checkpointing == "full" else 0)
+    recompute = layout.checkpointing == "full"
+    per_block = 4 + (2 if recompute else 0)
     tp_s = layers * per_block * all_reduce_s(tp_group, act_bytes) if tp > 1 else 0.0
-    # FSDP2 / ZeRO-3: parameters gathered per micro-batch (twice if resharded after forward) and
-    # gradients reduce-scattered, prefetched one block ahead so only the excess over compute shows.
-    shard_exposed = 0.0
+    # Expert parallelism: every MoE block sends its tokens to their experts and back (all-to-all
+    # dispatch + combine) in forward, again in backward, and in the recomputed forward; on the
+    # critical path (the next op needs the tokens).
+    a2a = _a2a_message_bytes(p, layout)
+    ep_group = group(topo, ep, tp)
+    ep_s = layers * (4 + (2 if recompute else 0)) * all_to_all_s(ep_group, a2a) if a2a else 0.0
+    # parameters per rank of one block, dense and own experts (the ones sharded over dp/ep ranks)
+    blk_dense, blk_expert = _expert_split(p, layout, p.block_params / tp, 1.0)
     stage_params = p.params_count / pp / tp
+    stage_dense, stage_expert = _expert_split(p, layout, stage_params, layers)
+    expert_dp = dp // ep
+    expert_dp_group = group(topo, expert_dp, tp * ep)
+    # FSDP2 / ZeRO-3: parameters gathered block by block each micro-batch (again in backward if
+    # resharded after forward), gradients reduce-scattered block by block.
+    shard_exposed = 0.0
     s = layout.sharding
     zero3 = isinstance(s, Zero) and s.stage == 3
     if (isinstance(s, FSDP2) or zero3) and layout.shard_group > 1:
-        gathers = 2 if (zero3 or (isinstance(s, FSDP2) and s.reshard_after_forward)) else 1
-        ag = all_gather_s(shard_group, cb * stage_params)
-        rs = reduce_scatter_s(shard_group, (p.grad_bytes_per_param if isinstance(s, FSDP2) else cb) * stage_params)
-        fwd_c, bwd_c = max(stage_f), max(stage_b)
-        first_block = all_gather_s(shard_group, cb * p.block_params / tp)
-        shard_exposed = max(0.0, ag - fwd_c) + max(0.0, (gathers - 1) * ag + rs - bwd_c) + first_block
-    slot = slot_compute + tp_s + shard_exposed
+        grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb
+        outer = p.outer_params / tp
+        if isinstance(s, FSDP2):
+            # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate)
+            def gather(n: float, grp: Group) -> float:
+                return all_gather_s(grp, cb * n)
+
+            def scatter(n: float, grp: Group) -> float:
+                return reduce_scatter_s(grp, grad_b * n)
+
+            covered = 1.0
+        else:
+            # DeepSpeed: one all-gather per submodule; gradients in reduce_bucket_size buckets (h²)
+            red, prefetch, _ = zero3_buckets(p.hidden)
+            mods = max(p.block_param_modules, 1)
+
+            def gather(n: float, grp: Group) -> float:
+                return mods * all_gather_s(grp, cb * n / mods)
+
+            def scatter(n: float, grp: Group) -> float:
+                return _calls_s(reduce_scatter_s, grp, grad_b * n, grad_b * red)
+
+            covered = min(1.0, prefetch / max(p.block_params / tp, 1.0))
+        g = _Gathers(
+            gather(blk_dense, shard_group) + gather(blk_expert, expert_dp_group),
+            scatter(blk_dense, shard_group) + scatter(blk_expert, expert_dp_group),
+            gather(outer, shard_group),
+            scatter(outer, shard_group),
+        )
+        shard_exposed = _sharded_exposed(layout, g, layers, bf, bb, covered)
+    slot = slot_compute + tp_s + ep_s + shard_exposed
     # ---- pipeline -------------------------------------------------------------------------------
     m = layout.grad_accum
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
     bubble_slots = (pp - 1) / v if pp > 1 else 0.0
     pp_s = 0.0
     if pp > 1:
-        p2p_group = Group(2, _p2p_bw(topo, tp * dp), group(topo, 2, tp * dp).latency_s, False)
+        p2p_group = _p2p_group(topo, tp * dp)
         # Megatron's scatter/gather optimisation (and SP) send 1/tp of the activation per TP rank.
         msg = act_bytes / tp
         pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
@@ -302,26 +448,30 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     dp_exposed = 0.0
     if dp > 1 and not isinstance(s, FSDP2) and not zero3:
         grad_b = cb if isinstance(s, Zero) else p.grad_bytes_per_param
-        if isinstance(s, Zero):  # stages 1 and 2 here
-            comm = reduce_scatter_s(dp_group, grad_b * stage_params) + all_gather_s(dp_group, cb * stage_params)
-            tail = all_gather_s(dp_group, cb * stage_params)  # updated params gathered after the step
+        groups = ((dp_group, stage_dense), (expert_dp_group, stage_expert))
+        if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
+            # updated parameters all-gathered after the step (allgather_bucket_size): after the step
+            bucket = cb * bucket_elements(stage_params)
+            first = bucket
+            reduce_op = reduce_scatter_s
+            tail = sum(_calls_s(all_gather_s, grp, cb * n, bucket) for grp, n in groups)
         else:
-            comm = all_reduce_s(dp_group, grad_b * stage_params)
-            tail = 0.0
-        if pp > 1:
-            dp_exposed = comm  # after the pipeline flush (Megatron / DeepSpeed pipeline engine)
+            bucket, first, reduce_op, tail = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, all_reduce_s, 0.0
+        if pp > 1:  # after the pipeline flush (Megatron / DeepSpeed pipeline engine): nothing hides it
+            dp_exposed = sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail
         else:
-            # Buckets are reduced while the last micro-batch's backward runs; the last bucket
-            # (DDP bucket_cap_mb = 25 MB; DeepSpeed reduce_bucket_size) always waits for backward to end.
-            bucket = cb * bucket_elements(stage_params) if isinstance(s, Zero) else DDP_BUCKET_BYTES
-            last = all_reduce_s(dp_group, min(bucket, grad_b * stage_params))
+            # buckets reduced while the last micro-batch's backward runs (no_sync before it)
             window = max(stage_b)
-            dp_exposed = max(comm - tail - window, last) + tail
+            dp_exposed = (
+                sum(_bucketed_exposed(reduce_op, grp, grad_b * n, bucket, first, window) for grp, n in groups) + tail
+            )
     elif isinstance(s, FSDP2) and s.hsdp_shard is not None:  # Layout holds it below dp
         replicas = group(topo, dp // s.hsdp_shard, tp * s.hsdp_shard)
         dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / s.hsdp_shard)
     # ---- optimizer --------------------------------------------------------------------------
-    updated = stage_params / (layout.shard_group if layout.shard_group > 1 else 1)
+    shard = layout.shard_group if layout.shard_group > 1 else 1
+    expert_shard = max(shard // ep, 1) if shard > 1 else 1
+    updated = stage_dense / shard + stage_expert / expert_shard
     if isinstance(s, Zero) and s.offload_optimizer:
         # the one CPU-offload model (memory/offload.py, also fit's offload rung): DeepSpeed moves
         # compute-dtype gradients to the host and parameters back; the host link is PCIe (the
@@ -337,6 +487,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         "pipeline_bubble": bubble,
         "tp_comm": m * tp_s,
         "pp_comm": pp_s,
+        "ep_comm": m * ep_s,
         "shard_comm_exposed": m * shard_exposed,
         "dp_comm_exposed": dp_exposed,
         "optimizer": opt,
@@ -344,6 +495,12 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     total = compute + bubble + pp_s + dp_exposed + opt
     parts["compute"] = m * slot_compute
     return total, parts
+
+
+@lru_cache(maxsize=256)
+def _p2p_group(topo: Topology, stride: int) -> Group:
+    """Adjacent pipeline stages ``stride`` ranks apart, at the bandwidth of one path between them."""
+    return replace(group(topo, 2, stride), bus_gb_per_s=_p2p_bw(topo, stride))
 
 
 def _p2p_bw(topo: Topology, stride: int) -> float:

@@ -133,13 +133,25 @@ class Layout:
     virtual_stages: int = 1
     """Model chunks per pipeline rank for the interleaved schedule (1 for 1F1B)."""
     checkpointing: str = "none"
+    ep: int = 1
+    """Expert-parallel degree (MoE): each block's experts are split over groups of ``ep``
+    consecutive data-parallel ranks (``ep`` divides ``dp``) and replicated over ``dp/ep`` groups;
+    tokens reach their experts by an all-to-all (dispatch) and come back by another (combine)."""
 
     def __post_init__(self) -> None:
         s = self.sharding
-        if not isinstance(s, DDP | MegatronDDP | Zero | FSDP2):
+        if isinstance(self.ep, bool) or self.ep < 1 or self.dp % self.ep:
             raise LayoutError(
-                f"sharding {s!r} is not a Sharding (allowed: DDP(), MegatronDDP(), Zero(stage), FSDP2())"
+                f"ep({self.ep}) must be at least 1 and divide dp({self.dp}) "
+                f"(experts are split over groups of data-parallel ranks); use a divisor of dp"
             )
+        if self.ep > 1 and isinstance(s, FSDP2) and s.hsdp_shard is not None:
+            raise LayoutError(
+                f"expert parallelism (ep={self.ep}) with HSDP (shard={s.hsdp_shard}) is not modelled; "
+                "use FSDP2 over all of dp, or ep 1"
+            )
+        if not isinstance(s, DDP | MegatronDDP | Zero | FSDP2):
+            raise LayoutError(f"sharding {s!r} is not a Sharding (allowed: DDP(), MegatronDDP(), Zero(stage), FSDP2())")
         if isinstance(s, Zero):
             check_zero_pipeline(s.stage, self.pp)
         if isinstance(s, FSDP2) and s.hsdp_shard is not None and (s.hsdp_shard >= self.dp or self.dp % s.hsdp_shard):
@@ -198,6 +210,8 @@ class Layout:
     def describe(self) -> str:
         s = self.sharding
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", s.name]
+        if self.ep > 1:
+            parts.insert(3, f"ep={self.ep}")
         if isinstance(s, FSDP2) and not s.reshard_after_forward:
             parts.append("no-reshard")
         if isinstance(s, FSDP2) and s.hsdp_shard is not None:
@@ -257,6 +271,17 @@ def check_batch(global_batch: int, dp: int, micro_batch: int) -> int:
             f"{per} ({global_batch} mod {per} = {global_batch % per})"
         )
     return global_batch // per
+
+
+def check_experts(ep: int, experts: int) -> None:
+    """Expert parallelism needs an MoE model whose expert count ``ep`` divides."""
+    if ep > 1 and not experts:
+        raise LayoutError(f"ep({ep}) needs a mixture-of-experts model; this model has no experts: use --ep 1")
+    if ep > 1 and experts % ep:
+        raise LayoutError(
+            f"ep({ep}) does not divide the {experts} experts per layer ({experts} mod {ep} = {experts % ep}); "
+            "use an ep that divides the expert count"
+        )
 
 
 def check_sharding(zero: int, fsdp: bool, tp: int, pp: int, megatron: bool = False) -> None:

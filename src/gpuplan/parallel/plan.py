@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import LayoutError
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
 from gpuplan.parallel.layout import Zero
-from gpuplan.parallel.profile import ModelProfile, profile_model
+from gpuplan.parallel.profile import ModelProfile, config_experts, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
 from gpuplan.units import format_bytes
@@ -109,6 +109,7 @@ def plan(
     micro_batch_size: int | None = None,
     sequence_parallel: bool = True,
     megatron: bool | None = None,
+    ep: int | None = None,
     workload: Workload | None = None,
     max_alternatives: int = 5,
     checkpointing_fixed: bool | None = None,
@@ -131,8 +132,9 @@ def plan(
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
     fixed_ckpt = "checkpointing" in workload_fields if checkpointing_fixed is None else checkpointing_fixed
-    _check_counts(nodes=nodes, gpus_per_node=gpus_per_node, global_batch_size=global_batch_size,
-                  micro_batch_size=micro_batch_size)
+    _check_counts(
+        nodes=nodes, gpus_per_node=gpus_per_node, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size
+    )
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
@@ -157,8 +159,10 @@ def plan(
         checkpointing=w.checkpointing,
         sequence_parallel=sequence_parallel,
         megatron=megatron,
+        ep=ep,
     )
-    validate(base, heads=heads, kv_heads=kv, layers=layers)
+    experts = config_experts(cfg)
+    validate(base, heads=heads, kv_heads=kv, layers=layers, experts=experts)
 
     over = overheads_for(
         arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability, trains=True
@@ -173,7 +177,10 @@ def plan(
     ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
     t1 = time.perf_counter()
     evals, n = rank(
-        ctx, candidates(base, heads=heads, kv_heads=kv, layers=prof.layers, gpus_per_node=topo.gpus_per_node)
+        ctx,
+        candidates(
+            base, heads=heads, kv_heads=kv, layers=prof.layers, gpus_per_node=topo.gpus_per_node, experts=prof.experts
+        ),
     )
     search_s = time.perf_counter() - t1
     if not evals:
@@ -195,6 +202,7 @@ def plan(
                 kv_heads=kv,
                 layers=prof2.layers,
                 gpus_per_node=topo.gpus_per_node,
+                experts=prof2.experts,
             ),
         )
         search_s += time.perf_counter() - t1
@@ -222,6 +230,7 @@ def plan(
                 kv_heads=kv,
                 layers=prof.layers,
                 gpus_per_node=topo.gpus_per_node,
+                experts=prof.experts,
             ),
         )
         search_s += time.perf_counter() - t1

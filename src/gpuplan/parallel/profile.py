@@ -39,6 +39,8 @@ _TRAIN_PHASES = ("forward", "loss", "backward")
 # Activations Megatron-style tensor parallelism leaves replicated on every TP rank (without
 # sequence parallelism): the block's residual stream, layer norms, and the dropouts after the
 # row-parallel projections (Korthikanti et al. 2022, Sec. 4.2.1: the 10·sbh term).
+_EXPERTS = re.compile(r"(^|\.)experts(\.|$)")
+"""Routed experts' modules (transformers' ``mlp.experts``; ``shared_experts`` are dense)."""
 _REPLICATED = re.compile(r"(^$)|((^|\.)[^.]*(ln|norm)[^.]*$)|(resid_dropout$)|(^mlp\.dropout$)|(^dropout$)")
 
 
@@ -120,6 +122,15 @@ class ModelProfile:
     peak_tflops: float
     compute_dtype: str
     assumptions: tuple[str, ...]
+    block_expert_params: int = 0
+    """Parameters of one block's routed experts (MoE; 0 for dense models): what expert
+    parallelism shards. Shared experts and the router stay with the dense part."""
+    experts: int = 0
+    """Routed experts per MoE block (the config's ``num_local_experts`` / ``num_experts``)."""
+    experts_per_token: int = 0
+    """Experts each token is routed to (``num_experts_per_tok``)."""
+    block_param_modules: int = 1
+    """Modules of one block that own parameters: DeepSpeed ZeRO-3 gathers them one by one."""
 
     @property
     def model_flops_per_sample(self) -> float:
@@ -140,6 +151,11 @@ def _cfg_int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
         if isinstance(v, int) and not isinstance(v, bool):
             return v
     return default
+
+
+def config_experts(cfg: dict[str, Any]) -> int:
+    """Routed experts per MoE layer from a Hugging Face config (0: a dense model)."""
+    return _cfg_int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
 
 
 def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
@@ -201,6 +217,11 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
     if not container:
         full_layers = 1
     params_count = outer_params + block_params * full_layers
+    expert_params = block_modules = 0
+    if block_re is not None:
+        in_block = [(m, n) for m, n in pmap.items() if block_re.match(m) and n > 0]
+        expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // traced_layers
+        block_modules = max(1, len(in_block) // traced_layers)
     emb = sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared")))
     largest = max(pmap.values()) if pmap else 0
     by_cat = {
@@ -359,6 +380,10 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
         peak_tflops=full.peak_tflops,
         compute_dtype=full.compute_dtype,
         assumptions=assumptions,
+        block_expert_params=expert_params,
+        experts=config_experts(cfg) if expert_params else 0,
+        experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if expert_params else 0,
+        block_param_modules=block_modules or 1,
     )
 
 

@@ -17,6 +17,7 @@ from gpuplan.parallel.layout import (
     ZeroStage,
     check_batch,
     check_degrees,
+    check_experts,
     check_model,
     check_sharding,
 )
@@ -40,6 +41,8 @@ class Constraints:
     checkpointing: str = "none"
     offload: bool = False
     sequence_parallel: bool = True
+    ep: int | None = None
+    """Expert-parallel degree (MoE models); None searches the divisors of dp that divide the experts."""
     megatron: bool | None = None
     """Megatron-LM layouts (16-bit weights, fp32 master in the optimizer): None searches them for
     tp > 1 or pp > 1; True: only them; False: never."""
@@ -50,8 +53,17 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
+def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int, experts: int = 0) -> None:
     """Refuse fixed degrees that cannot exist, with the arithmetic (before any search)."""
+    if c.ep is not None:
+        if c.ep < 1:
+            raise LayoutError(f"ep must be at least 1, got {c.ep}")
+        check_experts(c.ep, experts)
+        if c.dp is not None and c.dp % c.ep:
+            raise LayoutError(
+                f"ep({c.ep}) does not divide dp({c.dp}) ({c.dp} mod {c.ep} = {c.dp % c.ep}): experts are split "
+                "over groups of data-parallel ranks; use an ep that divides dp"
+            )
     if c.dp is not None and c.tp is not None and c.pp is not None:
         check_degrees(c.gpus, c.dp, c.tp, c.pp)
     fixed = [(n, v) for n, v in (("dp", c.dp), ("tp", c.tp), ("pp", c.pp)) if v is not None]
@@ -77,7 +89,9 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int) -> None:
         )
 
 
-def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int) -> Iterator[Layout]:
+def candidates(
+    c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_per_node: int, experts: int = 0
+) -> Iterator[Layout]:
     # Megatron TP splits attention heads and MLPs: only transformers (heads > 0) get tp > 1.
     tps = [c.tp] if c.tp else [t for t in divisors(c.gpus) if t <= gpus_per_node and (heads or t == 1)]
     for tp in tps:
@@ -93,6 +107,10 @@ def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_p
                 continue
             if c.global_batch % dp:
                 continue
+            if c.ep is not None:
+                eps = [c.ep] if dp % c.ep == 0 else []
+            else:  # MoE: every expert-parallel degree that splits both dp and the experts
+                eps = [e for e in divisors(dp) if experts and experts % e == 0] if experts else [1]
             per_rank = c.global_batch // dp
             mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
             for m in mbs:
@@ -101,18 +119,22 @@ def candidates(c: Constraints, *, heads: int, kv_heads: int, layers: int, gpus_p
                 ga = per_rank // m
                 for sched, v in _schedules(pp, layers, ga):
                     for shard in _shardings(c, dp, tp, pp, gpus_per_node):
-                        yield Layout(
-                            dp=dp,
-                            tp=tp,
-                            pp=pp,
-                            micro_batch_size=m,
-                            grad_accum=ga,
-                            schedule=sched,
-                            virtual_stages=v,
-                            checkpointing=c.checkpointing,
-                            sequence_parallel=tp > 1 and c.sequence_parallel,
-                            sharding=shard,
-                        )
+                        for ep in eps:
+                            if ep > 1 and isinstance(shard, FSDP2) and shard.hsdp_shard is not None:
+                                continue  # not modelled (Layout refuses it)
+                            yield Layout(
+                                dp=dp,
+                                tp=tp,
+                                pp=pp,
+                                micro_batch_size=m,
+                                grad_accum=ga,
+                                schedule=sched,
+                                virtual_stages=v,
+                                checkpointing=c.checkpointing,
+                                sequence_parallel=tp > 1 and c.sequence_parallel,
+                                sharding=shard,
+                                ep=ep,
+                            )
 
 
 def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
@@ -167,8 +189,6 @@ def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int
     evals = [evaluate(ctx, lay) for lay in layouts]
     evals.sort(key=lambda e: (e.per_gpu_peak_bytes > ctx.usable_bytes, e.step_time_s, e.per_gpu_peak_bytes))
     return evals, len(evals)
-
-
 
 
 def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
