@@ -69,6 +69,20 @@ def test_weight_bytes_per_quant_type_are_exact(mixed: tuple[Path, dict[str, int]
     assert summary.weight_bytes == sum(written.values()) == sum(summary.tensor_bytes)
 
 
+def test_the_header_parser_agrees_with_the_gguf_packages_reader(mixed: tuple[Path, dict[str, int]]) -> None:
+    from gguf import GGUFReader
+
+    path, _ = mixed
+    reader = GGUFReader(path)
+    summary = read_gguf_header(path)
+    assert summary.tensor_bytes == tuple(int(t.n_bytes) for t in reader.tensors)
+    by_type: dict[str, int] = {}
+    for t in reader.tensors:
+        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + int(t.n_elements)
+    assert summary.dtypes == by_type
+    assert summary.architecture == reader.fields["general.architecture"].contents()
+
+
 def _estimate(*argv: str) -> tuple[int, dict[str, Any], str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -126,7 +140,7 @@ def test_damaged_files_are_one_line(mixed: tuple[Path, dict[str, int]], damage: 
     assert "\n" not in str(info.value) and len(str(info.value)) < 400
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cut=st.integers(min_value=0, max_value=4000), flip=st.integers(min_value=0, max_value=4000),
        value=st.integers(min_value=0, max_value=255))
 def test_any_truncated_or_corrupted_header_is_a_model_source_error(tmp_path: Path, cut: int, flip: int,
