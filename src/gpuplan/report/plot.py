@@ -97,7 +97,7 @@ def _limit_line(ax: Axes, limit_bytes: int | None, top_bytes: float, div: float,
     then written in the corner instead."""
     if not limit_bytes:
         return
-    if limit_bytes <= 3 * top_bytes:
+    if limit_bytes <= 4 * top_bytes:
         ax.axhline(limit_bytes / div, color=LIMIT_COLOR, linestyle="--", linewidth=1.2, label=label)
     else:
         ax.text(0.99, 0.98, f"{label}\n(off scale)", transform=ax.transAxes, ha="right", va="top", fontsize=7)
@@ -146,7 +146,7 @@ def _timeline_axes(ax: Axes, tl: MemoryTimeline, peak_bytes: int, usable: int | 
     if traced_peak == peak_bytes:
         ax.plot([at], [peak_bytes / div], marker="v", color=LIMIT_COLOR, linestyle="none",
                 label=_peak_text("peak", peak_bytes))
-        ax.annotate(_peak_text("peak", peak_bytes), (at, peak_bytes / div), xytext=(6, 6),
+        ax.annotate(_peak_text("peak", peak_bytes), (at, peak_bytes / div), xytext=(8, -12),
                     textcoords="offset points", fontsize=8)
     else:
         # scaled to full depth (or decode extrapolated): the timeline is the traced run's shape,
@@ -161,7 +161,7 @@ def _timeline_axes(ax: Axes, tl: MemoryTimeline, peak_bytes: int, usable: int | 
     ax.set_ylim(bottom=0)
     ax.set_xlabel("op of the traced step")
     ax.set_ylabel(f"live tensor memory ({unit})")
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=4, fontsize=7, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), ncol=4, fontsize=7, frameon=False)
 
 
 def _component_bar(ax: Axes, data: Mapping[str, Any], usable: int | None, gpu_label: str) -> None:
@@ -178,7 +178,7 @@ def _component_bar(ax: Axes, data: Mapping[str, Any], usable: int | None, gpu_la
     ax.set_xlim(-0.6, 0.6)
     ax.set_ylabel(unit)
     handles, labels = ax.get_legend_handles_labels()  # top of the stack first, as drawn
-    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=7, frameon=False)
+    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(0.0, -0.14), fontsize=7, frameon=False)
 
 
 # --- fit --------------------------------------------------------------------------------------
