@@ -195,10 +195,12 @@ def estimate(
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(work, target_gpu)
     from gpuplan.trace.float8 import fp8_notes
+    from gpuplan.trace.optimizers import optimizer_notes
     from gpuplan.trace.peft import peft_notes
     from gpuplan.trace.quantized import quantization_notes
 
-    assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work), *peft_notes(source, work)])
+    assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work), *peft_notes(source, work),
+                        *(optimizer_notes(work.optimizer) if work.trains else [])])
     step = trace_source(source, work, cc, fake=True, cuda=True)
     mem = memory_on_gpu(step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
                         cuda_context_bytes=cal.cuda_context_bytes if cal else None, weight_quant=weight_quant)

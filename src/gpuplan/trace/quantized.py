@@ -25,6 +25,7 @@ trace counts their FLOPs without allocating a 16-bit weight that does not exist.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -169,9 +170,9 @@ def _features(module: nn.Module) -> tuple[int, int]:
 
 
 def _skipped(name: str, skip: Iterable[str]) -> bool:
-    """transformers' rule for ``modules_to_not_convert``: a key names a module or a path segment of it."""
-    dotted = f".{name}."
-    return any(f".{key}." in dotted for key in skip)
+    """transformers' rule for ``modules_to_not_convert``: a key names a module or a run of its path segments,
+    ``*`` standing for any segments (gpt-oss lists ``model.layers.*.self_attn``)."""
+    return any(fnmatch.fnmatchcase(f".{name}.", f"*.{key}.*") for key in skip)
 
 
 def quantize_linears(model: nn.Module, fmt: WeightFormat | str, *, compute_dtype: torch.dtype,
