@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import ConfigError
 from gpuplan.memory.offload import describe_model, optimizer_offload_time
 from gpuplan.units import format_bytes
-from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, Workload
+from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_SEQ_LEN, Workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -273,7 +273,8 @@ class _Tracer:
 
 @dataclass(frozen=True, slots=True)
 class _Search:
-    """A largest-batch search: the batch, the confirming points at it and at batch + 1, the slope."""
+    """A largest-value search: the value (batch, or seq-len steps), the confirming points at it and
+    at value + 1 step, the slope (bytes per step)."""
 
     batch: int
     point: Point | None
@@ -281,18 +282,45 @@ class _Search:
     bytes_per_sample: int
 
 
-def _largest_batch(tracer: _Tracer, base: Workload) -> _Search:
-    """The largest batch of ``base``'s config that fits, in at most MAX_SEARCH_TRACES + 2 traces.
+@dataclass(frozen=True, slots=True)
+class _Axis:
+    """What a search grows: ``field`` of the workload in steps of ``unit`` (n steps = n·unit), up to
+    ``limit`` steps."""
 
-    The slope comes from the exact tensor peaks at batch 1 and 2 (allocator rounding makes the
-    reserved totals step-like at small batches); each guess is anchored on the nearest traced
-    point and kept inside the bracket of known fitting / failing batches (bisection as fallback).
+    field: str
+    unit: int
+    limit: int
+
+    def at(self, base: Workload, n: int) -> Workload:
+        return base.with_(**{self.field: n * self.unit})
+
+    def steps(self, point: Point) -> int:
+        return int(getattr(point.workload, self.field)) // self.unit
+
+
+BATCH_AXIS = _Axis("batch_size", 1, MAX_BATCH_SIZE)
+SEQ_LEN_STEP = 64
+"""Resolution of the largest-sequence-length search, in tokens (fine-tuning tables print context
+lengths to a few hundred tokens; one token more changes nothing a user would choose)."""
+
+
+def seq_len_axis(limit_tokens: int = MAX_SEQ_LEN) -> _Axis:
+    return _Axis("seq_len", SEQ_LEN_STEP, max(1, limit_tokens // SEQ_LEN_STEP))
+
+
+def _largest_batch(tracer: _Tracer, base: Workload, axis: _Axis = BATCH_AXIS) -> _Search:
+    """The largest batch (or other ``axis`` value) of ``base``'s config that fits, in at most
+    MAX_SEARCH_TRACES + 2 traces.
+
+    The slope comes from the exact tensor peaks at 1 and 2 steps (allocator rounding makes the
+    reserved totals step-like at small sizes); each guess is anchored on the nearest traced
+    point and kept inside the bracket of known fitting / failing values (bisection as fallback).
     """
     usable = tracer.gpu.usable_memory_bytes
-    p1 = tracer.point(base.with_(batch_size=1), timed=False)
+    p1 = tracer.point(axis.at(base, 1), timed=False)
     if not p1.fits:
         return _Search(0, None, p1, 0)
-    p2 = tracer.point(base.with_(batch_size=2), timed=False)
+    p2 = tracer.point(axis.at(base, 2), timed=False)
     slope = max(p2.tensor_peak_bytes - p1.tensor_peak_bytes, p2.need_bytes - p1.need_bytes, 1)
     known: dict[int, Point] = {1: p1, 2: p2}
 
@@ -302,11 +330,11 @@ def _largest_batch(tracer: _Tracer, base: Workload) -> _Search:
         return lo, (min(misses) if misses else None)
 
     def secant(lo: int, hi: int | None) -> int:
-        """Batch where the line through two traced points reaches the usable memory."""
+        """Value where the line through two traced points reaches the usable memory."""
         a, b = known[lo], known[hi] if hi is not None else p1
         if b is a:
             b = p1
-        db = b.workload.batch_size - a.workload.batch_size
+        db = axis.steps(b) - axis.steps(a)
         s = (b.need_bytes - a.need_bytes) / db if db else 0.0
         if s <= 0:
             s = float(slope)
@@ -323,15 +351,15 @@ def _largest_batch(tracer: _Tracer, base: Workload) -> _Search:
         lo, hi = bracket()
         if hi == lo + 1:
             return confirmed(lo, hi)
-        if lo >= MAX_BATCH_SIZE:
+        if lo >= axis.limit:
             return confirmed(lo, None)
-        top = (hi - 1) if hi is not None else MAX_BATCH_SIZE
+        top = (hi - 1) if hi is not None else axis.limit
         g = min(max(guess, lo + 1), top)
         if hi is not None and (g in known or same_side >= 3):
             # bisect when the secant stalls: three traces in a row on the same side of the boundary
             # (allocator segments make the totals piecewise constant near it)
             g, same_side = (lo + hi) // 2, 0
-        pt = known[g] = tracer.point(base.with_(batch_size=g), timed=False)
+        pt = known[g] = tracer.point(axis.at(base, g), timed=False)
         check = pt.fits and g == lo + 1  # the "+1" check after a fit is not a stall
         same_side = same_side + 1 if pt.fits is last_fit and not check else 1
         last_fit = pt.fits
@@ -385,6 +413,8 @@ def _ladder(base: Workload, gpu: GPU) -> list[tuple[str, str, dict[str, Any]]]:
                 {"optimizer": "adamw-8bit"},
             )
         )
+    if base.trains and base.uses_peft:
+        rungs += _peft_rungs(base)
     if base.trains and base.checkpointing == "none":
         rungs.append(
             (
@@ -401,6 +431,31 @@ def _ladder(base: Workload, gpu: GPU) -> list[tuple[str, str, dict[str, Any]]]:
                 {"checkpointing": "full"},
             )
         )
+    if base.trains and base.peft in ("lora", "dora") and base.load_in == "none":
+        # the frozen base in NF4: ~0.55 bytes per weight instead of 2, dequantized per layer (slower)
+        changes: dict[str, Any] = {"peft": "qlora"} if base.peft == "lora" else {"load_in": "4bit"}
+        flag = "--peft qlora" if base.peft == "lora" else "--load-in-4bit"
+        rungs.append(("4bit-base", f"{flag}: frozen base weights in NF4 (bitsandbytes, double quantization)",
+                      changes))
+    if base.trains and base.uses_peft and base.optimizer in ("adamw", "adam", "adamw-8bit"):
+        rungs.append(("paged-optimizer", "--optimizer paged-adamw-8bit: 8-bit state in CUDA unified memory "
+                      "(bitsandbytes), evicted to the host under pressure", {"optimizer": "paged-adamw-8bit"}))
+    return rungs
+
+
+PEFT_LADDER_RANK = 8
+"""The rank the ladder lowers a larger LoRA rank to (PEFT's default)."""
+
+
+def _peft_rungs(base: Workload) -> list[tuple[str, str, dict[str, Any]]]:
+    """Adapter changes that cost no speed: a smaller rank, PEFT's default targets (fewer adapters)."""
+    rungs: list[tuple[str, str, dict[str, Any]]] = []
+    if base.lora_rank > PEFT_LADDER_RANK:
+        rungs.append(("smaller-rank", f"--lora-rank {PEFT_LADDER_RANK}: smaller adapters and their inputs' "
+                      "saved activations", {"lora_rank": PEFT_LADDER_RANK}))
+    if base.lora_targets:
+        rungs.append(("default-targets", "--lora-targets left to PEFT's default for the architecture (fewer "
+                      "adapted layers)", {"lora_targets": ()}))
     return rungs
 
 
@@ -633,3 +688,101 @@ def _largest_gpu_and_need(techniques: list[TechniqueStep], over_pt: Point | None
     pts = [t.point for t in techniques] or ([over_pt] if over_pt else [])
     need = min((p.need_bytes for p in pts), default=0)
     return largest.id, need
+
+
+@dataclass(frozen=True, slots=True)
+class SeqLenFit:
+    """The largest sequence length of a workload (its batch kept) that fits a GPU: the frontier the
+    fine-tuning tables print (Unsloth, LLaMA-Factory: context length per GPU for a LoRA/QLoRA setup)."""
+
+    model: str
+    gpu: GPU
+    workload: Workload
+    max_seq_len: int
+    """Largest multiple of ``SEQ_LEN_STEP`` tokens that fits; 0 when even SEQ_LEN_STEP does not."""
+    max_point: Point | None
+    over_point: Point | None
+    """The confirming trace SEQ_LEN_STEP tokens further (does not fit); None at the search's limit."""
+    bytes_per_token: int
+    """Slope of the first two traces, per token per sample."""
+    traces: int
+    limit_tokens: int
+    assumptions: tuple[str, ...] = ()
+    probes: tuple[Point, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.max_seq_len >= 1
+
+    @property
+    def reason(self) -> str | None:
+        if self.ok:
+            return None
+        need = self.over_point.need_bytes if self.over_point is not None else 0
+        return (f"{SEQ_LEN_STEP} tokens × batch {self.workload.batch_size} do not fit {self.gpu.id} "
+                f"({format_bytes(self.gpu.usable_memory_bytes)} usable; needs {format_bytes(need)}) — try "
+                "`gpuplan fit` with --target-batch-size 1 for the techniques that would")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu.id,
+            "gpu_usable_memory_bytes": self.gpu.usable_memory_bytes,
+            "axis": "seq-len",
+            "workload": self.workload.to_dict(),
+            "max_seq_len": self.max_seq_len,
+            "seq_len_step": SEQ_LEN_STEP,
+            "limit_tokens": self.limit_tokens,
+            "max_seq_len_point": _seq_point(self.max_point),
+            "max_seq_len_plus_step": _seq_point(self.over_point),
+            "bytes_per_token": self.bytes_per_token,
+            "reason": self.reason,
+            "traces": self.traces,
+            "assumptions": list(self.assumptions),
+        }
+
+    def __str__(self) -> str:
+        from gpuplan.report.advise import render_seq_len_fit
+
+        return render_seq_len_fit(self)
+
+
+def _seq_point(point: Point | None) -> dict[str, Any] | None:
+    return None if point is None else {"seq_len": point.workload.seq_len, **point.to_dict()}
+
+
+def largest_seq_len(
+    model: str | ModelSource,
+    gpu: str | GPU,
+    workload: Workload | None = None,
+    *,
+    limit_tokens: int = MAX_SEQ_LEN,
+    calibration: Calibration | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SeqLenFit:
+    """The largest ``--seq-len`` (in steps of SEQ_LEN_STEP tokens, at most ``limit_tokens``) of
+    ``workload`` — its batch, precision, PEFT setup and techniques as given — that fits ``gpu``.
+    The same search as the largest batch (secant on traced points, confirmed by tracing the answer
+    and one step more); memory grows about linearly in the sequence with fused attention, faster
+    with eager attention, which the confirming traces catch."""
+    from gpuplan.hardware import GPU as GPUType
+    from gpuplan.hardware import get_gpu
+    from gpuplan.models.sources import ModelSource as SourceType
+    from gpuplan.models.sources import resolve_model
+
+    if not SEQ_LEN_STEP <= limit_tokens <= MAX_SEQ_LEN:
+        raise ConfigError(f"sequence-length limit {limit_tokens} is out of range: allowed "
+                          f"{SEQ_LEN_STEP}..{MAX_SEQ_LEN} tokens")
+    source = model if isinstance(model, SourceType) else resolve_model(model)
+    target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
+    base = workload or Workload()
+    tracer = _Tracer(source, target_gpu, calibration, progress)
+    search = _largest_batch(tracer, base, seq_len_axis(limit_tokens))
+    assumptions = (f"largest sequence length searched in steps of {SEQ_LEN_STEP} tokens at batch "
+                   f"{base.batch_size}: two traces give the slope, the answer is confirmed by tracing it and "
+                   f"{SEQ_LEN_STEP} tokens more", *tracer.assumptions)
+    return SeqLenFit(
+        model=source.name, gpu=target_gpu, workload=base, max_seq_len=search.batch * SEQ_LEN_STEP,
+        max_point=search.point, over_point=search.over,
+        bytes_per_token=int(search.bytes_per_sample) // SEQ_LEN_STEP, traces=tracer.traces,
+        limit_tokens=limit_tokens, assumptions=assumptions, probes=tuple(tracer.probes))

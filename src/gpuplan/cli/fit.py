@@ -40,6 +40,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         help="with --target-batch-size: gradient accumulation keeps micro-batch × steps equal to the target "
         "(default: at least the target, with the fewest accumulation steps)",
     )
+    parser.add_argument(
+        "--axis",
+        choices=("batch", "seq-len"),
+        default="batch",
+        help="what to grow until the GPU is full: the batch (default), or the sequence length at the given "
+        "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens)",
+    )
     add_workload_arguments(parser)
     add_output_arguments(parser)
     add_json_argument(parser)
@@ -56,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
     if args.exact_batch and args.target_batch_size is None:
         raise ConfigError("--exact-batch applies with --target-batch-size N only; add the target batch or drop it")
+    if args.axis == "seq-len":
+        return _run_seq_len(args, gpu)
     check_output_paths(args)
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = fit(
@@ -74,6 +83,31 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         if result.reason:  # the text output says it on stdout; with --json stdout is the object only
+            print(f"gpuplan fit: {result.reason}", file=sys.stderr)
+    else:
+        print(result)
+    return 0 if result.ok else 1
+
+
+def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
+    """``fit --axis seq-len``: the largest sequence length at the given batch (advise/fit.largest_seq_len)."""
+    from gpuplan.advise.fit import largest_seq_len
+    from gpuplan.cli.estimate import load_calibration
+    from gpuplan.cli.progress import Progress, wanted
+
+    batch_only = (("--target-batch-size", args.target_batch_size is not None), ("--exact-batch", args.exact_batch),
+                  ("--plot", getattr(args, "plot", None)), ("--html", getattr(args, "html", None)))
+    for flag, given in batch_only:
+        if given:
+            raise ConfigError(f"{flag} applies to --axis batch; --axis seq-len answers the largest --seq-len only")
+    if args.seq_len is not None:
+        raise ConfigError("--axis seq-len searches the sequence length: drop --seq-len (the batch is --batch-size)")
+    with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
+        result = largest_seq_len(args.model, gpu, workload_from_args(args),
+                                 calibration=load_calibration(gpu.id), progress=progress)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        if result.reason:
             print(f"gpuplan fit: {result.reason}", file=sys.stderr)
     else:
         print(result)

@@ -10,7 +10,7 @@ from gpuplan.report.text import table
 from gpuplan.units import GIB, distinguishing_digits, format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from gpuplan.advise.fit import FitResult, Point
+    from gpuplan.advise.fit import FitResult, Point, SeqLenFit
     from gpuplan.advise.recommend import Recommendation
 
 
@@ -86,6 +86,31 @@ def render_fit(r: FitResult) -> str:
     return "\n".join(lines)
 
 
+def render_seq_len_fit(r: SeqLenFit) -> str:
+    """The text of ``gpuplan fit --axis seq-len``."""
+    w = r.workload
+    points = [p for p in (r.max_point, r.over_point) if p is not None]
+    digits = distinguishing_digits([p.need_bytes for p in points], r.gpu.usable_memory_bytes, GIB)
+    usable = format_bytes(r.gpu.usable_memory_bytes, "GiB" if digits > 2 else None, digits)
+    setup = f", --peft {w.peft} rank {w.lora_rank}" if w.peft != "none" else ""
+    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {w.mode}, batch {w.batch_size}, {w.precision}{setup}"]
+    if r.ok:
+        lines.append(f"largest sequence length that fits: {r.max_seq_len:,} tokens "
+                     f"(~{format_bytes(r.bytes_per_token)} per extra token)"
+                     + (f" — the search's limit ({r.limit_tokens:,}); memory is not the limit"
+                        if r.over_point is None else ""))
+    else:
+        lines.append(r.reason or "")
+    if points:
+        rows = [[label, f"{p.workload.seq_len:,}", _gib(p.need_bytes, digits), "yes" if p.fits else "no",
+                 _time(p.step_time_s), _tp(p.throughput)]
+                for label, p in (("confirmed by trace", q) for q in points)]
+        lines += ["", table(rows, ["", "seq-len", "needs GiB", "fits", "step", "throughput"])]
+    if r.assumptions:
+        lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
 def answer_flags(r: FitResult) -> str:
     """The flags that turn the given workload into the one that fits (the ladder's last rung)."""
     if not r.techniques:
@@ -93,9 +118,13 @@ def answer_flags(r: FitResult) -> str:
     final, base = r.techniques[-1].point.workload, r.workload
     flags = [
         f"--{name.replace('_', '-')} {getattr(final, name)}"
-        for name in ("precision", "optimizer", "checkpointing")
+        for name in ("precision", "optimizer", "checkpointing", "peft", "lora_rank")
         if getattr(final, name) != getattr(base, name)
     ]
+    if final.load_in != base.load_in:
+        flags.append(f"--load-in-{final.load_in}")
+    if final.lora_targets != base.lora_targets:  # the ladder only drops them: PEFT's default targets
+        flags.append("(no --lora-targets: PEFT's default)")
     if final.grad_accum != base.grad_accum or final.batch_size != (r.target_batch_size or base.batch_size):
         flags.append(
             f"--batch-size {final.batch_size} --grad-accum {final.grad_accum} "
