@@ -66,6 +66,13 @@ def test_fake_trace_equals_a_real_cpu_run_tensor_by_tensor() -> None:
     assert fake.tensor_components["activations"] > 0 and fake.tensor_components["optimizer_state"] > 0
 
 
+def test_timm_hub_ids_are_timm_models() -> None:
+    # timm's own Hub repos (huggingface.co/timm/resnet50.a1_in1k) hold a timm config, not a transformers one
+    source = resolve_model("timm/resnet50.a1_in1k")
+    assert isinstance(source, TimmSource) and source.name == "timm:resnet50.a1_in1k"
+    assert _params_on_meta(source, Workload()) == 25_557_032
+
+
 def test_unknown_names_get_close_matches_in_one_line() -> None:
     with pytest.raises(UnknownModelError, match="did you mean convnext_tiny") as info:
         resolve_model("timm:convnext_tiyn")

@@ -27,7 +27,8 @@ MODEL forms (the first that applies wins):
   NAME               a built-in catalog name (`gpuplan models` lists them)
   ORG/NAME[@REV]     a Hugging Face Hub id: config.json from the local HF cache (HF_HUB_CACHE /
                      HF_HOME), else the built-in entry with that id, else config.json alone from the
-                     Hub (never with HF_HUB_OFFLINE=1; gated repos need HF_TOKEN)
+                     Hub (never with HF_HUB_OFFLINE=1; gated repos need HF_TOKEN); timm/ARCH.TAG
+                     is the timm model
   BUILDER            a torchvision.models builder name (resnet18, vit_b_16, ...)"""
 
 

@@ -699,6 +699,11 @@ def resolve_model(spec: str) -> ModelSource:
         raise ModelSourceError(f"file {spec!r} does not exist")
     from gpuplan.models.hub import cached_weights, is_hub_id, resolve_hub_id
 
+    if spec.lower().startswith("timm/") and is_hub_id(spec) and "@" not in spec:
+        from gpuplan.models.timm import TimmSource
+
+        # timm publishes its models as timm/ARCH.TAG, with a config.json transformers cannot read
+        return TimmSource(TIMM_PREFIX + spec.split("/", 1)[1])
     if is_hub_id(spec):  # the cached config first; the catalog entry of that id when nothing is cached
         found = resolve_hub_id(spec)
         if found.catalog is not None:
