@@ -141,6 +141,17 @@ def test_factories_are_not_hub_ids(cache: Path) -> None:
     assert not is_hub_id("pkg/mod:factory") and not is_hub_id("./acme/tiny") and not is_hub_id("/abs/path")
 
 
+@pytest.mark.parametrize("spec", ["a--b/c", "acme/b.git", "x/" + "y" * 120])
+def test_ids_the_hub_refuses_are_one_line(cache: Path, spec: str) -> None:
+    with pytest.raises(UnknownModelError, match="not a valid Hugging Face Hub id") as info:
+        resolve_model(spec)
+    _one_line(info)
+
+
+def test_a_revision_cannot_climb_out_of_the_cache(cache: Path) -> None:
+    assert not is_hub_id("acme/tiny@x/../../../etc")
+
+
 _NAME = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_-]{0,20}[A-Za-z0-9])?", fullmatch=True)
 
 

@@ -46,7 +46,8 @@ DOWNLOAD_TIMEOUT_S: Final = 10.0
 def is_hub_id(spec: str) -> bool:
     """``spec`` has the shape of a Hub id (the caller has ruled out existing paths)."""
     match = HUB_ID.match(spec)
-    return match is not None and ".." not in match.group("repo") and not spec.startswith(".")
+    # '..' never names a repo or a revision (huggingface_hub refuses it), and would climb out of refs/
+    return match is not None and ".." not in spec and not spec.startswith(".")
 
 
 def hub_cache_dir() -> Path:
@@ -166,6 +167,13 @@ def resolve_hub_id(spec: str) -> HubModel:
     if match is None:
         raise UnknownModelError(f"{spec!r} is not a Hugging Face Hub id ORG/NAME[@REVISION]")
     repo, revision = match.group("repo"), match.group("revision")
+    _require_hub()
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except ValueError as exc:  # HFValidationError: the Hub's own rules for ids (length, '--', '.git')
+        raise UnknownModelError(f"{spec!r} is not a valid Hugging Face Hub id: {one_line(exc, 160)}") from None
     cache_dir = hub_cache_dir()
     config = cached_config(repo, revision, cache_dir)
     if config is None and revision is None:
