@@ -1,0 +1,108 @@
+"""fit for fine-tuning: the largest sequence length of a PEFT setup on a GPU (the context-length
+frontier the Unsloth and LLaMA-Factory tables print), and the ladder's PEFT rungs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import gpuplan.estimate
+from gpuplan.advise.fit import SEQ_LEN_STEP, _ladder, largest_seq_len
+from gpuplan.errors import ConfigError
+from gpuplan.hardware import GPU, get_gpu
+from gpuplan.models.sources import HFConfigSource
+from gpuplan.report.advise import answer_flags
+from gpuplan.workload import Workload
+from tests.advise.conftest import shrunk
+from tests.fixtures.tiny_models import TINY_LLAMA
+
+LORA = Workload(batch_size=4, peft="lora", precision="bf16")
+
+
+class LinearInSeq:
+    """A stand-in for ``estimate()`` whose need is exactly fixed + per_token·seq_len: the search is
+    checked against an answer known in advance."""
+
+    def __init__(self, gpu: GPU, answer_tokens: int, per_token: int = 1 << 20) -> None:
+        self.per_token = per_token
+        self.fixed = gpu.usable_memory_bytes - answer_tokens * per_token
+        self.calls: list[Workload] = []
+
+    def __call__(self, model: Any, *, workload: Workload, gpu: GPU, **_: Any) -> Any:
+        self.calls.append(workload)
+        need = self.fixed + (workload.seq_len or 0) * self.per_token
+        return SimpleNamespace(total_required_bytes=need, peak_allocated_bytes=need, min_required_bytes=need,
+                               tensor_peak_bytes=need, fits=need <= gpu.usable_memory_bytes, step_time_s=None,
+                               throughput=None, assumptions=())
+
+
+@pytest.mark.parametrize("answer_tokens", [64, 1000, 5000, 37_000])
+def test_seq_len_search_finds_the_frontier_in_bounded_traces(monkeypatch: pytest.MonkeyPatch,
+                                                             answer_tokens: int) -> None:
+    gpu = get_gpu("RTX-4090")
+    stub = LinearInSeq(gpu, answer_tokens)
+    monkeypatch.setattr(gpuplan.estimate, "estimate", stub)
+    result = largest_seq_len(HFConfigSource("tiny-llama", TINY_LLAMA), gpu, LORA)
+    expected = answer_tokens // SEQ_LEN_STEP * SEQ_LEN_STEP  # largest multiple of the step that fits
+    assert result.max_seq_len == expected
+    assert result.max_point is not None and result.max_point.fits
+    assert result.over_point is not None and not result.over_point.fits
+    assert result.over_point.workload.seq_len == expected + SEQ_LEN_STEP
+    assert {w.batch_size for w in stub.calls} == {LORA.batch_size}  # the batch is held
+    assert result.traces <= 16
+    assert result.to_dict()["max_seq_len"] == expected
+
+
+@pytest.mark.slow
+def test_seq_len_frontier_is_estimate_verdict_on_real_traces() -> None:
+    """Tiny Llama + LoRA on a GPU shrunk to a few hundred MiB: the answer fits and 64 tokens more
+    do not, by estimate()'s own verdict on real fake-tensor traces."""
+    gpu = shrunk("L4", 470)
+    result = largest_seq_len(HFConfigSource("tiny-llama", TINY_LLAMA), gpu, LORA)
+    assert result.ok and result.max_seq_len % SEQ_LEN_STEP == 0
+    assert result.max_point is not None and result.over_point is not None
+    assert result.max_point.fits and not result.over_point.fits
+    assert result.over_point.workload.seq_len == result.max_seq_len + SEQ_LEN_STEP
+    assert result.max_point.workload.peft == "lora"
+    assert "largest sequence length that fits" in str(result)
+
+
+def test_seq_len_nothing_fits_is_a_no_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = get_gpu("T4")
+    monkeypatch.setattr(gpuplan.estimate, "estimate", LinearInSeq(gpu, answer_tokens=10))
+    result = largest_seq_len(HFConfigSource("tiny-llama", TINY_LLAMA), gpu, LORA)
+    assert not result.ok and result.max_seq_len == 0
+    assert result.reason is not None and "do not fit T4" in result.reason
+
+
+def test_seq_len_limit_is_checked() -> None:
+    with pytest.raises(ConfigError, match="sequence-length limit 10 is out of range"):
+        largest_seq_len(HFConfigSource("tiny-llama", TINY_LLAMA), "T4", LORA, limit_tokens=10)
+
+
+def test_peft_ladder_rungs_cheapest_first() -> None:
+    gpu = get_gpu("RTX-4090")
+    base = Workload(peft="lora", lora_rank=64, lora_targets=("all-linear",), precision="bf16")
+    names = [name for name, _, _ in _ladder(base, gpu)]
+    assert names == ["8bit-optimizer", "smaller-rank", "default-targets", "selective-checkpointing",
+                     "full-checkpointing", "4bit-base", "paged-optimizer"]
+    changes = {name: change for name, _, change in _ladder(base, gpu)}
+    assert changes["4bit-base"] == {"peft": "qlora"}
+    assert changes["smaller-rank"] == {"lora_rank": 8}
+    # DoRA keeps DoRA on a 4-bit base; QLoRA already has one; full fine-tuning gets no PEFT rung
+    assert dict((n, c) for n, _, c in _ladder(base.with_(peft="dora"), gpu))["4bit-base"] == {"load_in": "4bit"}
+    assert "4bit-base" not in [n for n, _, _ in _ladder(base.with_(peft="qlora"), gpu)]
+    assert not {"smaller-rank", "4bit-base", "paged-optimizer"} & {n for n, _, _ in _ladder(Workload(), gpu)}
+
+
+def test_answer_flags_name_the_peft_changes() -> None:
+    base = Workload(peft="lora", lora_rank=64, lora_targets=("q_proj",), precision="bf16")
+    final = base.with_(peft="qlora", lora_rank=8, lora_targets=(), checkpointing="full")
+    point = SimpleNamespace(workload=final)
+    result = SimpleNamespace(techniques=[SimpleNamespace(point=point, name="4bit-base")], workload=base,
+                             target_batch_size=None)
+    flags = answer_flags(result)  # type: ignore[arg-type]
+    assert "--checkpointing full" in flags and "--peft qlora" in flags and "--lora-rank 8" in flags
+    assert "PEFT's default" in flags
