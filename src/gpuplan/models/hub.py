@@ -167,15 +167,11 @@ def resolve_hub_id(spec: str) -> HubModel:
     if match is None:
         raise UnknownModelError(f"{spec!r} is not a Hugging Face Hub id ORG/NAME[@REVISION]")
     repo, revision = match.group("repo"), match.group("revision")
-    _require_hub()
-    from huggingface_hub.utils import validate_repo_id
-
+    cache_dir = hub_cache_dir()
     try:
-        validate_repo_id(repo)
+        config = cached_config(repo, revision, cache_dir)
     except ValueError as exc:  # HFValidationError: the Hub's own rules for ids (length, '--', '.git')
         raise UnknownModelError(f"{spec!r} is not a valid Hugging Face Hub id: {one_line(exc, 160)}") from None
-    cache_dir = hub_cache_dir()
-    config = cached_config(repo, revision, cache_dir)
     if config is None and revision is None:
         entry = _catalog_entry(repo)
         if entry is not None:
