@@ -107,7 +107,7 @@ def test_tp_that_divides_neither_way_is_refused_with_what_vllm_does() -> None:
     with pytest.raises(ConfigError, match="attention heads"):
         kv_cost(llama, element_bytes=2, state_element_bytes=2, tp=3)
     odd = KVLayout("gqa", 4, 0, None, 6, 24, 128)  # 24 heads, 6 KV heads
-    with pytest.raises(ConfigError, match="does not divide the 6 KV heads: vLLM shards .* replicates"):
+    with pytest.raises(ConfigError, match=r"does not divide the 6 KV heads: vLLM shards .* replicates"):
         kv_cost(odd, element_bytes=2, state_element_bytes=2, tp=4)
     with pytest.raises(ConfigError, match="not a multiple of the 6 KV heads: vLLM replicates"):
         kv_cost(odd, element_bytes=2, state_element_bytes=2, tp=8)

@@ -42,6 +42,8 @@ def rope_cache_bytes(config: Mapping[str, Any], dtype_bytes: int) -> int:
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
     if not isinstance(positions, int) or not isinstance(heads, int) or not isinstance(hidden, int) or heads <= 0:
         return 0
+    if not any(key in cfg for key in ("rope_theta", "rope_parameters", "rope_scaling")):
+        return 0  # learned or ALiBi positions (GPT-2, OPT, BLOOM): no rotary cache
     if cfg.get("kv_lora_rank"):
         dim = int(cfg.get("qk_rope_head_dim") or 0)
     else:

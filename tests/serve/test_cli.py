@@ -1,0 +1,112 @@
+"""``gpuplan serve`` end to end on the tiny GPT-2 (tests/fixtures): one JSON object, the contract's fields,
+the budget identity, the engine's refusals (exit 1) and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from typing import Any
+
+import pytest
+
+from gpuplan.cli.main import main
+from gpuplan.serve import serve
+from gpuplan.serve.engines import VLLM_NO_CACHE_MESSAGE
+
+CONTRACT = ("ok", "reason", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes",
+            "kv_cache_bytes", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrency", "max_model_len_fits",
+            "prefill", "decode", "engine", "command")
+SMALL = ["--max-num-batched-tokens", "256", "--max-num-seqs", "16"]
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_params() -> int:
+    """Parameters of TINY_GPT2_LM, counted by building it (tied embeddings counted once)."""
+    import transformers
+
+    from tests.fixtures.tiny_models import TINY_GPT2_LM
+
+    config = transformers.AutoConfig.for_model(**TINY_GPT2_LM)
+    return sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["serve", *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def serve_json(*argv: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = run(*argv, "--json")
+    assert code in (0, 1), err
+    data = json.loads(out)
+    assert isinstance(data, dict)
+    return code, data
+
+
+def test_json_contract_and_budget_identity(tiny_gpt2: str) -> None:
+    code, data = serve_json(tiny_gpt2, "--gpu", "H100-SXM", "--context", "128", "--concurrency", "4", *SMALL)
+    assert code == 0 and data["ok"] is True
+    assert set(CONTRACT) <= set(data)
+    # TINY_GPT2_LM: 2 layers × 2 heads × head_dim 32, K and V, bf16 (served 16-bit)
+    assert data["kv_bytes_per_token"] == 2 * 2 * 2 * 32 * 2
+    requested = data["requested_memory_bytes"]
+    assert requested == int(data["total_memory_bytes"] * 0.9)
+    assert data["kv_cache_bytes"] == requested - data["weights_bytes"] - data["activation_peak_bytes"] - \
+        data["non_torch_bytes"] - data["cuda_graph_bytes"]
+    assert data["kv_cache_tokens"] == data["kv_cache_bytes"] // (16 * 512) * 16
+    assert data["max_concurrency"] == data["kv_cache_bytes"] // (128 * 512)
+    assert data["max_model_len_fits"] == 128  # the trained context; memory allows far more
+    assert data["engine"]["name"] == "vllm" and data["engine"]["max_num_batched_tokens"] == 256
+    assert data["command"].startswith("vllm serve ")
+    assert data["decode"]["step_s"] > 0 and data["prefill"]["ttft_s"] > 0
+
+
+def test_weights_are_the_traced_parameters_in_16_bits(tiny_gpt2: str, tiny_gpt2_params: int) -> None:
+    _, data = serve_json(tiny_gpt2, "--gpu", "H100-SXM", *SMALL)
+    assert data["weights_bytes"] == 2 * tiny_gpt2_params  # learned positions: no rotary cache
+
+
+def test_engine_refusal_is_exit_1_with_its_message(tiny_gpt2: str) -> None:
+    code, data = serve_json(tiny_gpt2, "--gpu", "H100-SXM", "--gpu-memory-utilization", "0.0005", *SMALL)
+    assert code == 1 and data["ok"] is False
+    assert data["reason"] == f"ValueError: {VLLM_NO_CACHE_MESSAGE}"
+
+
+def test_max_model_len_that_does_not_fit_is_refused_with_the_longest_that_does(tiny_gpt2: str) -> None:
+    first = serve(tiny_gpt2, gpu="H100-SXM", max_num_batched_tokens=256, max_num_seqs=16)
+    fixed = first.budget.requested_bytes - first.budget.kv_cache_bytes
+    # room for 40 tokens of KV (2.5 blocks): 128 do not fit, 32 do
+    total = math.ceil((fixed + 40 * 512) / 0.9)
+    tight = serve(tiny_gpt2, gpu="H100-SXM", max_num_batched_tokens=256, max_num_seqs=16, total_memory_bytes=total)
+    assert tight.ok is False and tight.max_model_len_fits == 32
+    assert "To serve at least one request with the models's max seq len (128)" in tight.reason
+    assert "the estimated maximum model length is 32" in tight.reason
+
+
+def test_concurrency_that_does_not_fit_is_exit_1(tiny_gpt2: str) -> None:
+    code, data = serve_json(tiny_gpt2, "--gpu", "T4", "--context", "128", "--concurrency", "10000000", *SMALL)
+    assert code == 1 and data["ok"] is True and data["concurrency_fits"] is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-model-len", "256"], "above the 128 tokens"),
+    (["--context", "129"], "above --max-model-len 128"),
+    (["--tp", "3"], "does not divide the 2 attention heads"),
+    (["--gpu-memory-utilization", "1.5"], "outside (0, 1]"),
+    (["--gpu-memory-utilization", "0"], "outside (0, 1]"),
+    (["--rate", "5"], "--rate needs --input-len and --output-len"),
+    (["--concurrency", "2", "--rate", "5", "--input-len", "8", "--output-len", "8"], "not both"),
+])
+def test_bad_input_is_one_line_exit_2(tiny_gpt2: str, argv: list[str], message: str) -> None:
+    code, out, err = run(tiny_gpt2, "--gpu", "H100-SXM", *argv, *SMALL)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_model_that_is_not_a_decoder_is_exit_2() -> None:
+    code, out, err = run("bert-base-uncased", "--gpu", "H100-SXM")
+    assert code == 2 and out == "" and "not a decoder" in err and err.count("\n") == 1
