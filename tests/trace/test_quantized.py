@@ -185,3 +185,34 @@ def test_quantized_checkpoint_counts_in_the_headline_peak(configs: dict[str, Pat
     assert gptq["peak_allocated_bytes"] < plain["peak_allocated_bytes"]
     assert gptq["params_count"] == plain["params_count"]
     assert any("GPTQ 4-bit" in a and "quantization_config" in a for a in gptq["assumptions"])
+
+
+TINY_GPT_OSS = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 64,
+                "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 300,
+                "max_position_embeddings": 256, "sliding_window": 32,
+                "layer_types": ["sliding_attention", "full_attention"]}
+# gpt-oss-20b's config.json quantization_config (Hugging Face openai/gpt-oss-20b)
+GPT_OSS_MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+@pytest.mark.slow
+def test_mxfp4_stores_the_experts_as_blocks_and_scales() -> None:
+    """transformers' Mxfp4 quantizer (gpt-oss): each experts module's gate_up_proj / down_proj become uint8
+    blocks + e8m0 scales per 32 ([E, out, in/32, 16] and [E, out, in/32]); attention, router, embeddings and
+    lm_head stay bf16 (modules_to_not_convert, with *)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    source = HFConfigSource("tiny-gpt-oss", dict(TINY_GPT_OSS, quantization_config=GPT_OSS_MXFP4))
+    step = trace_step(source, Workload(mode="infer", batch_size=1, seq_len=16, precision="bf16"))
+    model = GptOssForCausalLM(GptOssConfig(**TINY_GPT_OSS))
+    experts = [(m.gate_up_proj.shape, m.down_proj.shape) for m in model.modules()
+               if type(m).__name__ == "GptOssExperts"]
+    fmt = weight_format("mxfp4")
+    packed = sum(e * layer_bytes(fmt, o, i) for pair in experts for e, i, o in pair)
+    quantized = sum(e * i * o for pair in experts for e, i, o in pair)
+    total = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert step.tensor_components["parameters"] == packed + 2 * (total - quantized) + buffers
+    assert step.params_count == total

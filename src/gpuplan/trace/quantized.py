@@ -26,6 +26,8 @@ trace counts their FLOPs without allocating a 16-bit weight that does not exist.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -191,7 +193,68 @@ def quantize_linears(model: nn.Module, fmt: WeightFormat | str, *, compute_dtype
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, QuantizedLinear(module, fmt, compute_dtype))
+    if fmt.method == "mxfp4":
+        quantize_experts(model, fmt, keys)
     return model
+
+
+EXPERT_WEIGHTS: tuple[str, ...] = ("gate_up_proj", "down_proj")
+"""The 3-D ``[experts, in, out]`` parameters of a transformers MoE experts module (gpt-oss, Mixtral, Qwen-MoE)."""
+
+
+def _storage_free(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of ``shape`` with contiguous strides (grouped_mm checks them) and no bytes behind it: on fake
+    tensors a strided view of an empty storage; on real ones (tests only) a real allocation is unavoidable."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    anchor = torch.empty(0, dtype=dtype)
+    if not isinstance(anchor, FakeTensor):
+        return torch.zeros(shape, dtype=dtype)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return anchor.as_strided(shape, strides)
+
+
+@functools.cache
+def _quantized_experts_class(base: type[nn.Module]) -> type[nn.Module]:
+    """``base`` whose expert weights read as zero-stride stand-ins of their full shape (the fused MXFP4
+    kernels read the packed blocks; no 16-bit copy exists), while the blocks and scales are buffers."""
+
+    def virtual(name: str) -> property:
+        def read(self: nn.Module) -> torch.Tensor:
+            shape, dtype = self.quantized_expert_weights[name]
+            return _storage_free(shape, dtype)
+
+        return property(read)
+
+    return type(f"Quantized{base.__name__}", (base,), {name: virtual(name) for name in EXPERT_WEIGHTS})
+
+
+def quantize_experts(model: nn.Module, fmt: WeightFormat, skip: Iterable[str]) -> int:
+    """Store each experts module's 3-D weights in ``fmt`` (transformers' Mxfp4 quantizer does this for
+    gpt-oss: ``gate_up_proj_blocks`` [E, 2I, H/32, 16] + ``_scales`` [E, 2I, H/32], likewise ``down_proj``);
+    biases stay 16-bit. Returns the weights now stored quantized."""
+    stored = 0
+    for name, module in list(model.named_modules()):
+        weights = {w: module._parameters.get(w) for w in EXPERT_WEIGHTS}
+        if (not type(module).__name__.endswith("Experts") or _skipped(name, skip)
+                or not all(isinstance(p, nn.Parameter) and p.dim() == 3 for p in weights.values())):
+            continue
+        virtual: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        for w, p in weights.items():
+            assert p is not None
+            experts, rows, cols = p.shape  # [E, in, out]
+            del module._parameters[w]
+            for t in layer_layout(fmt, int(cols), int(rows)):
+                module.register_buffer(f"{w}_{t.name.removeprefix('weight_')}",
+                                       torch.zeros((int(experts), *t.shape), dtype=TORCH_DTYPES[t.dtype]))
+            virtual[w] = (tuple(p.shape), p.dtype)
+            stored += p.numel()
+        module.quantized_expert_weights = virtual
+        module.logical_params_count = sum(math.prod(shape) for shape, _ in virtual.values())
+        module.__class__ = _quantized_experts_class(type(module))
+    return stored
 
 
 def format_of(source: ModelSource, workload: Workload) -> WeightFormat | None:
@@ -240,7 +303,9 @@ def logical_params_count(model: nn.Module) -> int:
                 continue
             seen[id(p)] = (module.logical_params_count if isinstance(module, QuantizedLinear) and name == "weight"
                            else p.numel())
-    return sum(seen.values())
+    experts = sum(int(getattr(m, "logical_params_count", 0)) for m in model.modules()
+                  if hasattr(m, "quantized_expert_weights"))  # their weights are buffers now
+    return sum(seen.values()) + experts
 
 
 def quantized_layers(model: nn.Module) -> Mapping[str, QuantizedLinear]:
