@@ -28,8 +28,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -217,13 +217,14 @@ def _storage_free(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 @functools.cache
-def _quantized_experts_class(base: type[nn.Module]) -> type[nn.Module]:
+def _quantized_experts_class(base: Any) -> type[nn.Module]:
     """``base`` whose expert weights read as zero-stride stand-ins of their full shape (the fused MXFP4
     kernels read the packed blocks; no 16-bit copy exists), while the blocks and scales are buffers."""
 
     def virtual(name: str) -> property:
         def read(self: nn.Module) -> torch.Tensor:
-            shape, dtype = self.quantized_expert_weights[name]
+            virtual: dict[str, tuple[tuple[int, ...], torch.dtype]] = self.__dict__["quantized_expert_weights"]
+            shape, dtype = virtual[name]
             return _storage_free(shape, dtype)
 
         return property(read)
@@ -251,9 +252,9 @@ def quantize_experts(model: nn.Module, fmt: WeightFormat, skip: Iterable[str]) -
                                        torch.zeros((int(experts), *t.shape), dtype=TORCH_DTYPES[t.dtype]))
             virtual[w] = (tuple(p.shape), p.dtype)
             stored += p.numel()
-        module.quantized_expert_weights = virtual
-        module.logical_params_count = sum(math.prod(shape) for shape, _ in virtual.values())
-        module.__class__ = _quantized_experts_class(type(module))
+        module.__dict__["quantized_expert_weights"] = virtual  # plain attributes, not submodules or tensors
+        module.__dict__["logical_params_count"] = sum(math.prod(shape) for shape, _ in virtual.values())
+        module.__class__ = _quantized_experts_class(cast("Hashable", type(module)))
     return stored
 
 
