@@ -221,20 +221,22 @@ def create_app(limits: Limits | None = None, *, allowed_hosts: Sequence[str] | N
     from gpuplan.hardware import all_gpus
     from gpuplan.models.catalog import catalog_names
 
-    own_dir = upload_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="gpuplan-ui-")) if upload_dir is None else upload_dir
-    pool = WorkerPool(limits or Limits(), upload_dir=folder)
-    state = UIState(pool=pool, uploads=UploadStore(folder), catalog=tuple(catalog_names()),
-                    gpus=tuple(g.id for g in all_gpus()))
+    catalog = tuple(catalog_names())  # names and limits are checked now, before anything starts
+    gpu_ids = tuple(g.id for g in all_gpus())
+    chosen = limits or Limits()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # the uploads folder and the workers exist while the server runs, and go with it
+        folder = Path(tempfile.mkdtemp(prefix="gpuplan-ui-")) if upload_dir is None else upload_dir
+        pool = WorkerPool(chosen, upload_dir=folder)
+        app.state.ui = UIState(pool=pool, uploads=UploadStore(folder), catalog=catalog, gpus=gpu_ids)
         pool.start()
         try:
             yield
         finally:
             pool.close()
-            if own_dir:
+            if upload_dir is None:
                 shutil.rmtree(folder, ignore_errors=True)
 
     middleware = [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
@@ -253,5 +255,4 @@ def create_app(limits: Limits | None = None, *, allowed_hosts: Sequence[str] | N
         exception_handlers=handlers,
         lifespan=lifespan,
     )
-    app.state.ui = state
     return app
