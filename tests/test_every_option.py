@@ -99,7 +99,7 @@ def test_precision(precision: str, tiny: Path, tiny_params: int) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--precision", precision)
     assert result["workload"]["precision"] == precision
     # AMP and TF32 keep fp32 master weights; pure bf16/fp16 hold 2-byte weights
-    bytes_per_weight = 2 if precision in ("bf16", "fp16") else 4
+    bytes_per_weight = 2 if precision in ("bf16", "fp16", "fp8") else 4  # fp8: torchao on bf16 weights
     assert result["components"]["parameters"] == bytes_per_weight * tiny_params
 
 
@@ -109,10 +109,11 @@ def test_optimizer(optimizer: str, tiny: Path, tiny_params: int) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--optimizer", optimizer)
     state = result["components"]["optimizer_state"]
     assert result["workload"]["optimizer"] == optimizer
-    exact = {"adamw": 8 * tiny_params, "adam": 8 * tiny_params, "sgd": 0, "sgd-momentum": 4 * tiny_params, "none": 0}
+    exact = {"adamw": 8 * tiny_params, "adam": 8 * tiny_params, "sgd": 0, "sgd-momentum": 4 * tiny_params, "none": 0,
+             "paged-adamw": 8 * tiny_params}
     if optimizer in exact:
         assert state == exact[optimizer]
-    elif optimizer == "adamw-8bit":  # two 1-byte moments, plus block scales (and 32-bit state for tiny tensors)
+    elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):  # two 1-byte moments, plus block scales (and 32-bit state for tiny tensors)
         assert 2 * tiny_params <= state < 8 * tiny_params
     else:  # adafactor: factored second moments, rows + columns instead of a full matrix
         assert 0 < state < 4 * tiny_params
@@ -190,6 +191,22 @@ def test_weight_quant(tiny: Path, tiny_params: int) -> None:
     # 1 byte per weight (int8, fp8) or half a byte (int4), plus scales; embeddings and norms may stay 16/32-bit
     assert weights["int4"] < weights["int8"] <= weights["fp8"] < weights["none"] / 2
     assert peaks["int4"] < peaks["int8"] < peaks["none"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("flag", "method"), [("--load-in-4bit", "bnb-nf4"), ("--load-in-8bit", "bnb-int8")])
+def test_load_in(flag: str, method: str, tiny: Path, tiny_params: int, tiny_model: Any) -> None:
+    """bitsandbytes base weights: every Conv1D/Linear but lm_head in the format's exact bytes (issue 11)."""
+    from gpuplan.memory.weight_quant import layer_bytes, weight_format
+
+    result = estimate_json(str(tiny), *SHAPE, "--mode", "infer", flag)
+    layers = [m.weight.shape for n, m in tiny_model.named_modules() if type(m).__name__ == "Conv1D"]
+    packed = sum(layer_bytes(weight_format(method), int(out), int(inp)) for inp, out in layers)
+    quantized = sum(int(inp) * int(out) for inp, out in layers)
+    buffers = sum(b.numel() * b.element_size() for b in tiny_model.buffers())
+    assert result["workload"]["load_in"] == flag.removeprefix("--load-in-")
+    assert result["components"]["parameters"] == packed + 4 * (tiny_params - quantized) + buffers
+    assert result["params_count"] == tiny_params
 
 
 # ------------------------------------------------------------------------------- MODEL forms ----
@@ -329,3 +346,37 @@ def test_plan_ep(tmp_path: Path) -> None:
     assert code == 0
     result = json.loads(out.getvalue())
     assert result["parallelism"]["ep"] == 4 and result["time_parts_s"]["ep_comm"] > 0
+
+
+@pytest.mark.slow
+def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path: Path) -> None:
+    # --plot FILE.png and --html FILE (.svg, and fit, plan, recommend, serve: tests/report/test_plot.py)
+    picture, page = tmp_path / "memory.png", tmp_path / "report.html"
+    result = estimate_json(str(tiny), *SHAPE, "--gpu", "RTX-4090", "--plot", str(picture), "--html", str(page))
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"({result['tensor_peak_bytes']:,} bytes)" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, check", [
+    (["--engine", "vllm"], lambda r: r["command"].startswith("vllm serve") and r["cuda_graph_bytes"] > 0),
+    (["--engine", "sglang"], lambda r: r["command"].startswith("python -m sglang.launch_server")
+     and r["cuda_context_bytes"] > 0),
+    (["--engine", "hf"], lambda r: r["engine"]["name"] == "hf" and r["cuda_graph_bytes"] == 0),
+    (["--kv-cache-dtype", "auto"], lambda r: r["kv_bytes_per_token"] == 512),
+    (["--kv-cache-dtype", "fp8"], lambda r: r["kv_bytes_per_token"] == 256),
+    (["--quantization", "none"], lambda r: r["engine"]["quantization"] == "none"),
+    (["--quantization", "int8"], lambda r: "--quantization bitsandbytes" in r["command"]),
+    (["--quantization", "fp8"], lambda r: "--quantization fp8" in r["command"]),
+    (["--quantization", "int4"], lambda r: "--quantization awq" in r["command"]),
+    (["--tp", "2", "--pp", "2"], lambda r: r["engine"]["tensor_parallel_size"] == 2 and r["kv_bytes_per_token"] == 128),
+    (["--input-len", "32", "--output-len", "16", "--rate", "4"], lambda r: r["rate"]["gpus"] >= 1),
+])
+def test_serve_option(tiny_gpt2: str, flags: list[str], check: Any) -> None:
+    # gpuplan serve: every engine, KV dtype, quantization and answer form on the tiny GPT-2 (tests/serve)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["serve", tiny_gpt2, "--gpu", "H100-SXM", "--max-num-batched-tokens", "256", "--max-num-seqs",
+                     "16", *flags, "--json"])
+    assert code == 0
+    assert check(json.loads(out.getvalue()))

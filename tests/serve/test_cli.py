@@ -110,3 +110,16 @@ def test_bad_input_is_one_line_exit_2(tiny_gpt2: str, argv: list[str], message: 
 def test_a_model_that_is_not_a_decoder_is_exit_2() -> None:
     code, out, err = run("bert-base-uncased", "--gpu", "H100-SXM")
     assert code == 2 and out == "" and "not a decoder" in err and err.count("\n") == 1
+
+
+def test_rate_and_prices(tiny_gpt2: str, tmp_path: Any) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("H100-SXM: 2.5\n")
+    code, data = serve_json(tiny_gpt2, "--gpu", "H100-SXM", "--tp", "2", "--input-len", "64", "--output-len", "32",
+                            "--rate", "1000", "--prices", str(prices), *SMALL)
+    assert code == 0
+    rate = data["rate"]
+    per_replica = rate["requests_per_s_per_replica"]
+    assert rate["replicas"] == math.ceil(1000 / per_replica) and rate["gpus"] == 2 * rate["replicas"]
+    # two GPUs at $2.5/h make per_replica × 32 output tokens per second
+    assert rate["usd_per_million_output_tokens"] == pytest.approx(2 * 2.5 / (per_replica * 32 * 3600) * 1e6)
