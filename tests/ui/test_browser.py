@@ -82,6 +82,11 @@ def test_keyboard_only_catalog_model_shows_answer_and_picture(browser_page: Any,
     assert picture.is_visible()
     assert picture.bounding_box()["width"] > 100
     assert page.locator("#components").is_visible()
+    # on the answer's page the first Tab reaches "Skip to the result", and Enter moves focus to it
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "skip"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "result-h"
     shot = tmp_path / "gpuplan-ui.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")

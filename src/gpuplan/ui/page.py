@@ -232,10 +232,10 @@ def render_result(query: Query, outcome: Outcome) -> str:
     links = (f'<p><a href="{escape(share)}" id="share">Link to this result</a> · '
              f'<a href="{escape(api)}" id="api">the same as JSON</a></p>')
     if not outcome.ok or outcome.data is None:
-        return (f'<section id="result" aria-labelledby="result-h"><h2 id="result-h">Result</h2>'
+        return (f'<section id="result" aria-labelledby="result-h"><h2 id="result-h" tabindex="-1">Result</h2>'
                 f'<p role="alert" class="error" id="error">{escape(outcome.error or "no answer")}</p>{links}</section>')
     data = outcome.data
-    parts = [f'<section id="result" aria-labelledby="result-h"><h2 id="result-h">{escape(query.verb)}: '
+    parts = [f'<section id="result" aria-labelledby="result-h"><h2 id="result-h" tabindex="-1">{escape(query.verb)}: '
              f'{escape(str(data.get("model", query.model)))}</h2>',
              f'<p class="verdict" id="verdict">{escape(_verdict(query.verb, data))}</p>']
     head = [(k, data[k]) for k in HEADLINE if k in data and _is_scalar(data[k])]
@@ -269,9 +269,10 @@ def render_page(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
                 result_html: str = "", error: str | None = None, notes: Sequence[str] = ()) -> str:
     error_html = f'<p role="alert" class="error" id="error">{escape(error)}</p>' if error else ""
     notes_html = "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
+    skip = '<a href="#result-h" id="skip">Skip to the result</a>' if result_html else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>gpuplan</title><style>{STYLE}</style></head>
-<body><header><h1>gpuplan</h1><p>What a PyTorch workload needs from a GPU: memory, time, fit, GPUs to use,
+<body>{skip}<header><h1>gpuplan</h1><p>What a PyTorch workload needs from a GPU: memory, time, fit, GPUs to use,
 and a multi-GPU plan. The same answers as the command line; JSON at <code>/api/VERB</code>.</p></header>
 <main>{render_form(values, catalog, gpus)}{error_html}{notes_html}{result_html}</main></body></html>"""

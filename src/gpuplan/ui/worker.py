@@ -49,7 +49,9 @@ class Limits:
 
 def _child(conn: multiprocessing.connection.Connection, memory_limit_bytes: int, upload_dir: Path | None) -> None:
     """A worker's loop: limit its own memory, import the tracing stack once, answer jobs until closed."""
-    resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = memory_limit_bytes if hard == resource.RLIM_INFINITY else min(memory_limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))  # a soft limit may not exceed the hard one
     import logging
     import warnings
 
