@@ -151,8 +151,8 @@ def serve(
     ``total_memory_bytes`` replaces the GPU's usable memory (a device as the engine saw it);
     ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s."""
     engines.check_engine(engine)
-    for name, value in (("--tp", tp), ("--pp", pp)):
-        _positive(name, value, MAX_PARALLEL)
+    for flag, count in (("--tp", tp), ("--pp", pp)):
+        _positive(flag, count, MAX_PARALLEL)
     for name, value in (("--max-model-len", max_model_len), ("--context", context), ("--concurrency", concurrency),
                         ("--input-len", input_len), ("--output-len", output_len),
                         ("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):

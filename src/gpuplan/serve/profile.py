@@ -88,6 +88,7 @@ class ProfileRunSource(HFConfigSource):
     def inputs(self, module: nn.Module, workload: Workload) -> Inputs:
         import torch
 
-        vocab = int(getattr(module.config, "vocab_size", None) or getattr(
-            getattr(module.config, "text_config", None), "vocab_size", 32000))
+        config: Any = module.config
+        size: Any = getattr(config, "vocab_size", None) or getattr(config.get_text_config(), "vocab_size", 32000)
+        vocab = int(size)
         return Inputs(kwargs={"input_ids": torch.randint(0, vocab, (workload.batch_size, self.seq_len(workload)))})
