@@ -39,11 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.trace.capability import trace_cc_class
-from gpuplan.trace.records import MemEvent, OpRecord, RawTrace, RunResult, StepPoint, StorageInfo
+from gpuplan.trace.records import MemEvent, OpRecord, RawTrace, RunResult, StepPoint, StorageInfo, TracedStep
 
 if TYPE_CHECKING:
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 FORMAT = "gpuplan-trace-cache"
@@ -67,8 +66,6 @@ class CorruptEntry(Exception):
 
 
 def _classes() -> dict[str, type]:
-    from gpuplan.trace.step import TracedStep
-
     return {c.__name__: c for c in (TracedStep, RunResult, RawTrace, OpRecord, StepPoint, StorageInfo, MemEvent)}
 
 
@@ -160,8 +157,6 @@ def encode_step(step: TracedStep) -> bytes:
 
 def decode_step(payload: bytes) -> TracedStep:
     """The :class:`TracedStep` of a payload made by :func:`encode_step`; :class:`CorruptEntry` otherwise."""
-    from gpuplan.trace.step import TracedStep
-
     try:
         decompressor = zlib.decompressobj()
         text = decompressor.decompress(payload, _MAX_ENTRY_BYTES * 8)

@@ -10,65 +10,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
+from gpuplan.trace.records import TracedStep
 from gpuplan.workload import Workload
+
+__all__ = ["TracedStep", "peak_point", "trace_source", "trace_step"]
 
 if TYPE_CHECKING:
     from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.records import OpRecord, RawTrace, RunResult
+    from gpuplan.trace.records import RawTrace, RunResult
 
-
-
-@dataclass(frozen=True, slots=True)
-class TracedStep:
-    """The scaled trace: what the cost model and the planner read (no torch objects)."""
-
-    ops: tuple[OpRecord, ...]
-    tensor_peak_bytes: int
-    """Peak of live tensor storage bytes: the exact-accounting figure, before GPU-specific terms."""
-    tensor_components: dict[str, int]
-    peak_phase: str
-    params_count: int
-    param_bytes: int
-    block_counts: dict[str, int]
-    """config key -> repeated blocks in the full model (empty: traced whole)."""
-    traced_blocks: dict[str, int]
-    rounded_peak_bytes: int
-    """Peak of allocations rounded to the allocator's 512-byte granularity."""
-    reserved_peak_bytes: int
-    """Peak reserved by the caching allocator model for the tensors (no workspaces), on a device
-    with room to spare (cached blocks are never released)."""
-    top_activation_modules: tuple[tuple[str, int], ...]
-    attention_backends: dict[str, int]
-    min_reserved_bytes: int = 0
-    """Smallest capacity for the tensors with which the step runs: under pressure the allocator
-    releases cached segments and retries, so this is below ``reserved_peak_bytes``."""
-    gradient_bytes: int = 0
-    """Every gradient storage of the step (steady state, all micro-batches accumulated)."""
-    optimizer_state_bytes: int = 0
-    notes: tuple[str, ...] = ()
-    run: RunResult | None = None
-    """The traced run this record was made from (3 repeated blocks, or the whole model): what the
-    planner splits per block and per module (parallel/profile.py). None for weights-only steps."""
-
-    @property
-    def model_state_bytes(self) -> int:
-        """Parameters + gradients + optimizer state: what ZeRO's Table 1 counts."""
-        return self.param_bytes + self.gradient_bytes + self.optimizer_state_bytes
-
-    @property
-    def flops(self) -> int:
-        return sum(op.flops * op.count for op in self.ops)
-
-    def flops_by_phase(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for op in self.ops:
-            out[op.phase] = out.get(op.phase, 0) + op.flops * op.count
-        return out
 
 
 def trace_step(model: str | ModelSource, workload: Workload, *, cuda: bool = True, fake: bool = True,
