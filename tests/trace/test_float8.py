@@ -39,7 +39,7 @@ def test_fake_trace_matches_a_real_torchao_float8_cpu_run() -> None:
 
 
 @pytest.mark.slow
-def test_three_fp8_gemms_per_linear_layer_and_bf16_state() -> None:
+def test_three_fp8_gemms_per_linear_at_the_fp8_rate_and_bf16_state() -> None:
     """torchao float8_linear.py: forward input(e4m3) @ weight(e4m3); backward grad(e5m2) @ weight(e4m3) and
     grad(e5m2)ᵀ @ input(e4m3). The output head stays bf16. Parameters, gradients and AdamW state are bf16."""
     step = trace_step(_source(), FP8, scale=False)
@@ -48,6 +48,14 @@ def test_three_fp8_gemms_per_linear_layer_and_bf16_state() -> None:
     assert gemms[("forward", "float8_e4m3fn")] == layers
     assert gemms[("backward", "float8_e5m2")] == 2 * layers
     assert gemms[("forward", "bfloat16")] == 1  # lm_head
+    # the fp8 GEMMs take the catalog's dense fp8 rate: the recorder reports Float8TrainingTensor's fp8 payload
+    from gpuplan.hardware import resolve_gpu
+    from gpuplan.perf.roofline import rate_key
+
+    h100 = resolve_gpu("H100-SXM")
+    assert h100 is not None
+    fp8_gemms = [op for op in step.ops if op.op_class == "matmul" and op.dtype.startswith("float8")]
+    assert {rate_key(op, "fp8", h100) for op in fp8_gemms} == {("fp8", True)}
     from transformers import LlamaConfig, LlamaForCausalLM
 
     buffers = sum(b.numel() * b.element_size() for b in LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).buffers())
@@ -76,17 +84,8 @@ def test_fp8_on_ampere_is_refused_in_one_line(tiny_llama: Path) -> None:
 
 
 @pytest.mark.slow
-def test_fp8_on_hopper_is_timed_at_the_fp8_rate(tiny_llama: Path) -> None:
-    """The fp8 GEMMs take the catalog's dense fp8 rate (the recorder reports Float8TrainingTensor's fp8
-    payload as the op dtype); the estimate runs end to end with a time."""
-    from gpuplan.hardware import resolve_gpu
-    from gpuplan.perf.roofline import rate_key
-
-    h100 = resolve_gpu("H100-SXM")
-    assert h100 is not None
-    step = trace_step(_source(), FP8, scale=False)
-    fp8_gemms = [op for op in step.ops if op.op_class == "matmul" and op.dtype.startswith("float8")]
-    assert fp8_gemms and {rate_key(op, "fp8", h100) for op in fp8_gemms} == {("fp8", True)}
+def test_fp8_on_hopper_is_estimated_with_a_step_time(tiny_llama: Path) -> None:
+    """The estimate runs end to end with a step time (the GEMMs take the fp8 rate: see the test above)."""
     code, out, err = _estimate(str(tiny_llama), "--precision", "fp8", "--gpu", "H100-SXM", "--batch-size", "2",
                                "--seq-len", "32", "--json")
     assert code == 0, err
