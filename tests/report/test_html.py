@@ -81,8 +81,9 @@ def test_estimate_html_end_to_end(tmp_path: Path) -> None:
             .replace("'", "&#x27;") in page
 
 
-def test_bad_html_folder_is_a_usage_error(tmp_path: Path, tiny_gpt2: str) -> None:
+@pytest.mark.parametrize(("name", "message"), [("nope/r.html", "does not exist"), ("r\x00.html", "NUL character")])
+def test_bad_html_path_is_a_usage_error(tmp_path: Path, tiny_gpt2: str, name: str, message: str) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(["estimate", tiny_gpt2, "--html", str(tmp_path / "nope" / "r.html")])
-    assert code == 2 and "does not exist" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+        code = main(["estimate", tiny_gpt2, "--html", str(tmp_path / name)])
+    assert code == 2 and message in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1

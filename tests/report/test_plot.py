@@ -218,6 +218,8 @@ def test_bad_plot_paths_are_one_line_errors(tmp_path: Path) -> None:
         plot.check_plot_path(tmp_path / "memory.pdf")
     with pytest.raises(ConfigError, match="does not exist"):
         plot.check_plot_path(tmp_path / "missing" / "memory.png")
+    with pytest.raises(ConfigError, match="NUL character"):
+        plot.check_plot_path("memory\x00.png")
 
 
 def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,8 @@ def check_output_paths(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)
     if args.html is not None:
         parent = Path(args.html).parent
+        if "\x00" in args.html:
+            raise ConfigError(f"--html {args.html!r}: a path cannot hold a NUL character; pick another path")
         if not parent.is_dir():
             raise ConfigError(f"--html {args.html!r}: folder {str(parent)!r} does not exist; create it or pick "
                               "another path")

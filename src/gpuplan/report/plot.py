@@ -56,6 +56,8 @@ class MemoryTimeline:
 def check_plot_path(path: str | Path) -> Path:
     """The picture's file: a .png or .svg in a folder that exists (checked before any tracing)."""
     p = Path(path)
+    if "\x00" in str(path):  # no file system takes it (and Path.is_dir would raise)
+        raise ConfigError(f"--plot {str(path)!r}: a path cannot hold a NUL character; pick another path")
     if p.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"--plot {str(path)!r}: the file must end in .png or .svg (the picture's format); "
                           "e.g. --plot memory.png")
