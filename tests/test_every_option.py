@@ -27,6 +27,7 @@ from gpuplan.workload import (
     MODES,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
+    PEFTS,
     PRECISIONS,
     ZERO_GRADS,
 )
@@ -218,6 +219,22 @@ def _save_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
 
     save_file({name: torch.zeros(shape, dtype=torch.float16) for name, shape in shapes.items()}, str(path))
     return sum(int(torch.Size(shape).numel()) for shape in shapes.values())
+
+
+@pytest.mark.parametrize("peft", PEFTS)
+@pytest.mark.slow
+def test_peft(peft: str, tiny: Path, tiny_params: int) -> None:
+    """--peft and every LoRA flag (tests/trace/test_peft.py: exact accounting vs a real CPU run)."""
+    lora = ["--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout", "0.1", "--lora-targets", "c_attn,c_proj",
+            "--train-modules", "wpe"]
+    result = estimate_json(str(tiny), *SHAPE, "--peft", peft, *(lora if peft != "none" else []))
+    assert result["workload"]["peft"] == peft
+    state = result["components"]["optimizer_state"]
+    if peft == "none":
+        assert state == 8 * tiny_params
+    else:  # AdamW moments of the adapters and the trained wpe copy only: the base is frozen
+        assert 0 < state < 8 * tiny_params
+        assert any("trainable parameters" in a for a in result["assumptions"])
 
 
 @pytest.mark.slow

@@ -33,14 +33,26 @@ _LISTED_NAMES = 24
 """Linear module names listed at most in a message about targets."""
 
 
-def linear_module_names(model: nn.Module) -> list[str]:
-    """The distinct last names of the model's linear layers (what ``--lora-targets`` matches), in
-    model order; the output head last, as PEFT's all-linear leaves it out."""
+def _is_linear(module: nn.Module) -> bool:
+    """A linear layer as PEFT's LoRA wraps it: ``nn.Linear`` or transformers' ``Conv1D`` (GPT-2)."""
     from torch import nn
 
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def _is_adaptable(module: nn.Module) -> bool:
+    """Layer types PEFT's LoRA also takes by name: embeddings and convolutions."""
+    from torch import nn
+
+    return _is_linear(module) or isinstance(module, (nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d))
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """The distinct last names of the model's linear layers (what ``--lora-targets`` names), in
+    model order."""
     names: list[str] = []
     for path, module in model.named_modules():
-        if isinstance(module, nn.Linear) and path:
+        if path and _is_linear(module):
             last = path.rsplit(".", 1)[-1]
             if last not in names:
                 names.append(last)
@@ -69,9 +81,9 @@ def lora_config(model: nn.Module, source: ModelSource, workload: Workload) -> An
         raise ConfigError(f"--peft {workload.peft}: PEFT has no default LoRA targets for {source.name}; "
                           + _targets_hint(model))
     if isinstance(targets, list):
-        known = set(linear_module_names(model))
-        paths = {path for path, _ in model.named_modules()}
-        missing = [t for t in targets if t not in known and t not in paths]
+        adaptable = [path for path, module in model.named_modules() if path and _is_adaptable(module)]
+        known = {path.rsplit(".", 1)[-1] for path in adaptable} | set(adaptable)
+        missing = [t for t in targets if t not in known]
         if missing:
             raise ConfigError(f"--lora-targets {','.join(missing)} matches no linear module of {source.name}; "
                               + _targets_hint(model))
