@@ -449,3 +449,139 @@ def _best_count(
         + (f" ({why_single})" if max_gpus > 1 and why_single else ""),
         per_gpu_bytes=need,
     )
+
+
+# ---- serving (recommend --mode serve): GPUs × counts for a serving target, sized by gpuplan.serve ----
+
+@dataclass(frozen=True, slots=True)
+class ServeCandidate:
+    """The fewest GPUs of one type (tp × replicas) that meet the serving target, or why none does."""
+
+    gpu: GPU
+    tp: int
+    fits: bool
+    reason: str
+    replicas: int = 0
+    gpus: int = 0
+    max_concurrency: int = 0
+    decode_tokens_per_s: float = 0.0
+    ttft_s: float = 0.0
+    cost_per_hour_usd: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    command: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu.id, "tp": self.tp, "fits": self.fits, "reason": self.reason,
+                "replicas": self.replicas, "gpus": self.gpus, "max_concurrency": self.max_concurrency,
+                "decode_tokens_per_s": self.decode_tokens_per_s, "ttft_s": self.ttft_s,
+                "cost_per_hour_usd": self.cost_per_hour_usd,
+                "usd_per_million_output_tokens": self.usd_per_million_output_tokens, "command": self.command}
+
+
+@dataclass(frozen=True, slots=True)
+class ServeRecommendation:
+    model: str
+    engine: str
+    target: dict[str, Any]
+    candidates_in: tuple[ServeCandidate, ...]
+    """Meeting the target: fewest GPUs first (cheapest first with prices)."""
+    candidates_out: tuple[ServeCandidate, ...]
+    traces: int
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.candidates_in)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "mode": "serve", "engine": self.engine, "target": self.target,
+                "recommendations": [c.to_dict() for c in self.candidates_in],
+                "excluded": [c.to_dict() for c in self.candidates_out], "traces": self.traces,
+                "assumptions": list(self.assumptions)}
+
+    def __str__(self) -> str:
+        from gpuplan.report.serve import render_serve_recommendation
+
+        return render_serve_recommendation(self)
+
+
+def recommend_serve(
+    model: str | ModelSource,
+    *,
+    engine: str = "vllm",
+    context: int | None = None,
+    concurrency: int | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    rate: float | None = None,
+    kv_cache_dtype: str = "auto",
+    quantization: str = "none",
+    max_gpus: int = 8,
+    prices: dict[str, float] | None = None,
+    gpus: list[GPU] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ServeRecommendation:
+    """For each catalog GPU, the smallest tensor-parallel size (1, 2, 4, ... ``max_gpus``) at which the
+    engine starts and holds ``concurrency`` sequences of ``context`` tokens, or, with a ``rate``, the TP size
+    needing the fewest GPUs in all (replicas × tp). One profile-run trace per shape and kernel class."""
+    from gpuplan.errors import ConfigError, GpuplanError
+    from gpuplan.hardware import all_gpus
+    from gpuplan.models.sources import ModelSource as SourceType
+    from gpuplan.models.sources import resolve_model
+    from gpuplan.serve import serve
+
+    if max_gpus < 1 or max_gpus > 1024:
+        raise ConfigError(f"--max-gpus {max_gpus} is out of range for serving: allowed 1..1024")
+    source = model if isinstance(model, SourceType) else resolve_model(model)
+    catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
+    prices = prices or {}
+    profiles: dict[tuple[Any, ...], Any] = {}
+    ins: list[ServeCandidate] = []
+    outs: list[ServeCandidate] = []
+    for i, gpu in enumerate(catalog, 1):
+        if progress is not None:
+            progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
+        best: ServeCandidate | None = None
+        why = "no tensor-parallel size up to --max-gpus holds the target"
+        for tp in counts_up_to(max_gpus):
+            if tp > 1 and not gpu.intra_node_gb_per_s_per_direction:
+                why = f"{gpu.id} has no peer link for tensor parallelism and one GPU is not enough"
+                break
+            try:
+                r = serve(source, gpu=gpu, tp=tp, engine=engine, context=context, concurrency=concurrency,
+                          input_len=input_len, output_len=output_len, rate=rate, kv_cache_dtype=kv_cache_dtype,
+                          quantization=quantization, prices=prices, profiles=profiles,
+                          trace_compute_capability=kernel_class(gpu))
+            except GpuplanError as exc:
+                why = str(exc)
+                if "attention heads" in why or "KV heads" in why:
+                    continue  # another TP size may divide them
+                break
+            if not (r.ok and r.concurrency_fits and (r.rate is None or r.rate.replicas > 0)):
+                why = r.reason if not r.ok else (f"at most {r.max_concurrency:,} sequences of {r.context:,} tokens "
+                                                 f"on {tp}× {gpu.id}")
+                continue
+            total = r.rate.gpus if r.rate is not None else tp
+            price = prices.get(gpu.id)
+            cand = ServeCandidate(gpu, tp, True, r.reason, r.rate.replicas if r.rate else 1, total, r.max_concurrency,
+                                  r.decode_tokens_per_s, r.prefill.seconds,
+                                  price * total if price is not None else None,
+                                  r.rate.usd_per_million_output_tokens if r.rate else None, r.command)
+            if best is None or cand.gpus < best.gpus:
+                best = cand
+            if rate is None:
+                break  # the smallest TP that holds the concurrency
+        if best is not None:
+            ins.append(best)
+        else:
+            outs.append(ServeCandidate(gpu, 0, False, why))
+    if prices:
+        ins.sort(key=lambda c: (c.cost_per_hour_usd is None, c.cost_per_hour_usd or 0.0, c.gpus, c.gpu.id))
+    else:
+        ins.sort(key=lambda c: (c.gpus, -c.decode_tokens_per_s, c.gpu.id))
+    target = {"context": context, "concurrency": concurrency, "input_len": input_len, "output_len": output_len,
+              "rate": rate, "kv_cache_dtype": kv_cache_dtype, "quantization": quantization, "max_gpus": max_gpus}
+    notes = ("per GPU type: the smallest tensor-parallel size that starts and holds the target (with --rate: the "
+             "one needing the fewest GPUs, replicas × tp), sized by gpuplan serve",
+             "ranked by $/hour of all GPUs with --prices, else by GPU count then decode tokens/s")
+    return ServeRecommendation(source.name, engine, target, tuple(ins), tuple(outs), len(profiles), notes)

@@ -44,9 +44,30 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
+    _add_serve_arguments(parser)
+
+
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--mode serve``: rank GPUs × counts for a serving target (gpuplan.advise.recommend.recommend_serve)."""
+    from gpuplan.serve.engines import ENGINES
+    from gpuplan.serve.kv import KV_CACHE_DTYPES
+
+    mode = next(a for a in parser._actions if a.dest == "mode")  # argparse has no public lookup
+    mode.choices = [*(mode.choices or ()), "serve"]
+    g = parser.add_argument_group("serving (--mode serve)")
+    g.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine modelled (default vllm)")
+    g.add_argument("--context", type=_int, default=None, metavar="L", help="tokens per sequence")
+    g.add_argument("--concurrency", type=_int, default=None, metavar="C", help="concurrent sequences to hold")
+    g.add_argument("--input-len", type=_int, default=None, metavar="I", help="prompt tokens per request")
+    g.add_argument("--output-len", type=_int, default=None, metavar="O", help="generated tokens per request")
+    g.add_argument("--rate", type=positive_float("a request rate"), default=None, metavar="R",
+                   help="target requests per second")
+    g.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="KV cache dtype")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mode == "serve":
+        return _run_serve(args)
     from gpuplan.advise.prices import load_prices
     from gpuplan.advise.recommend import recommend
     from gpuplan.cli.pictures import recommend_sections, write_outputs
@@ -83,6 +104,24 @@ def run(args: argparse.Namespace) -> int:
         import sys
 
         print(_nothing_fits(result), file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from gpuplan.advise.prices import load_prices
+    from gpuplan.advise.recommend import recommend_serve
+    from gpuplan.cli.progress import Progress, wanted
+    from gpuplan.errors import ConfigError
+
+    if args.concurrency is not None and args.rate is not None:
+        raise ConfigError("pass either --context/--concurrency or --input-len/--output-len/--rate, not both")
+    prices = load_prices(args.prices) if args.prices else None
+    with Progress(f"recommend: sizing {args.model} for serving", enabled=wanted(args.json)) as progress:
+        result = recommend_serve(args.model, engine=args.engine, context=args.context, concurrency=args.concurrency,
+                                 input_len=args.input_len, output_len=args.output_len, rate=args.rate,
+                                 kv_cache_dtype=args.kv_cache_dtype, quantization=getattr(args, "weight_quant", "none"),
+                                 max_gpus=args.max_gpus, prices=prices, progress=progress)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result)
     return 0 if result.ok else 1
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.units import GIB
 
 if TYPE_CHECKING:
+    from gpuplan.advise.recommend import ServeRecommendation
     from gpuplan.serve.capacity import ServeResult
 
 
@@ -95,4 +96,22 @@ def render_serve(r: ServeResult) -> str:
             line += f", ${q.usd_per_million_output_tokens:.3f} per million output tokens"
         lines.append(line)
     lines += ["launch:", f"  {r.command}", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def render_serve_recommendation(r: ServeRecommendation) -> str:
+    t = r.target
+    what = (f"{t['rate']:g} req/s of {t['input_len']:,} in / {t['output_len']:,} out" if t["rate"] is not None
+            else f"{t['concurrency'] or 1:,} sequence(s) of {t['context'] or 0:,} tokens" if t["context"]
+            else f"{t['concurrency'] or 1:,} sequence(s) at the model's context")
+    lines = [f"serving {r.model} with {r.engine}: {what}", "",
+             f"{'GPU':<22}{'tp':>4}{'GPUs':>7}{'max seqs':>10}{'decode tok/s':>14}{'TTFT':>10}{'$/hour':>10}"]
+    for c in r.candidates_in:
+        cost = f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-"
+        lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.gpus:>7}{c.max_concurrency:>10,}{c.decode_tokens_per_s:>14,.0f}"
+                     f"{_time(c.ttft_s):>10}{cost:>10}")
+    if not r.candidates_in:
+        lines.append("  (no GPU type meets the target)")
+    lines += ["", f"out: {len(r.candidates_out)} GPU type(s) that cannot (--json lists why)", "assumptions:"]
+    lines += [f"  - {a}" for a in r.assumptions]
     return "\n".join(lines)

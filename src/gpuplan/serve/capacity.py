@@ -145,11 +145,15 @@ def serve(
     total_memory_bytes: int | None = None,
     llm_class: bool = False,
     prices: dict[str, float] | None = None,
+    trace_compute_capability: tuple[int, int] | None = None,
+    profiles: dict[tuple[Any, ...], TracedStep] | None = None,
 ) -> ServeResult:
     """Serving capacity of ``model`` on ``tp × pp`` GPUs of type ``gpu`` with ``engine``.
 
     ``total_memory_bytes`` replaces the GPU's usable memory (a device as the engine saw it);
-    ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s."""
+    ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s.
+    A caller sizing many GPUs (recommend) passes ``profiles``, a cache of profile-run traces keyed by their
+    shape, and ``trace_compute_capability``, the kernel class whose trace stands for the GPU."""
     engines.check_engine(engine)
     for flag, count in (("--tp", tp), ("--pp", pp)):
         _positive(flag, count, MAX_PARALLEL)
@@ -204,8 +208,14 @@ def serve(
         engine != "hf")
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
-    step = trace_profile_run(source, tokens=tokens, num_seqs=1 if engine == "hf" else seqs, dtype=dtype,
-                             gpu=target)
+    num_seqs = 1 if engine == "hf" else seqs
+    cc = trace_compute_capability or target.compute_capability
+    key = (tokens, num_seqs, dtype, cc)
+    step = profiles.get(key) if profiles is not None else None
+    if step is None:
+        step = trace_profile_run(source, tokens=tokens, num_seqs=num_seqs, dtype=dtype, compute_capability=cc)
+        if profiles is not None:
+            profiles[key] = step
     budget = _budget(settings, config, step, target, total, dtype)
     assumptions = _assumptions(settings, layout, step, tp)
     context_used = context or max_model_len
@@ -241,7 +251,8 @@ def _model_id(source: HFConfigSource) -> str:
     return get_catalog_model(source.name).hf_id if is_catalog_name(source.name) else source.name
 
 
-def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dtype: str, gpu: GPU) -> TracedStep:
+def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dtype: str,
+                      compute_capability: tuple[int, int] | None) -> TracedStep:
     """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests."""
     from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
     from gpuplan.serve.profile import ProfileRunSource
@@ -250,8 +261,8 @@ def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dty
     seqs = max(1, min(tokens, num_seqs))
     work = Workload(mode="infer", batch_size=seqs, seq_len=-(-tokens // seqs),
                     precision="bf16" if dtype == "bfloat16" else "fp16")
-    cc = gpu.compute_capability or DEFAULT_COMPUTE_CAPABILITY
-    return trace_source(ProfileRunSource(source), work, cc, fake=True, cuda=True)
+    return trace_source(ProfileRunSource(source), work, compute_capability or DEFAULT_COMPUTE_CAPABILITY,
+                        fake=True, cuda=True)
 
 
 def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str) -> int:
