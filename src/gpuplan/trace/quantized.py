@@ -287,11 +287,22 @@ def compute_dtype_of(workload: Workload) -> torch.dtype:
     return torch.float16 if workload.precision in ("fp16", "amp-fp16") else torch.float32
 
 
+def check_trainable(fmt: WeightFormat, source: ModelSource, workload: Workload) -> None:
+    """A quantized base trains only through adapters: transformers' Trainer refuses "purely quantized
+    models" (the packed weights take no gradient), so a full fine-tune of one is a usage error."""
+    from gpuplan.errors import ConfigError
+
+    if workload.trains and not workload.uses_peft:
+        raise ConfigError(f"{source.name} in {fmt.describe()} cannot be trained whole (quantized weights take no "
+                          "gradient; transformers' Trainer refuses it): add --peft lora, or drop the quantization")
+
+
 def quantize_for_workload(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
     """The base model as the workload loads it (unchanged without a quantized format)."""
     fmt = format_of(source, workload)
     if fmt is None:
         return model
+    check_trainable(fmt, source, workload)
     return quantize_linears(model, fmt, compute_dtype=compute_dtype_of(workload))
 
 
@@ -326,6 +337,7 @@ def quantization_notes(source: ModelSource, workload: Workload, weight_quant: st
     if weight_quant != "none":
         raise ConfigError(f"--weight-quant {weight_quant} cannot apply on top of {origin} (weights already "
                           f"{fmt.describe()}); drop --weight-quant")
+    check_trainable(fmt, source, workload)
     return [f"base weights {fmt.describe()} ({origin}): the format's tensors traced exactly in bytes on the fake "
             f"device, layers named {', '.join(fmt.skip)} kept 16-bit; the real kernels need a GPU, so their "
             "temporaries follow the library's code (dequantized weight per layer where it dequantizes)"]
