@@ -196,7 +196,7 @@ def estimate(
     _check_precision(work, target_gpu)
     from gpuplan.trace.float8 import fp8_notes
     from gpuplan.trace.optimizers import optimizer_notes
-    from gpuplan.trace.peft import peft_notes
+    from gpuplan.trace.peft_count import peft_notes
     from gpuplan.trace.quantized import quantization_notes
 
     assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work), *peft_notes(source, work),

@@ -4,7 +4,6 @@ cli/_workload.py), the --json workload echoes them, and bad values are one line 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -15,7 +15,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import ConfigError
 from gpuplan.models.sources import HFConfigSource
-from gpuplan.trace.peft import linear_module_names, trainable_count
+from gpuplan.trace.peft import linear_module_names
+from gpuplan.trace.peft_count import trainable_count
 from gpuplan.trace.runner import StepRunner, Target
 from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload

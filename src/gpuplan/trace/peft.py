@@ -96,8 +96,10 @@ def lora_config(model: nn.Module, source: ModelSource, workload: Workload) -> An
                           if path and not any(True for _ in m.children()) and any(True for _ in m.parameters())})
             raise ConfigError(f"--train-modules {','.join(missing)} matches no module of {source.name}; "
                               f"modules with parameters: {', '.join(own[:_LISTED_NAMES])}")
+    # peft annotates lora_alpha as int, but only divides by it (scaling = alpha / r): any number works
     return LoraConfig(
-        r=workload.lora_rank, lora_alpha=workload.lora_alpha, lora_dropout=workload.lora_dropout,
+        r=workload.lora_rank, lora_alpha=workload.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=workload.lora_dropout,
         target_modules=targets, use_dora=workload.peft == "dora",
         modules_to_save=list(workload.train_modules) or None,
         task_type=_TASK_TYPES.get(source.task),
@@ -147,9 +149,8 @@ def _adapters_built_in_place(model: nn.Module) -> Iterator[None]:
     if not isinstance(first, FakeTensor):
         yield
         return
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
     import peft.utils.other as peft_other
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
     original_move = BaseTunerLayer._move_adapter_to_device_of_base_layer
     original_to = nn.Module.to
@@ -200,41 +201,3 @@ def trainable_parameters(model: nn.Module) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in model.parameters())
 
-
-def trainable_count(source: ModelSource, workload: Workload) -> tuple[int, int]:
-    """(trainable, all) parameters of the full-depth PEFT model as ``peft`` counts them
-    (``PeftModel.get_nb_trainable_parameters``), built on fake tensors: no weight is allocated."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from gpuplan.trace.runner import StepRunner, Target, quiet, transformers_on_fake_tensors
-
-    runner = StepRunner(source, workload, Target(), fake=True)
-    with quiet(), torch.device("cpu"), FakeTensorMode(), \
-            transformers_on_fake_tensors(source.kind in ("catalog", "hf-config")):
-        model = runner.build_model()
-        counter = getattr(model, "get_nb_trainable_parameters", None)
-        if callable(counter):
-            trainable, total = counter()
-            return int(trainable), int(total)
-        return trainable_parameters(model)
-
-
-def peft_notes(source: ModelSource, workload: Workload) -> list[str]:
-    """What a PEFT estimate assumes, with the adapters' exact parameter count (empty without PEFT)."""
-    if not workload.uses_peft:
-        return []
-    import peft
-
-    trainable, _ = trainable_count(source, workload)
-    if workload.lora_targets == (ALL_LINEAR,):
-        targets = "every linear layer but the output head"
-    elif workload.lora_targets:
-        targets = ", ".join(workload.lora_targets)
-    else:
-        targets = "PEFT's default targets for the architecture"
-    method = {"lora": "LoRA", "qlora": "QLoRA (LoRA on an NF4 base)", "dora": "DoRA"}[workload.peft]
-    extra = f"; trained whole: {', '.join(workload.train_modules)}" if workload.train_modules else ""
-    return [f"{method} with peft {peft.__version__}: {trainable:,} trainable parameters (rank {workload.lora_rank} "
-            f"on {targets}{extra}); the frozen base holds no gradients or optimizer state; adapters in float32 "
-            "(peft's autocast_adapter_dtype)"]
