@@ -249,3 +249,11 @@ def test_serve_picture(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str, tmp_path
     stacked = sum(data[p] or 0 for p in plot.SERVE_PARTS)
     assert sum(p.get_height() for p in mem.patches) * div == pytest.approx(stacked, rel=1e-12)
     assert [t.get_text().split(" (")[0] for t in tim.get_yticklabels()] == ["prefill", "decode"]
+
+
+def test_recommend_serve_mode_refuses_a_picture_in_one_line(tmp_path: Path) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["recommend", "gpt2", "--mode", "serve", "--plot", str(tmp_path / "r.png")])
+    assert code == 2 and "--plot is not drawn for recommend --mode serve" in err.getvalue()
+    assert not (tmp_path / "r.png").exists()

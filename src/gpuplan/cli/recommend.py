@@ -115,6 +115,10 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     if args.concurrency is not None and args.rate is not None:
         raise ConfigError("pass either --context/--concurrency or --input-len/--output-len/--rate, not both")
+    for flag, given in (("--plot", args.plot), ("--html", args.html)):
+        if given:  # not drawn for the serving answer yet: say so rather than write nothing
+            raise ConfigError(f"{flag} is not drawn for recommend --mode serve; use it with gpuplan serve MODEL "
+                              "--gpu GPU for one GPU's serving picture")
     prices = load_prices(args.prices) if args.prices else None
     with Progress(f"recommend: sizing {args.model} for serving", enabled=wanted(args.json)) as progress:
         result = recommend_serve(args.model, engine=args.engine, context=args.context, concurrency=args.concurrency,
