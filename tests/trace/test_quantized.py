@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpuplan.cli.main import main
@@ -219,3 +221,15 @@ def test_mxfp4_stores_the_experts_as_blocks_and_scales() -> None:
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     assert step.tensor_components["parameters"] == packed + 2 * (total - quantized) + buffers
     assert step.params_count == total
+
+
+@settings(max_examples=40, deadline=None)
+@given(out_features=st.integers(1, 300), in_features=st.integers(1, 300),
+       method=st.sampled_from(["bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "int4", "int8", "mxfp4"]))
+def test_a_quantized_layer_holds_exactly_its_layout(out_features: int, in_features: int, method: str) -> None:
+    """Invariant: the stand-in's parameters and buffers are the layout, byte for byte, for any shape."""
+    layer = QuantizedLinear(torch.nn.Linear(in_features, out_features, bias=False), weight_format(method),
+                            torch.bfloat16)
+    held = sum(t.numel() * t.element_size() for t in [*layer.parameters(), *layer.buffers()])
+    assert held == layer_bytes(weight_format(method), out_features, in_features)
+    assert layer.logical_params_count == out_features * in_features

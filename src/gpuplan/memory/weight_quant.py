@@ -1,4 +1,8 @@
-"""Weight-only quantized weights: the one layout that both the memory total and the decode time use.
+"""Quantized weights: the one layout rule that memory and time read.
+
+Two parts: ``--weight-quant`` (below: a generic per-group layout applied to every parameter count, for
+inference), and quantized checkpoints layer by layer (:func:`layer_layout`: the exact tensors of bnb NF4/FP4,
+LLM.int8, GPTQ, AWQ, FP8, compressed-tensors and MXFP4, which trace/quantized.py builds on the fake device).
 
 Layout (per weight element, group size 128 along the input dimension):
 
