@@ -62,11 +62,15 @@ def test_matmul_shape_is_recovered_from_flops_and_bytes() -> None:
 
 def test_wave_and_tile_quantization() -> None:
     tiles = ((128, 128, 1.0),)
-    # 108 tiles on 108 SMs: one full wave; 109 tiles: a second wave with one tile in it
-    full = shape_efficiency(GemmShape(128 * 108, 128, 4096), 108, tiles, 0.0)
-    spill = shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0)
+    # 108 tiles on 108 SMs: one full wave; 109 tiles: a second wave with one tile in it (K = 128
+    # is too short to split, so split-K cannot fill the second wave)
+    full = shape_efficiency(GemmShape(128 * 108, 128, 128), 108, tiles, 0.0)
+    spill = shape_efficiency(GemmShape(128 * 109, 128, 128), 108, tiles, 0.0)
     assert full == pytest.approx(1.0)
     assert spill == pytest.approx(109 / 216)
+    # with a long K, split-K fills the slots: 16 slices make 1744 tiles in 17 waves of 108
+    assert shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0) == pytest.approx(1744 / 1836)
+    assert shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0, split_k=False) == pytest.approx(109 / 216)
     # a 129-wide output pads to two 128-wide tiles (tile quantization)
     assert shape_efficiency(GemmShape(129, 128 * 54, 4096), 108, tiles, 0.0) == pytest.approx(129 / 256)
     # a short K loop pays its prologue/epilogue: K / (K + k_half), relative to K = 4096

@@ -16,8 +16,11 @@ from typing import Any
 from gpuplan.perf.gemm_shape import Tile
 
 # cuBLAS-like candidate tiles (rows, cols, relative speed per FLOP): the big tile is the fastest per
-# FLOP, smaller ones fill more SMs. Prior, per the NVIDIA matmul performance guide (gemm_shape.py).
-DEFAULT_TILES: tuple[Tile, ...] = ((256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
+# FLOP, smaller ones fill more SMs; 16 rows is the smallest tensor-core MMA (skinny and decode GEMMs).
+# Prior, per the NVIDIA matmul performance guide (gemm_shape.py).
+DEFAULT_TILES: tuple[Tile, ...] = (
+    (256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7), (16, 128, 0.35),
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

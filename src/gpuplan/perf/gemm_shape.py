@@ -75,22 +75,34 @@ def conv_shape(op: OpRecord) -> GemmShape | None:
     return GemmShape(side, side, op.flops / (2.0 * out))
 
 
-def shape_efficiency(shape: GemmShape, sm_count: int | None, tiles: tuple[Tile, ...], k_half: float) -> float:
+SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+"""K splits a GEMM with too few output tiles may use (cuBLAS split-K / stream-K) to fill the SMs."""
+
+
+def shape_efficiency(
+    shape: GemmShape, sm_count: int | None, tiles: tuple[Tile, ...], k_half: float, *, split_k: bool = True
+) -> float:
     """Fraction of the large-GEMM rate a GEMM of ``shape`` reaches (1.0: a large square GEMM).
 
-    Without an SM count (GPUs the catalog has not counted) only the K-loop term applies."""
-    k_term = shape.k / (shape.k + k_half) if shape.k > 0 else 0.0
-    big = (1 + k_half / 4096.0)  # a 4096-deep K loop is what "large" is calibrated on
+    The best over the candidate tiles (either orientation: cuBLAS transposes freely) and K splits
+    (a fixed set, so the time stays monotone in M, N and batch; ``split_k=False`` for convolutions,
+    whose weight-gradient kernels the calibration rows show no split-K gain for). Without an SM
+    count (GPUs the catalog has not counted) only the K-loop term applies."""
+    big = 1 + k_half / 4096.0  # a 4096-deep K loop is what "large" is calibrated on
     if not sm_count or not tiles:
+        k_term = shape.k / (shape.k + k_half) if shape.k > 0 else 0.0
         return min(1.0, k_term * big)
+    batch = max(shape.batch, 1.0)
     best = 0.0
-    # either orientation of a tile (cuBLAS transposes freely): symmetric in M and N, and the best of
-    # tile options each non-increasing in efficiency-time keeps time monotone in M, N and batch
     for tm, tn, speed in tiles + tuple((b, a, v) for a, b, v in tiles):
-        rows, cols = math.ceil(shape.m / tm), math.ceil(shape.n / tn)
-        count = rows * cols * max(shape.batch, 1.0)
-        useful = shape.m * shape.n * max(shape.batch, 1.0) / (count * tm * tn)  # tile quantization
-        waves = count / sm_count
-        wave_fill = waves / math.ceil(waves)  # wave quantization
-        best = max(best, speed * useful * wave_fill)
-    return min(1.0, best * k_term * big)
+        count = math.ceil(shape.m / tm) * math.ceil(shape.n / tn) * batch
+        useful = shape.m * shape.n * batch / (count * tm * tn)  # tile quantization
+        for split in SPLIT_K if split_k else (1,):
+            k = shape.k / split
+            if split > 1 and k < 128:
+                break  # slices too short to pay for their partial-sum reduction
+            waves = count * split / sm_count
+            wave_fill = waves / math.ceil(waves)  # wave quantization
+            k_term = k / (k + k_half) if k > 0 else 0.0
+            best = max(best, speed * useful * wave_fill * k_term)
+    return min(1.0, best * big)

@@ -205,5 +205,6 @@ def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
     shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
     if shape is None:
         return 1.0
-    fraction = shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half)
-    return fraction * eff.conv_tensor_core if op.op_class == "conv" else fraction
+    if op.op_class == "conv":
+        return shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half, split_k=False) * eff.conv_tensor_core
+    return shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half)
