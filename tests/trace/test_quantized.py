@@ -233,3 +233,14 @@ def test_a_quantized_layer_holds_exactly_its_layout(out_features: int, in_featur
     held = sum(t.numel() * t.element_size() for t in [*layer.parameters(), *layer.buffers()])
     assert held == layer_bytes(weight_format(method), out_features, in_features)
     assert layer.logical_params_count == out_features * in_features
+
+
+def test_a_fused_kernel_reads_the_stored_bytes() -> None:
+    """GPTQ's fused GEMM reads the packed weight, scales and zeros (not a 16-bit weight): what the decode time
+    is bound by. One q_proj GEMM of 8 fp16 tokens reads the input and the layer's stored bytes."""
+    source = _llama(GPTQ_CONFIG)
+    step = trace_step(source, Workload(mode="infer", batch_size=1, seq_len=8, precision="fp16"), scale=False)
+    gemm = next(op for op in step.ops if op.op_class == "matmul" and op.module.endswith("layers.0.self_attn.q_proj"))
+    hidden = TINY_LLAMA["hidden_size"]
+    assert gemm.bytes_read == 8 * hidden * 2 + layer_bytes(weight_format("gptq", group_size=32), hidden, hidden)
+    assert gemm.flops == 2 * 8 * hidden * hidden

@@ -20,7 +20,8 @@ allocates the temporaries the library's kernels allocate:
   the whole weight from 1024 tokens on; in backward each dequantizes the weight for the input gradient.
 
 The matmuls read a zero-stride stand-in for the weight where the real kernel reads the packed one, so the
-trace counts their FLOPs without allocating a 16-bit weight that does not exist.
+trace counts their FLOPs, and the stored bytes as what they read, without allocating a 16-bit weight that
+does not exist.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class QuantizedLinear(nn.Linear):
         bias = base.bias
         self.register_parameter("bias", bias if isinstance(bias, nn.Parameter) else None)
         self.logical_params_count = self.in_features * self.out_features
+        self.stored_bytes = packed.nbytes + sum(t.nbytes for t in stats)
+        """Bytes of the stored weight (packed values, scales, zeros, codes): what a fused kernel reads."""
         """Weights the layer represents (the packed parameter holds fewer elements)."""
 
     def extra_repr(self) -> str:
@@ -83,9 +86,15 @@ class QuantizedLinear(nn.Linear):
         return result
 
     # -- what the kernels allocate ------------------------------------------------------------------
-    def virtual_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """The weight as a fused kernel sees it: ``[n, k]`` in ``dtype`` without a byte behind it."""
-        return torch.zeros((), dtype=dtype).expand(self.out_features, self.in_features)
+    def fused_linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ Wᵀ + bias`` as a fused kernel runs it: it reads the stored (packed) weight, never a 16-bit
+        copy. The weight operand is a zero-stride ``[k, n]`` stand-in with no byte behind it that tells the
+        recorder how many bytes the kernel really reads (``stored_bytes``: trace/tracker.py)."""
+        weight_t = torch.zeros((), dtype=x.dtype).expand(self.in_features, self.out_features)
+        weight_t.stored_bytes = self.stored_bytes  # type: ignore[attr-defined]
+        rows = x.reshape(-1, self.in_features)
+        out = torch.mm(rows, weight_t) if bias is None else torch.addmm(bias.to(x.dtype), rows, weight_t)
+        return out.reshape(*x.shape[:-1], self.out_features)
 
     def _stat(self, name: str) -> torch.Tensor:
         """One of the format's buffers (scales, absmax, codes) by its attribute name."""
@@ -111,7 +120,7 @@ class QuantizedLinear(nn.Linear):
         method = self.fmt.method
         if method in ("bnb-nf4", "bnb-fp4"):
             if rows <= BNB_FUSED_MAX_ROWS:
-                return nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+                return self.fused_linear(x, bias)
             return nn.functional.linear(x, self.dequantized(x.dtype), bias)
         if method == "bnb-int8":
             a16 = x.to(torch.float16)
@@ -120,7 +129,7 @@ class QuantizedLinear(nn.Linear):
             del a16
             product = torch.empty((*x.shape[:-1], self.out_features), dtype=torch.int32)
             del a_int8, a_scale
-            out = nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+            out = self.fused_linear(x, bias)
             del product
             return out
         if method == "awq" and rows >= AWQ_DEQUANT_MIN_TOKENS:
@@ -128,10 +137,10 @@ class QuantizedLinear(nn.Linear):
         if method == "fp8":
             x_fp8 = torch.empty(x.shape, dtype=torch.float8_e4m3fn)
             x_scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32)
-            out = nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+            out = self.fused_linear(x, bias)
             del x_fp8, x_scale
             return out
-        return nn.functional.linear(x, self.virtual_weight(x.dtype), bias)
+        return self.fused_linear(x, bias)
 
 
 class _QuantizedMatmul(torch.autograd.Function):

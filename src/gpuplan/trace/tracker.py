@@ -180,7 +180,8 @@ def _fake_kernel(name: str, args: tuple[Any, ...]) -> tuple[Callable[..., Any] |
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    stored = getattr(t, "stored_bytes", None)  # a quantized weight's stand-in (trace/quantized.py) reads its bytes
+    return stored if isinstance(stored, int) else t.numel() * t.element_size()
 
 
 def _payload(t: torch.Tensor) -> torch.Tensor:
