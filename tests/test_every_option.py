@@ -114,7 +114,7 @@ def test_optimizer(optimizer: str, tiny: Path, tiny_params: int) -> None:
              "paged-adamw": 8 * tiny_params}
     if optimizer in exact:
         assert state == exact[optimizer]
-    elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):  # two 1-byte moments, plus block scales (and 32-bit state for tiny tensors)
+    elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):  # two 1-byte moments + block scales (32-bit: tiny tensors)
         assert 2 * tiny_params <= state < 8 * tiny_params
     else:  # adafactor: factored second moments, rows + columns instead of a full matrix
         assert 0 < state < 4 * tiny_params
