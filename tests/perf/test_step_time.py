@@ -75,6 +75,8 @@ def test_tiny_kernels_are_cpu_bound_in_eager_mode() -> None:
     assert t.total_s == pytest.approx(1000 * eff.launch_overhead_s)
     assert t.breakdown_s["launch"] == pytest.approx(t.total_s - t.breakdown_s["memory_bound"])
     assert any("CPU-bound" in a for a in t.assumptions)
+    assert sum(t.by_op_class_s.values()) == pytest.approx(t.total_s)
+    assert t.by_op_class_s["cpu_dispatch"] == pytest.approx(t.total_s - t.by_op_class_s["other"])
 
 
 def test_mfu_counts_model_flops_against_the_dtype_peak() -> None:

@@ -143,6 +143,8 @@ class StepTime:
     kernels: int = 0
     inference: InferenceTime | None = None
     by_op_class_s: dict[str, float] = field(default_factory=dict)
+    """GPU time (kernels + gaps) by the trace's op class, plus ``cpu_dispatch``: the time the GPU
+    waits for eager dispatch (when any); sums to ``total_s``."""
     breakdown_s: dict[str, float] = field(default_factory=dict)
     """Time by cost class (``BREAKDOWN_KEYS``); sums to ``total_s``."""
     arch: str = ""
@@ -201,6 +203,8 @@ def step_time(
         by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
         acc.kernels += op.count if launches_kernel(op) else 0
     kernels = acc.kernels
+    if acc.cpu_bound_s > 0:  # the GPU waiting for eager dispatch: its own entry, so the classes sum to the step
+        by_class["cpu_dispatch"] = acc.cpu_bound_s
     by_phase = acc.by_phase_s
     total = acc.total_s
     compute, memory, overhead = acc.compute_s, acc.memory_s, acc.overhead_s
