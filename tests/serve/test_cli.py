@@ -123,3 +123,14 @@ def test_rate_and_prices(tiny_gpt2: str, tmp_path: Any) -> None:
     assert rate["replicas"] == math.ceil(1000 / per_replica) and rate["gpus"] == 2 * rate["replicas"]
     # two GPUs at $2.5/h make per_replica × 32 output tokens per second
     assert rate["usd_per_million_output_tokens"] == pytest.approx(2 * 2.5 / (per_replica * 32 * 3600) * 1e6)
+
+
+def test_sglang_starts_and_caps_requests_where_vllm_refuses(tiny_gpt2: str) -> None:
+    # mem_fraction_static 0.5: the other half holds activations, graphs and non-torch memory
+    first = serve(tiny_gpt2, gpu="H100-SXM", engine="sglang", max_num_seqs=16, gpu_memory_utilization=0.5)
+    fixed = first.budget.requested_bytes - first.budget.kv_cache_bytes  # weights + CUDA context
+    total = math.ceil((fixed + 40 * 512) / first.settings.gpu_memory_utilization)
+    tight = serve(tiny_gpt2, gpu="H100-SXM", engine="sglang", max_num_seqs=16, gpu_memory_utilization=0.5,
+                  total_memory_bytes=total)
+    assert tight.ok is True and tight.kv_cache_tokens == 40  # page size 1
+    assert "SGLang caps each request at 39 tokens" in tight.reason

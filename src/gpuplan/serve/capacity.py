@@ -315,6 +315,12 @@ def _verdict(settings: engines.EngineSettings, budget: budgets.Budget, cost: KVC
         return False, f"ValueError: {engines.VLLM_NO_CACHE_MESSAGE}" if settings.engine == "vllm" else (
             "the weights and activations leave no memory for the KV cache")
     needed = cost.sequence_bytes(settings.max_model_len)
+    if needed > kv and settings.engine == "sglang":
+        # SGLang starts anyway and caps each request (scheduler: max_req_input_len = min(context_len − 1,
+        # max_total_num_tokens − 1))
+        return True, (f"{name} starts with {kv / GIB:.2f} GiB of KV cache per GPU ({cost.cache_tokens(kv):,} tokens); "
+                      f"SGLang caps each request at {min(fits_len, settings.max_model_len) - 1:,} tokens, below "
+                      f"--context-length {settings.max_model_len:,}")
     if needed > kv:
         if settings.engine == "vllm":
             return False, (f"ValueError: To serve at least one request with the models's max seq len "
