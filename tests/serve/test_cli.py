@@ -94,7 +94,8 @@ def test_concurrency_that_does_not_fit_is_exit_1(tiny_gpt2: str) -> None:
 
 @pytest.mark.parametrize("argv, message", [
     (["--max-model-len", "256"], "above the 128 tokens"),
-    (["--context", "129"], "above --max-model-len 128"),
+    (["--context", "129"], "above the 128 tokens"),
+    (["--max-model-len", "64", "--context", "65"], "above --max-model-len 64"),
     (["--tp", "3"], "does not divide the 2 attention heads"),
     (["--gpu-memory-utilization", "1.5"], "outside (0, 1]"),
     (["--gpu-memory-utilization", "0"], "outside (0, 1]"),

@@ -180,12 +180,16 @@ def serve(
         raise ConfigError("--kv-cache-dtype fp8 needs a paged engine (--engine vllm or sglang); transformers' "
                           "cache holds the model dtype")
     trained = layout.max_context
+    defaulted = max_model_len is None
     if max_model_len is None:
         max_model_len = trained or context or 2048
     if trained is not None and max_model_len > trained:
         raise ConfigError(f"--max-model-len {max_model_len:,} is above the {trained:,} tokens {source.name} was "
                           "trained for (max_position_embeddings); vLLM refuses it unless "
                           "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: pass at most that")
+    if context is not None and context > max_model_len and defaulted:
+        raise ConfigError(f"--context {context:,} is above the {max_model_len:,} tokens {source.name} was trained for "
+                          "(max_position_embeddings), the engine's default --max-model-len; pass at most that")
     if context is not None and context > max_model_len:
         raise ConfigError(f"--context {context:,} is above --max-model-len {max_model_len:,}: the engine truncates "
                           "nothing, it refuses such requests; raise --max-model-len or lower --context")
