@@ -16,6 +16,8 @@ import time
 CASES = [
     ("llama-3.1-70b", ["--gpus", "64", "--gpu", "H100-SXM", "--nodes", "8", "--mode", "train"], 10.0),
     ("llama-3.1-405b", ["--gpus", "1024", "--gpu", "H100-SXM", "--nodes", "128", "--mode", "train"], 30.0),
+    # MoE: the search adds every expert-parallel degree that divides dp and the 8 experts
+    ("mixtral-8x7b", ["--gpus", "64", "--gpu", "H100-SXM", "--nodes", "8", "--mode", "train"], 30.0),
 ]
 
 CHILD = """

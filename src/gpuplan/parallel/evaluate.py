@@ -451,13 +451,17 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         groups = ((dp_group, stage_dense), (expert_dp_group, stage_expert))
         if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
             # updated parameters all-gathered after the step (allgather_bucket_size): after the step
-            bucket = cb * bucket_elements(stage_params)
-            first = bucket
+            bucket: float = cb * bucket_elements(stage_params)
+            first: float = bucket
             reduce_op = reduce_scatter_s
             tail = sum(_calls_s(all_gather_s, grp, cb * n, bucket) for grp, n in groups)
+        elif isinstance(s, MegatronDDP):
+            # Megatron-LM all-reduces its contiguous fp32 main-grad buffer once backward is done
+            # (--overlap-grad-reduce is off by default; the 2021 code had no overlap at all)
+            bucket, first, reduce_op, tail = float("inf"), 0.0, all_reduce_s, 0.0
         else:
             bucket, first, reduce_op, tail = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, all_reduce_s, 0.0
-        if pp > 1:  # after the pipeline flush (Megatron / DeepSpeed pipeline engine): nothing hides it
+        if pp > 1 or isinstance(s, MegatronDDP):  # after the flush / the backward: nothing hides it
             dp_exposed = sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail
         else:
             # buckets reduced while the last micro-batch's backward runs (no_sync before it)

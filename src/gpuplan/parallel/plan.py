@@ -246,8 +246,11 @@ def plan(
         *prof.assumptions,
         topo.describe(),
         "rank order tp (inside a node) → dp → pp (Megatron); TP collectives not overlapped with compute",
-        "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets) "
-        "when pp = 1, and follows the pipeline flush when pp > 1",
+        "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets, each "
+        "paying NCCL's latency) when pp = 1, follows the pipeline flush when pp > 1, and follows the backward "
+        "for Megatron-LM (no --overlap-grad-reduce); FSDP2 / ZeRO-3 gather and reduce-scatter block by block, "
+        "one block ahead (FSDP2) or within the prefetch bucket (ZeRO-3); MoE expert parallelism: "
+        "all-to-all dispatch and combine per MoE block, routing assumed balanced",
         f"memory: CUDA context and cuBLAS workspaces added per rank; caching-allocator slack at the "
         f"traced step's {prof.allocator_slack_fraction:.1%} of allocated bytes; NCCL internal buffers not counted",
         *notes,
