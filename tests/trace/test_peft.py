@@ -27,7 +27,8 @@ SOURCE = HFConfigSource("tiny-llama", TINY_LLAMA)
 ALL_LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 CASES = {
-    # PEFT's defaults: r=8 on q_proj, v_proj (its table for llama), no dropout module
+    # PEFT's defaults: r=8 on q_proj, v_proj (its table for llama), no dropout module (parameter counts
+    # only: the exact-accounting cases below cover LoRA with more targets, dropout and modules_to_save)
     "lora-default": Workload(batch_size=2, seq_len=32, peft="lora"),
     # dropout > 0 saves PEFT's dropout output per adapter; modules_to_save copies lm_head
     "lora-dropout-all-linear-lm_head": Workload(batch_size=2, seq_len=32, peft="lora", lora_dropout=0.1,
@@ -45,7 +46,7 @@ def _real_model(workload: Workload) -> torch.nn.Module:
     return StepRunner(SOURCE, workload, Target(cuda=False), fake=False).build_model()
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c for c in CASES if c != "lora-default"])
 @pytest.mark.slow
 def test_fake_trace_matches_real_cpu_run(case: str) -> None:
     workload = CASES[case]
