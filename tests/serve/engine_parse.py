@@ -1,4 +1,5 @@
-"""Parse a ``vllm serve ...`` command line with vLLM's own parser (run by the engine's Python, not gpuplan's).
+"""Parse ``vllm serve ...`` / ``python -m sglang.launch_server ...`` command lines with the engine's own
+parser (run by the engine's Python, not gpuplan's).
 
 Usage: ``python engine_parse.py '["vllm serve MODEL --flag value ...", ...]'``; prints a JSON list with,
 per command, the parsed engine arguments or {"error": the parser's message}. Kept free of gpuplan imports:
@@ -12,8 +13,36 @@ import shlex
 import sys
 
 
+def sglang(commands: list[str]) -> int:
+    """``python -m sglang.launch_server ...`` through SGLang's own ServerArgs.add_cli_args parser."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    fields = ("model_path", "tp_size", "pp_size", "context_length", "mem_fraction_static", "chunked_prefill_size",
+              "max_running_requests", "kv_cache_dtype", "quantization")
+    out: list[dict[str, object]] = []
+    for line in commands:
+        argv = shlex.split(line)
+        if argv[:3] != ["python", "-m", "sglang.launch_server"]:
+            out.append({"error": f"not an sglang.launch_server command: {argv[:3]}"})
+            continue
+        parser = argparse.ArgumentParser(exit_on_error=False)
+        ServerArgs.add_cli_args(parser)
+        try:
+            args = parser.parse_args(argv[3:])
+        except (SystemExit, Exception) as exc:
+            out.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        out.append({name: getattr(args, name) for name in fields})
+    print(json.dumps(out))
+    return 0
+
+
 def main() -> int:
     commands = json.loads(sys.argv[1])
+    if commands and commands[0].startswith("python -m sglang"):
+        return sglang(commands)
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # vLLM < 0.11

@@ -1,6 +1,8 @@
 """gpuplan's KV arithmetic and launch commands checked by the engine's own code, in the engine's own
 environment (``.venv-serve`` at the repository root: ``python -m venv .venv-serve && .venv-serve/bin/pip
-install vllm``; vLLM 0.33.0 installed beside torch 2.14.0 in 7 min 54 s here). Skipped where it is absent.
+install vllm``; vLLM 0.33.0 installed beside torch 2.14.0 in 7 min 54 s here; ``.venv-sglang`` likewise with
+``pip install sglang``: SGLang 0.5.23 beside torch 2.14.1 in 6 min 26 s). Each test is skipped where its
+environment is absent.
 
 Each case is one model of each attention kind: the sizes gpuplan read from its config are handed to the
 spec class vLLM's model code builds for that layer kind, and vLLM's bytes must equal gpuplan's exactly.
@@ -21,17 +23,16 @@ from gpuplan.serve.kv import KVLayout, kv_cost, kv_layout
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = REPO / ".venv-serve" / "bin" / "python"
+SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 HERE = Path(__file__).parent
 DATA = HERE / "data"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-serve with vLLM installed (see module doc)"),
-]
+pytestmark = pytest.mark.slow
+needs_vllm = pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-serve with vLLM installed (module doc)")
 
 
-def _engine(script: str, arg: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ENGINE_PYTHON), str(HERE / script), arg], capture_output=True, text=True,
+def _engine(script: str, arg: str, python: Path = ENGINE_PYTHON) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), str(HERE / script), arg], capture_output=True, text=True,
                           timeout=300, check=False)
 
 
@@ -39,6 +40,7 @@ def layout_of(model: str) -> KVLayout:
     return kv_layout(resolve_model(model).hf_config().to_dict(), model)
 
 
+@needs_vllm
 def test_kv_bytes_equal_vllm_for_each_attention_kind() -> None:
     max_len, batched = 10_000, 2048
     llama, falcon, opt = layout_of("llama-3.1-8b"), layout_of("falcon-7b"), layout_of("opt-13b")
@@ -72,6 +74,7 @@ def test_kv_bytes_equal_vllm_for_each_attention_kind() -> None:
             assert ours.state_bytes_per_sequence == theirs["state_bytes"] * layout.state_layers
 
 
+@needs_vllm
 def test_vllm_parser_accepts_the_emitted_commands_and_refuses_a_bad_value() -> None:
     cases = [("auto", "none"), ("fp8", "int4")]
     commands = [command(EngineSettings("vllm", "meta-llama/Llama-3.1-70B-Instruct", 4, 2, 32768, 0.9, kv, 8192, 1024,
@@ -85,3 +88,15 @@ def test_vllm_parser_accepts_the_emitted_commands_and_refuses_a_bad_value() -> N
                           "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "kv_cache_dtype": kv,
                           "quantization": None if quant == "none" else "awq"}
     assert bad == {"error": "SystemExit: 2"}  # argparse: invalid int value 'two'
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason="no .venv-sglang with SGLang installed (module doc)")
+def test_sglang_parser_accepts_the_emitted_command() -> None:
+    settings = EngineSettings("sglang", "meta-llama/Llama-3.1-8B", 2, 2, 131072, 0.87, "fp8", 8192, 256, 1, "int4",
+                              True)
+    done = _engine("engine_parse.py", json.dumps([command(settings)]), SGLANG_PYTHON)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (parsed,) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed == {"model_path": "meta-llama/Llama-3.1-8B", "tp_size": 2, "pp_size": 2, "context_length": 131072,
+                      "mem_fraction_static": 0.87, "chunked_prefill_size": 8192, "max_running_requests": 256,
+                      "kv_cache_dtype": "fp8_e4m3", "quantization": "awq"}
