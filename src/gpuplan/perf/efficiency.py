@@ -70,8 +70,8 @@ class Efficiency:
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
             f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that, "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
-            f"efficiency: fused attention {self.attention_fused:.0%} of peak (FlashAttention-2 prior), "
-            f"memory-bound ops at {self.bandwidth:.0%} of DRAM bandwidth (prior)",
+            f"efficiency: fused attention {self.attention_fused:.0%} of peak, memory-bound ops at "
+            f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)",
             f"eager dispatch {self.launch_overhead_s * 1e6:.1f} µs CPU per kernel (fitted; shows when kernels are "
             f"shorter); {self.graph_launch_overhead_s * 1e6:.1f} µs GPU gap per kernel (prior)",
         )
