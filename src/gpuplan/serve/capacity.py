@@ -114,7 +114,7 @@ def _decoder_source(model: str | ModelSource) -> HFConfigSource:
                                "serving engines load transformers decoders; give a catalog name or a config.json")
     config = source.config_dict
     if source.task != "causal-lm" and not isinstance(config.get("text_config"), dict):
-        raise ConfigError(f"{source.name} is a {source.task} model, not a decoder: vLLM and SGLang serve causal "
+        raise ConfigError(f"{source.name} is not a decoder (task {source.task}): vLLM and SGLang serve causal "
                           "language models (generate); use gpuplan estimate --mode infer for it")
     return source
 
