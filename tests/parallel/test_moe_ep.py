@@ -125,3 +125,14 @@ def test_emit_expresses_ep_only_for_megatron(moe_ctx) -> None:  # type: ignore[n
     text = emit(p, "torchrun")
     assert "--expert-model-parallel-size 4" in text and f"--num-experts {E} --moe-router-topk {K}" in text
     assert refusal(p.best.layout, "accelerate") is not None
+
+
+def test_fixed_ep_refused_with_the_arithmetic() -> None:
+    from gpuplan.parallel.search import validate
+
+    with pytest.raises(LayoutError, match=r"ep\(2\) needs a mixture-of-experts model; .* use --ep 1"):
+        validate(Constraints(gpus=8, global_batch=8, ep=2), heads=4, kv_heads=4, layers=4, experts=0)
+    with pytest.raises(LayoutError, match=r"ep\(3\) does not divide the 8 experts per layer \(8 mod 3 = 2\)"):
+        validate(Constraints(gpus=12, global_batch=12, ep=3), heads=4, kv_heads=4, layers=4, experts=E)
+    with pytest.raises(LayoutError, match=r"ep\(4\) does not divide dp\(2\)"):
+        validate(Constraints(gpus=8, global_batch=8, dp=2, ep=4), heads=4, kv_heads=4, layers=4, experts=E)
