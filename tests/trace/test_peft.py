@@ -109,6 +109,11 @@ def test_targets_matching_no_module_list_the_linear_names() -> None:
     assert linear_module_names(base) == [*ALL_LLAMA_LINEAR, "lm_head"]
 
 
+def test_dora_on_a_quantized_base_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"--peft dora on a quantized base \(QDoRA\) .* is not modelled"):
+        trace_step(SOURCE, Workload(batch_size=1, seq_len=8, peft="dora", load_in="4bit"))
+
+
 def test_unknown_train_module_is_one_line() -> None:
     with pytest.raises(ConfigError, match="--train-modules head matches no module"):
         trace_step(SOURCE, Workload(batch_size=1, seq_len=8, peft="lora", train_modules=("head",)))

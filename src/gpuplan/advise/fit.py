@@ -431,12 +431,11 @@ def _ladder(base: Workload, gpu: GPU) -> list[tuple[str, str, dict[str, Any]]]:
                 {"checkpointing": "full"},
             )
         )
-    if base.trains and base.peft in ("lora", "dora") and base.load_in == "none":
-        # the frozen base in NF4: ~0.55 bytes per weight instead of 2, dequantized per layer (slower)
-        changes: dict[str, Any] = {"peft": "qlora"} if base.peft == "lora" else {"load_in": "4bit"}
-        flag = "--peft qlora" if base.peft == "lora" else "--load-in-4bit"
-        rungs.append(("4bit-base", f"{flag}: frozen base weights in NF4 (bitsandbytes, double quantization)",
-                      changes))
+    if base.trains and base.peft == "lora" and base.load_in == "none":
+        # the frozen base in NF4: ~0.55 bytes per weight instead of 2, dequantized per layer (slower);
+        # not for DoRA: QDoRA is not modelled (trace/peft.py)
+        rungs.append(("4bit-base", "--peft qlora: frozen base weights in NF4 (bitsandbytes, double quantization)",
+                      {"peft": "qlora"}))
     if base.trains and base.uses_peft and base.optimizer in ("adamw", "adam", "adamw-8bit"):
         rungs.append(("paged-optimizer", "--optimizer paged-adamw-8bit: 8-bit state in CUDA unified memory "
                       "(bitsandbytes), evicted to the host under pressure", {"optimizer": "paged-adamw-8bit"}))

@@ -119,6 +119,14 @@ def apply_peft(model: nn.Module, source: ModelSource, workload: Workload) -> nn.
     require grad as PEFT/Trainer make them (``enable_input_require_grads``)."""
     from peft import get_peft_model
 
+    if workload.peft == "dora":
+        from gpuplan.trace.quantized import quantized_layers
+
+        if quantized_layers(model):
+            # PEFT's DoRA reads the base weight through dequantize_module_weight, which knows bnb's
+            # Params4bit / HQQ, not trace/quantized.py's stand-ins: it would see the packed bytes
+            raise ConfigError(f"--peft dora on a quantized base (QDoRA) of {source.name} is not modelled; use "
+                              "--peft qlora (LoRA on NF4) or DoRA on a 16-bit base (drop --load-in-4bit/8bit)")
     config = lora_config(model, source, workload)
     try:
         with _adapters_built_in_place(model):
