@@ -45,7 +45,8 @@ def render_fit(r: FitResult) -> str:
     digits = distinguishing_digits([p.need_bytes for p in points],
                                    r.gpu.usable_memory_bytes, GIB)
     usable = format_bytes(r.gpu.usable_memory_bytes, "GiB" if digits > 2 else None, digits)
-    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}"]
+    peft = f", --peft {r.workload.peft} rank {r.workload.lora_rank}" if r.workload.uses_peft else ""
+    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}{peft}"]
     if r.max_batch_size >= 1:
         lines.append(
             f"largest batch that fits: {r.max_batch_size} (~{format_bytes(r.bytes_per_sample)} per extra sample)"
