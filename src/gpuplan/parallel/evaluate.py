@@ -404,12 +404,17 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb
         outer = p.outer_params / tp
         if isinstance(s, FSDP2):
-            # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate)
+            # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate);
+            # HSDP then all-reduces each block's shard across the replicas, on the same stream
+            hsdp = s.hsdp_shard
+            replicas = group(topo, dp // hsdp, tp * hsdp) if hsdp else None
+
             def gather(n: float, grp: Group) -> float:
                 return all_gather_s(grp, cb * n)
 
             def scatter(n: float, grp: Group) -> float:
-                return reduce_scatter_s(grp, grad_b * n)
+                across = all_reduce_s(replicas, grad_b * n / grp.size) if replicas is not None else 0.0
+                return reduce_scatter_s(grp, grad_b * n) + across
 
             covered = 1.0
         else:
@@ -469,9 +474,6 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
             dp_exposed = (
                 sum(_bucketed_exposed(reduce_op, grp, grad_b * n, bucket, first, window) for grp, n in groups) + tail
             )
-    elif isinstance(s, FSDP2) and s.hsdp_shard is not None:  # Layout holds it below dp
-        replicas = group(topo, dp // s.hsdp_shard, tp * s.hsdp_shard)
-        dp_exposed = all_reduce_s(replicas, p.grad_bytes_per_param * stage_params / s.hsdp_shard)
     # ---- optimizer --------------------------------------------------------------------------
     shard = layout.shard_group if layout.shard_group > 1 else 1
     expert_shard = max(shard // ep, 1) if shard > 1 else 1

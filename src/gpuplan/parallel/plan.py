@@ -249,7 +249,8 @@ def plan(
         "data-parallel gradient traffic overlaps the last micro-batch's backward (DDP / ZeRO buckets, each "
         "paying NCCL's latency) when pp = 1, follows the pipeline flush when pp > 1, and follows the backward "
         "for Megatron-LM (no --overlap-grad-reduce); FSDP2 / ZeRO-3 gather and reduce-scatter block by block, "
-        "one block ahead (FSDP2) or within the prefetch bucket (ZeRO-3); MoE expert parallelism: "
+        "one block ahead (FSDP2; HSDP adds each block's all-reduce across replicas) or within the prefetch "
+        "bucket (ZeRO-3); MoE expert parallelism: "
         "all-to-all dispatch and combine per MoE block, routing assumed balanced",
         f"memory: CUDA context and cuBLAS workspaces added per rank; caching-allocator slack at the "
         f"traced step's {prof.allocator_slack_fraction:.1%} of allocated bytes; NCCL internal buffers not counted",
