@@ -16,7 +16,7 @@ from gpuplan.models.sources import HFConfigSource
 from gpuplan.report.advise import answer_flags
 from gpuplan.workload import Workload
 from tests.advise.conftest import shrunk
-from tests.fixtures.tiny_models import TINY_LLAMA
+from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
 
 LORA = Workload(batch_size=4, peft="lora", precision="bf16")
 
@@ -68,6 +68,16 @@ def test_seq_len_frontier_is_estimate_verdict_on_real_traces() -> None:
     assert result.over_point.workload.seq_len == result.max_seq_len + SEQ_LEN_STEP
     assert result.max_point.workload.peft == "lora"
     assert "largest sequence length that fits" in str(result)
+
+
+def test_seq_len_search_stops_at_a_learned_position_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2's wpe holds n_positions = 128 rows: longer sequences cannot run, whatever the memory."""
+    gpu = get_gpu("RTX-4090")
+    monkeypatch.setattr(gpuplan.estimate, "estimate", LinearInSeq(gpu, answer_tokens=5000))
+    gpt2 = HFConfigSource("tiny-gpt2", {"architectures": ["GPT2LMHeadModel"], **TINY_GPT2})
+    result = largest_seq_len(gpt2, gpu, LORA)
+    assert result.max_seq_len == 128 and result.over_point is None and result.limit_tokens == 128
+    assert any("learned position table holds no more" in a for a in result.assumptions)
 
 
 def test_seq_len_nothing_fits_is_a_no_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:

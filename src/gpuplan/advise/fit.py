@@ -775,13 +775,39 @@ def largest_seq_len(
     source = model if isinstance(model, SourceType) else resolve_model(model)
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
+    table = _position_table_tokens(source, base)
+    notes: list[str] = []
+    if table is not None and table < limit_tokens:
+        limit_tokens = table
+        notes.append(f"searched up to {table:,} tokens: the model's learned position table holds no more")
+    if limit_tokens < SEQ_LEN_STEP:
+        raise ConfigError(f"{source.name} runs at most {limit_tokens} tokens, below the search's step of "
+                          f"{SEQ_LEN_STEP}; use `gpuplan estimate --seq-len N` instead")
     tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base, seq_len_axis(limit_tokens))
     assumptions = (f"largest sequence length searched in steps of {SEQ_LEN_STEP} tokens at batch "
                    f"{base.batch_size}: two traces give the slope, the answer is confirmed by tracing it and "
-                   f"{SEQ_LEN_STEP} tokens more", *tracer.assumptions)
+                   f"{SEQ_LEN_STEP} tokens more", *notes, *tracer.assumptions)
     return SeqLenFit(
         model=source.name, gpu=target_gpu, workload=base, max_seq_len=search.batch * SEQ_LEN_STEP,
         max_point=search.point, over_point=search.over,
         bytes_per_token=int(search.bytes_per_sample) // SEQ_LEN_STEP, traces=tracer.traces,
         limit_tokens=limit_tokens, assumptions=assumptions, probes=tuple(tracer.probes))
+
+
+def _position_table_tokens(source: ModelSource, workload: Workload) -> int | None:
+    """The longest sequence a model with a learned position table runs (None: positions are computed,
+    as in RoPE models), read from a one-block build on fake tensors (no weight is allocated)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gpuplan.models.sources import learned_position_table, positions_needed
+    from gpuplan.trace.runner import StepRunner, Target, quiet
+
+    one_block = dict.fromkeys(source.layer_counts(), 1)
+    with quiet(), torch.device("cpu"), FakeTensorMode():
+        module = StepRunner(source, workload.with_(peft="none"), Target(), fake=True, layers=one_block).build_model()
+    table = learned_position_table(module)
+    if table is None:
+        return None
+    return table[1] - (positions_needed(workload, 1) - 1)  # generation feeds new tokens back as positions
