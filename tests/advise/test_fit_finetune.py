@@ -7,6 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gpuplan.estimate
 from gpuplan.advise.fit import SEQ_LEN_STEP, _ladder, largest_seq_len
@@ -19,6 +21,7 @@ from tests.advise.conftest import shrunk
 from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
 
 LORA = Workload(batch_size=4, peft="lora", precision="bf16")
+TINY_LLAMA_SOURCE = HFConfigSource("tiny-llama", TINY_LLAMA)
 
 
 class LinearInSeq:
@@ -68,6 +71,22 @@ def test_seq_len_frontier_is_estimate_verdict_on_real_traces() -> None:
     assert result.over_point.workload.seq_len == result.max_seq_len + SEQ_LEN_STEP
     assert result.max_point.workload.peft == "lora"
     assert "largest sequence length that fits" in str(result)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(answer_tokens=st.integers(min_value=SEQ_LEN_STEP, max_value=2_000_000),
+       per_token=st.integers(min_value=1 << 10, max_value=1 << 22))
+def test_seq_len_search_property(monkeypatch: pytest.MonkeyPatch, answer_tokens: int, per_token: int) -> None:
+    """For any memory line, the answer is the largest multiple of the step under it, confirmed by a
+    fitting trace there and a failing one a step further, in a bounded number of traces."""
+    gpu = get_gpu("H100-SXM")
+    if answer_tokens * per_token >= gpu.usable_memory_bytes:
+        return  # the fixed part would be negative: no such model
+    monkeypatch.setattr(gpuplan.estimate, "estimate", LinearInSeq(gpu, answer_tokens, per_token))
+    result = largest_seq_len(TINY_LLAMA_SOURCE, gpu, LORA)
+    assert result.max_seq_len == answer_tokens // SEQ_LEN_STEP * SEQ_LEN_STEP
+    assert result.over_point is not None and not result.over_point.fits
+    assert result.traces <= 16
 
 
 def test_seq_len_search_stops_at_a_learned_position_table(monkeypatch: pytest.MonkeyPatch) -> None:

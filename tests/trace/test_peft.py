@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import ConfigError
@@ -131,3 +133,17 @@ def test_bad_peft_settings_are_one_line(fields: dict[str, object], needle: str) 
     with pytest.raises(ConfigError) as info:
         Workload(**{"peft": "lora", **fields})  # type: ignore[arg-type]
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rank=st.integers(min_value=-5, max_value=1 << 17), dropout=st.floats(allow_nan=True, allow_infinity=True),
+       alpha=st.floats(allow_nan=True, allow_infinity=True))
+def test_peft_settings_are_valid_or_one_line(rank: int, dropout: float, alpha: float) -> None:
+    """Whatever numbers arrive, a Workload either holds them inside PEFT's ranges or refuses them
+    in one line naming the value (never another exception)."""
+    try:
+        w = Workload(peft="lora", lora_rank=rank, lora_dropout=dropout, lora_alpha=alpha)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and "LoRA" in str(exc)
+    else:
+        assert 1 <= w.lora_rank <= 1 << 16 and 0 <= w.lora_dropout < 1 and w.lora_alpha > 0
