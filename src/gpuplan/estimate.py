@@ -195,9 +195,9 @@ def estimate(
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     _check_precision(work, target_gpu)
     from gpuplan.trace.float8 import fp8_notes
-    from gpuplan.trace.optimizers import optimizer_notes
+    from gpuplan.trace.optimizer_notes import optimizer_notes
     from gpuplan.trace.peft_count import peft_notes
-    from gpuplan.trace.quantized import quantization_notes
+    from gpuplan.trace.quant_format import quantization_notes
 
     assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work), *peft_notes(source, work),
                         *(optimizer_notes(work.optimizer) if work.trains else [])])

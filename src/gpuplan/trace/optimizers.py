@@ -154,15 +154,3 @@ def state_tensors(opt: Optimizer | None) -> list[torch.Tensor]:
     for state in opt.state.values():
         found.update((id(v), v) for v in state.values() if isinstance(v, torch.Tensor))
     return list(found.values())
-
-
-def optimizer_notes(name: str) -> list[str]:
-    """The assumption line for a bitsandbytes optimizer (none for torch's)."""
-    if name not in ("adamw-8bit", "paged-adamw", "paged-adamw-8bit"):
-        return []
-    layout = ("fp32 moments" if name == "paged-adamw"
-              else "uint8 moments + fp32 absmax per 256 (fp32 moments under 4096 elements)")
-    paged = ("; paged: the state of tensors of 1e5+ elements lives in CUDA unified memory, counted as resident "
-             "(under memory pressure the driver pages it to host memory: slower, not out of memory)"
-             if name.startswith("paged") else "")
-    return [f"--optimizer {name}: bitsandbytes state as it lays it out ({layout}){paged}"]

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from gpuplan.memory.weight_quant import WeightFormat, format_from_config, layer_layout, weight_format
+from gpuplan.memory.weight_quant import WeightFormat, layer_layout, weight_format
+from gpuplan.trace.quant_format import check_trainable, format_of
 
 if TYPE_CHECKING:
     from gpuplan.models.sources import ModelSource
@@ -267,43 +268,12 @@ def quantize_experts(model: nn.Module, fmt: WeightFormat, skip: Iterable[str]) -
     return stored
 
 
-def format_of(source: ModelSource, workload: Workload) -> WeightFormat | None:
-    """The base-weight format the step runs: a checkpoint's ``quantization_config``, else the flags
-    (``--load-in-4bit`` / ``--load-in-8bit``), else QLoRA's NF4 base; None for 16/32-bit weights."""
-    from gpuplan.errors import ConfigError
-
-    qc = source.quantization()
-    load_in = workload.load_in
-    if qc is not None:
-        fmt = format_from_config(qc)
-        if load_in != "none":
-            raise ConfigError(f"{source.name} is already quantized ({fmt.describe()}); drop --load-in-{load_in}")
-        return fmt
-    if load_in == "4bit":
-        return weight_format("bnb-nf4", double_quant=True)
-    if load_in == "8bit":
-        return weight_format("bnb-int8")
-    if getattr(workload, "peft", "none") == "qlora":
-        return weight_format("bnb-nf4", double_quant=True)
-    return None
-
-
 def compute_dtype_of(workload: Workload) -> torch.dtype:
     """The dtype the quantized layers compute in: QLoRA's bf16, else the model's 16-bit dtype, else fp16
     for the 16-bit kernels of an fp32 model (bnb 4-bit then computes in the input's dtype)."""
     if getattr(workload, "peft", "none") == "qlora" or workload.precision in ("bf16", "amp-bf16"):
         return torch.bfloat16
     return torch.float16 if workload.precision in ("fp16", "amp-fp16") else torch.float32
-
-
-def check_trainable(fmt: WeightFormat, source: ModelSource, workload: Workload) -> None:
-    """A quantized base trains only through adapters: transformers' Trainer refuses "purely quantized
-    models" (the packed weights take no gradient), so a full fine-tune of one is a usage error."""
-    from gpuplan.errors import ConfigError
-
-    if workload.trains and not workload.uses_peft:
-        raise ConfigError(f"{source.name} in {fmt.describe()} cannot be trained whole (quantized weights take no "
-                          "gradient; transformers' Trainer refuses it): add --peft lora, or drop the quantization")
 
 
 def quantize_for_workload(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
@@ -331,22 +301,3 @@ def logical_params_count(model: nn.Module) -> int:
 
 def quantized_layers(model: nn.Module) -> Mapping[str, QuantizedLinear]:
     return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
-
-
-def quantization_notes(source: ModelSource, workload: Workload, weight_quant: str = "none") -> list[str]:
-    """The assumption lines for the base-weight format of the step (none without one). A quantized base
-    and ``--weight-quant`` are two answers to one question: refused in one line."""
-    from gpuplan.errors import ConfigError
-
-    fmt = format_of(source, workload)
-    if fmt is None:
-        return []
-    origin = (f"--load-in-{workload.load_in}" if workload.load_in != "none"
-              else "--peft qlora" if source.quantization() is None else "the checkpoint's quantization_config")
-    if weight_quant != "none":
-        raise ConfigError(f"--weight-quant {weight_quant} cannot apply on top of {origin} (weights already "
-                          f"{fmt.describe()}); drop --weight-quant")
-    check_trainable(fmt, source, workload)
-    return [f"base weights {fmt.describe()} ({origin}): the format's tensors traced exactly in bytes on the fake "
-            f"device, layers named {', '.join(fmt.skip)} kept 16-bit; the real kernels need a GPU, so their "
-            "temporaries follow the library's code (dequantized weight per layer where it dequantizes)"]
