@@ -21,7 +21,8 @@ Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["auto", "eager", "sdpa-math", "sdpa-efficient", "flash"]
 OptimizerImpl = Literal["auto", "foreach", "fused", "for-loop"]
 ZeroGrad = Literal["set-to-none", "zeros"]
-Loss = Literal["auto", "cross-entropy", "mean"]
+Loss = Literal["auto", "cross-entropy", "mean", "chunked-ce"]
+"""chunked-ce: torchtune's chunked output projection + CEWithChunkedOutputLoss (models/chunked_loss.py)."""
 WeightQuant = Literal["none", "int8", "fp8", "int4"]
 """Weight-only quantization of inference weights (layout: gpuplan.memory.weight_quant)."""
 Peft = Literal["none", "lora", "qlora", "dora"]
@@ -40,7 +41,7 @@ CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective")
 ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa-math", "sdpa-efficient", "flash")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "for-loop")
 ZERO_GRADS: tuple[str, ...] = ("set-to-none", "zeros")
-LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean")
+LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean", "chunked-ce")
 WEIGHT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "int4")
 MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
 LOAD_INS: tuple[str, ...] = ("none", "4bit", "8bit")

@@ -128,7 +128,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
     g.add_argument("--zero-grad", default=None, metavar="Z",
                    help="|".join(ZERO_GRADS) + f" (train mode; default {_default('zero_grad')})")
     g.add_argument("--loss", default=None, metavar="L",
-                   help="|".join(LOSSES) + f" (train mode; default {_default('loss')})")
+                   help="|".join(LOSSES) + f" (train mode; default {_default('loss')}; chunked-ce: torchtune's "
+                        "chunked LM head + fp32 cross entropy one chunk at a time, causal LMs)")
     add_peft_arguments(g)
     load = g.add_mutually_exclusive_group()
     load.add_argument("--load-in-4bit", dest="load_in", action="store_const", const="4bit", default="none",

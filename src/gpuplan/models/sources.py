@@ -32,6 +32,7 @@ from gpuplan.errors import (
     did_you_mean,
     one_line,
 )
+from gpuplan.models import chunked_loss
 from gpuplan.models.base import TIMM_PREFIX, Inputs, ModelSource, default_loss
 from gpuplan.models.files import SafetensorsSummary, WeightsSummary, read_config_json, read_safetensors_headers
 from gpuplan.models.quant_config import QuantizationConfig, parse_quantization_config
@@ -255,6 +256,8 @@ class HFConfigSource(ModelSource):
 
         b = workload.batch_size
         if self.task == "image-classification":
+            if workload.loss == "chunked-ce":
+                self._chunked_ce_inputs(module, torch.empty(0))  # refused: not a causal LM
             size = self.image_size(workload)
             channels = int(getattr(module.config, "num_channels", 3))
             pixels = torch.randn(b, channels, size, size)
@@ -268,6 +271,8 @@ class HFConfigSource(ModelSource):
             if self.task == "seq2seq-lm":  # the decoder needs its own ids: as long as training's labels
                 return Inputs(kwargs={"input_ids": ids, "decoder_input_ids": torch.randint(0, vocab, (b, s))})
             return Inputs(kwargs={"input_ids": ids})
+        if workload.loss == "chunked-ce":
+            return self._chunked_ce_inputs(module, ids)
         if self.task == "sequence-classification":
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, num_labels, (b,))})
@@ -275,7 +280,18 @@ class HFConfigSource(ModelSource):
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, vocab, (b, s))})
         return Inputs(kwargs={"input_ids": ids, "labels": ids})
 
+    def _chunked_ce_inputs(self, module: nn.Module, ids: torch.Tensor) -> Inputs:
+        """torchtune's recipe inputs: the ids alone (the model computes no loss), shifted labels
+        for the chunked loss, and the LM head left to that loss (models/chunked_loss.py)."""
+        if self.task != "causal-lm":
+            raise ConfigError(f"--loss chunked-ce is torchtune's loss for causal language models; {self.name} is a "
+                              f"{self.task} model — use --loss auto")
+        chunked_loss.install(module, self.name)
+        return Inputs(kwargs={"input_ids": ids}, labels=chunked_loss.shifted_labels(ids))
+
     def loss(self, module: nn.Module, output: Any, inputs: Inputs, workload: Workload) -> torch.Tensor:
+        if workload.loss == "chunked-ce":
+            return chunked_loss.chunked_ce_loss(module, inputs.labels, self.name)
         loss = getattr(output, "loss", None)
         if loss is not None:
             return loss  # type: ignore[no-any-return]
