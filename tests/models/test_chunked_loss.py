@@ -13,18 +13,22 @@ entropy over labels != -100, divided by their count), read at commit 10ff7cd; th
   next-token cross entropy): relative tolerance 1e-5 in fp32.
 * What torchtune keeps alive: the forward's own logits hold no bytes; the loss keeps all eight
   chunks' logits in the model's dtype and upcasts one chunk at a time.
+* Property (hypothesis): any batch and length, the same mean next-token cross entropy.
 * Bad input: a model that is not a causal LM is refused in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.cli.main import main
 from gpuplan.errors import ConfigError
@@ -81,6 +85,33 @@ def test_loss_equals_the_mean_next_token_cross_entropy() -> None:
         expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                      ids[:, 1:].reshape(-1))
     torch.testing.assert_close(chunked.detach(), expected, rtol=1e-5, atol=0.0)
+
+
+@functools.cache
+def _fp32_model() -> torch.nn.Module:
+    workload = Workload(batch_size=1, seq_len=8, loss="chunked-ce")
+    model = StepRunner(SOURCE, workload, Target(cuda=False), fake=False).build_model()
+    SOURCE.inputs(model, workload)  # installs the head tap once
+    return model
+
+
+@given(batch=st.integers(1, 3), seq_len=st.integers(2, 37), seed=st.integers(0, 2**16))
+@settings(max_examples=15, deadline=None)
+def test_any_shape_gives_the_mean_next_token_cross_entropy(batch: int, seq_len: int, seed: int) -> None:
+    """Invariant: for any batch and length (chunks of unequal size, or empty when seq_len < 8),
+    the chunked loss is the plain mean next-token cross entropy."""
+    model = _fp32_model()
+    workload = Workload(batch_size=batch, seq_len=seq_len, loss="chunked-ce")
+    torch.manual_seed(seed)
+    inputs = SOURCE.inputs(model, workload)
+    ids = inputs.kwargs["input_ids"]
+    with torch.no_grad():
+        chunked = SOURCE.loss(model, model(**inputs.kwargs, use_cache=False), inputs, workload)
+        hidden = model.model(input_ids=ids).last_hidden_state
+        logits = torch.nn.functional.linear(hidden, model.get_output_embeddings().weight)
+        expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                     ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(chunked, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_chunks_in_model_dtype_each_upcast_alone() -> None:
