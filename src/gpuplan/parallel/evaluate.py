@@ -365,9 +365,11 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     dp_group = group(topo, dp, tp)
     shard_group = group(topo, layout.shard_group, tp)
     # ---- one micro-batch on the slowest stage ------------------------------------------------
-    bf, bb = p.block_time.at(scale, tp)
-    ff, fb = p.first_time.at(scale, tp)
-    lf, lb = p.last_time.at(scale, tp)
+    # Megatron-LM runs its own kernels (parallel/engine.py); the other engines run the traced program
+    meg = p.megatron_time if isinstance(layout.sharding, MegatronDDP) else None
+    bf, bb = (meg.block if meg else p.block_time).at(scale, tp)
+    ff, fb = (meg.first if meg else p.first_time).at(scale, tp)
+    lf, lb = (meg.last if meg else p.last_time).at(scale, tp)
     if layout.fp32_weights_with_autocast:
         # autocast re-casts every fp32 weight each micro-batch (work independent of the batch)
         cf, cb_ = p.block_cast_time.at(1.0, tp)

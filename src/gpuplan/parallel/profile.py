@@ -29,6 +29,7 @@ from gpuplan.trace.scaling import TRACED_BLOCKS
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
+    from gpuplan.perf.efficiency import Efficiency
     from gpuplan.trace.records import OpRecord, RawTrace
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
@@ -60,6 +61,15 @@ class PhaseTime:
             f_over + (self.forward_s - f_over) * scale / split,
             b_over + (self.backward_s - b_over) * scale / split,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTime:
+    """Kernel times of one engine's own program (per micro-batch, as ``ModelProfile``'s)."""
+
+    block: PhaseTime
+    first: PhaseTime
+    last: PhaseTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,9 @@ class ModelProfile:
     """Experts each token is routed to (``num_experts_per_tok``)."""
     block_param_modules: int = 1
     """Modules of one block that own parameters: DeepSpeed ZeRO-3 gathers them one by one."""
+    megatron_time: EngineTime | None = None
+    """block/first/last times as Megatron-LM runs them (parallel/engine.py: fused scale-mask-softmax,
+    its GEMM rate); None: the eager times stand for it."""
 
     @property
     def model_flops_per_sample(self) -> float:
@@ -186,10 +199,15 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: Trace
     return profile_from_step(step, source, workload, gpu)
 
 
-def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU) -> ModelProfile:
+def profile_from_step(
+    step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU, *, megatron_gemm_scale: float | None = None
+) -> ModelProfile:
     """Per-block quantities of one traced step, timed on ``gpu`` (arithmetic only: the record's
-    run at 3 repeated blocks is split by module, nothing is traced or built again)."""
+    run at 3 repeated blocks is split by module, nothing is traced or built again).
+    ``megatron_gemm_scale`` overrides the fitted engine factor (scripts/fit_engine_factors.py)."""
+    from gpuplan.parallel.engine import megatron_efficiency, megatron_ops
     from gpuplan.perf import step_time
+    from gpuplan.perf.efficiency import efficiency_for
     from gpuplan.perf.summary import seq_len_of
     from gpuplan.trace.scaling import category_vectors
 
@@ -284,10 +302,10 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
     # ---- time, from the cost model on subsets of the traced ops -------------------------------
     ops = trace.ops
 
-    def subset_time(sel: list[OpRecord]) -> tuple[PhaseTime, int, int]:
+    def subset_time(sel: list[OpRecord], eff: Efficiency | None = None) -> tuple[PhaseTime, int, int]:
         if not sel:
             return PhaseTime(0.0, 0.0, 0.0), 0, 0
-        st = step_time(_as_step(sel, run.params_count, run.param_bytes), gpu, workload)
+        st = step_time(_as_step(sel, run.params_count, run.param_bytes), gpu, workload, efficiency=eff)
         fwd = st.by_phase_s.get("forward", 0.0) + st.by_phase_s.get("loss", 0.0)
         bwd = st.by_phase_s.get("backward", 0.0)
         return PhaseTime(fwd, bwd, st.overhead_s), st.model_flops, st.flops
@@ -321,6 +339,14 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
     last_ops = [op for op in outer if op not in first_ops]
     first_time, first_mf, first_hf = subset_time(first_ops)
     last_time, last_mf, last_hf = subset_time(last_ops)
+    # Megatron-LM's program: its fused softmax in place of HF's chain, at its GEMM rate
+    cb_bytes = 2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4
+    meg_eff = megatron_efficiency(efficiency_for(gpu.arch), megatron_gemm_scale)
+    megatron_time = EngineTime(
+        subset_time(megatron_ops(blk, cb_bytes), meg_eff)[0],
+        subset_time(megatron_ops(first_ops, cb_bytes), meg_eff)[0],
+        subset_time(megatron_ops(last_ops, cb_bytes), meg_eff)[0],
+    )
     opt_ops = [op for op in ops if op.phase in ("optimizer", "zero_grad")]
     opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
@@ -357,7 +383,7 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
         param_bytes_per_param=per_param["parameters"],
         grad_bytes_per_param=per_param["gradients"],
         optimizer_bytes_per_param=per_param["optimizer_state"],
-        compute_bytes=2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4,
+        compute_bytes=cb_bytes,
         block_act_bytes=block_act,
         block_weight_cast_bytes=block_cast,
         outer_weight_cast_bytes=outer_cast,
@@ -384,6 +410,7 @@ def profile_from_step(step: TracedStep, source: ModelSource, workload: Workload,
         experts=config_experts(cfg) if expert_params else 0,
         experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if expert_params else 0,
         block_param_modules=block_modules or 1,
+        megatron_time=megatron_time,
     )
 
 
