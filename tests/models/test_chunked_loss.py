@@ -96,6 +96,7 @@ def _fp32_model() -> torch.nn.Module:
 
 
 @given(batch=st.integers(1, 3), seq_len=st.integers(2, 37), seed=st.integers(0, 2**16))
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 def test_any_shape_gives_the_mean_next_token_cross_entropy(batch: int, seq_len: int, seed: int) -> None:
     """Invariant: for any batch and length (chunks of unequal size, or empty when seq_len < 8),
@@ -146,6 +147,8 @@ def test_chunked_loss_peaks_lower_than_full_vocabulary_fp32_loss() -> None:
     chunked = estimate(SOURCE, workload=Workload(**shape, loss="chunked-ce"))  # type: ignore[arg-type]
     assert chunked.step.tensor_peak_bytes < full.step.tensor_peak_bytes
     assert chunked.params_count == full.params_count
+    assert chunked_loss.ASSUMPTION in chunked.assumptions  # eager, said so
+    assert chunked_loss.ASSUMPTION not in full.assumptions
 
 
 def test_not_a_causal_lm_is_refused_in_one_line() -> None:

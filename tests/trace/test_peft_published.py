@@ -28,7 +28,9 @@ activations 4.24 at the loss) and QLoRA 11.70 GiB (+58%; 9.79 allocated: paramet
 
 * torch.compile is not modelled (eager). torchtune compiles ``compute_cross_entropy`` (the chunk's
   ``.float()`` + cross entropy) when ``compile=True``: the compiled graph saves the bf16 chunk (alive
-  anyway) and a per-token reduction for backward, where eager autograd keeps every chunk's fp32
+  anyway) and two fp32 values per token (max, logsumexp) for backward — checked with torch 2.14's
+  inductor on the CPU, saved_tensors_hooks on torch.compile(F.cross_entropy(x.float(), y)) with a
+  bf16 x — where eager autograd keeps every chunk's fp32
   log-probabilities (2 × 2048 × 128,256 × 4 B = 1.96 GiB, the "(inputs and top level)" activations)
   until backward. Compiled blocks also fuse elementwise ops (RMSNorm, SiLU·mul, RoPE) whose eager
   intermediates are the recomputed block's activations at the backward peak.

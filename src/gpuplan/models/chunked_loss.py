@@ -37,6 +37,11 @@ NUM_OUTPUT_CHUNKS = 8
 IGNORE_INDEX = -100
 """torchtune's (and PyTorch's) label value that the loss skips."""
 
+ASSUMPTION = (f"loss: torchtune's chunked output loss (the LM head in {NUM_OUTPUT_CHUNKS} chunks, all kept in the "
+              "model's dtype; cross entropy upcast to fp32 one chunk at a time), run eager: each chunk's fp32 "
+              "log-probabilities stay saved for backward (torchtune's torch.compile of the loss saves the chunk in the "
+              "model's dtype and two fp32 values per token instead)")
+
 
 class _HeadTap:
     """Catches the LM head's input during the model's forward and gives the head an empty slice
@@ -127,4 +132,4 @@ def chunked_ce_loss(model: nn.Module, labels: torch.Tensor, model_name: str) -> 
     return total / total_elements
 
 
-__all__ = ["IGNORE_INDEX", "NUM_OUTPUT_CHUNKS", "chunked_ce_loss", "install", "shifted_labels"]
+__all__ = ["ASSUMPTION", "IGNORE_INDEX", "NUM_OUTPUT_CHUNKS", "chunked_ce_loss", "install", "shifted_labels"]

@@ -230,6 +230,10 @@ class HFConfigSource(ModelSource):
         return default
 
     def workload_notes(self, workload: Workload) -> tuple[str, ...]:
+        loss_notes = (chunked_loss.ASSUMPTION,) if workload.loss == "chunked-ce" and workload.trains else ()
+        return loss_notes + self._context_notes(workload)
+
+    def _context_notes(self, workload: Workload) -> tuple[str, ...]:
         context = self._trained_context()
         if self.task == "image-classification" or context is None:
             return ()
