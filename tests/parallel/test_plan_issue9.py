@@ -323,7 +323,7 @@ FLAG_RUNS: list[tuple[str, ...]] = [
     *(("--attention", a) for a in ("auto", "eager", "sdpa-math", "sdpa-efficient", "flash")),
     *(("--optimizer-impl", i) for i in ("auto", "foreach", "fused", "for-loop")),
     *(("--zero-grad", z) for z in ("set-to-none", "zeros")),
-    *(("--loss", v) for v in ("auto", "cross-entropy", "mean")),
+    *(("--loss", v) for v in ("auto", "cross-entropy", "mean", "chunked-ce")),
     ("--grad-accum", "2"),
     ("--emit", "torchrun", "--fsdp"),
     ("--emit", "deepspeed", "--zero", "2", "--tp", "1", "--pp", "1"),
