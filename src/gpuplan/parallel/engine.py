@@ -59,6 +59,16 @@ def megatron_efficiency(eff: Efficiency, gemm_scale: float | None = None) -> Eff
     return eff.with_(tensor_core_matmul=eff.tensor_core_matmul * g)
 
 
+def megatron_kernels_note() -> str:
+    """The assumption line of a plan that shows a Megatron-LM layout."""
+    return (
+        "Megatron-LM layouts run Megatron's fused scale-mask-softmax in place of the traced softmax chain, "
+        f"its GEMMs at {megatron_gemm_scale():.2f}× the architecture's rate (fitted on Megatron-LM 2021/22 "
+        "A100 runs, Korthikanti et al. Table 5; parallel/data/engine_factors.json); Megatron with "
+        "Transformer Engine / FlashAttention (2023+) is not what this models"
+    )
+
+
 def _is_dropout(op: OpRecord) -> bool:
     return "dropout" in op.name
 
@@ -119,5 +129,6 @@ __all__ = [
     "engine_factors",
     "megatron_efficiency",
     "megatron_gemm_scale",
+    "megatron_kernels_note",
     "megatron_ops",
 ]

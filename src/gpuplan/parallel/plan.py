@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import LayoutError
+from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
-from gpuplan.parallel.layout import Zero
+from gpuplan.parallel.layout import MegatronDDP, Zero
 from gpuplan.parallel.profile import ModelProfile, config_experts, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
@@ -242,6 +243,7 @@ def plan(
     alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
     if ckpt_alt is not None:
         alts = (ckpt_alt, *alts)
+    shown = (best, *(e for e, _ in alts))
     assumptions = (
         *prof.assumptions,
         topo.describe(),
@@ -254,6 +256,7 @@ def plan(
         "all-to-all dispatch and combine per MoE block, routing assumed balanced",
         f"memory: CUDA context and cuBLAS workspaces added per rank; caching-allocator slack at the "
         f"traced step's {prof.allocator_slack_fraction:.1%} of allocated bytes; NCCL internal buffers not counted",
+        *((megatron_kernels_note(),) if any(isinstance(e.layout.sharding, MegatronDDP) for e in shown) else ()),
         *notes,
     )
     return Plan(
