@@ -137,3 +137,15 @@ def test_chain_property(n: int, before: list[str], after: list[str], dropout: bo
     drop = ["aten.native_dropout.default"] if dropout else []
     assert [op.name for op in out] == ["aten.bmm.default", FUSED_SOFTMAX, *drop, "aten.bmm.default"]
     assert sum(o.bytes_read + o.bytes_written for o in out) <= sum(o.bytes_read + o.bytes_written for o in ops)
+
+
+def test_engine_factor_fitted_on_public_rows_only() -> None:
+    # scripts/fit_engine_factors.py stores the Korthikanti fit; its check is Megatron Table 1's public rows
+    from test_megatron import KORTHIKANTI_T5, MEGATRON_T1
+
+    from gpuplan.parallel.engine import engine_factors
+
+    meg = engine_factors()["megatron"]
+    assert set(meg["fitted_on"]) == set(KORTHIKANTI_T5)
+    assert set(meg["check"]) == set(MEGATRON_T1)
+    assert meg["gemm_scale"] == megatron_gemm_scale()
