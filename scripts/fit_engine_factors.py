@@ -26,10 +26,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "parallel"))
 
-from megatron_configs import MEGATRON_T1, megatron_flops  # noqa: E402
+from megatron_configs import MEGATRON_T1, SEQ, gpt_config, megatron_flops  # noqa: E402
 from test_megatron import KORTHIKANTI_T5, korthikanti_plan, megatron_plan  # noqa: E402
 
 from gpuplan.memory.overheads import overheads_for  # noqa: E402
+from gpuplan.models.sources import HFConfigSource  # noqa: E402
 from gpuplan.parallel.engine import ENGINE_FACTORS_FILE  # noqa: E402
 from gpuplan.parallel.evaluate import Context, evaluate  # noqa: E402
 from gpuplan.parallel.profile import profile_from_step  # noqa: E402
@@ -46,18 +47,24 @@ class Row:
     """Modelled value in the row's unit at a factor value."""
 
 
-def _timer(p: Any) -> Callable[[float], float]:
-    """Step seconds of plan ``p``'s chosen layout as a function of the factor (one trace)."""
-    prof = p.profile
-    step = trace_step(p.profile_source, prof.workload, compute_capability=p.gpu.compute_capability or (9, 0))
-    over = overheads_for(
-        arch=p.gpu.arch, vendor=p.gpu.vendor, compute_capability=p.gpu.compute_capability, trains=True
-    )
+def _source(row_id: str) -> HFConfigSource:
+    """The model source of a row, built as its test builds it."""
+    if row_id in MEGATRON_T1:
+        h, layers, heads = MEGATRON_T1[row_id][:3]
+        return HFConfigSource(row_id, gpt_config(h, layers, heads), default_seq_len=SEQ)
+    return HFConfigSource("gpt-22b", gpt_config(6144, 48, 64), default_seq_len=SEQ)
+
+
+def _timer(p: Any, src: HFConfigSource) -> Callable[[float], float]:
+    """Step seconds of plan ``p``'s chosen layout as a function of the factor (``src`` traced once)."""
+    w, gpu = p.profile.workload, p.gpu
+    step = trace_step(src, w, compute_capability=gpu.compute_capability or (9, 0))
+    over = overheads_for(arch=gpu.arch, vendor=gpu.vendor, compute_capability=gpu.compute_capability, trains=True)
     cache: dict[float, float] = {}
 
     def at(g: float) -> float:
         if g not in cache:
-            prof_g = profile_from_step(step, p.profile_source, prof.workload, p.gpu, megatron_gemm_scale=g)
+            prof_g = profile_from_step(step, src, w, gpu, megatron_gemm_scale=g)
             ctx = Context(prof_g, p.topology, p.usable_bytes, over.cuda_context_bytes + over.workspace_bytes)
             cache[g] = evaluate(ctx, p.best.layout).step_time_s
         return cache[g]
@@ -68,9 +75,9 @@ def _timer(p: Any) -> Callable[[float], float]:
 def rows() -> tuple[list[Row], list[Row]]:
     kor, meg = [], []
     for row_id, (_, _, measured) in KORTHIKANTI_T5.items():
-        kor.append(Row(row_id, measured, _timer(_with_source(korthikanti_plan(row_id), row_id))))
+        kor.append(Row(row_id, measured, _timer(korthikanti_plan(row_id), _source(row_id))))
     for row_id, (h, layers, _, tp, pp, dp, gb, measured) in MEGATRON_T1.items():
-        t = _timer(_with_source(megatron_plan(row_id), row_id))
+        t = _timer(megatron_plan(row_id), _source(row_id))
         flops = megatron_flops(gb, layers, h)
 
         def tflops(g: float, t: Callable[[float], float] = t, f: float = flops, n: int = tp * pp * dp) -> float:
@@ -78,32 +85,6 @@ def rows() -> tuple[list[Row], list[Row]]:
 
         meg.append(Row(row_id, measured, tflops))
     return kor, meg
-
-
-def _with_source(p: Any, row_id: str) -> Any:
-    """The plan with the model source it was planned from (rebuilt as the test builds it)."""
-    from megatron_configs import SEQ, gpt_config
-
-    from gpuplan.models.sources import HFConfigSource
-
-    if row_id in MEGATRON_T1:
-        h, layers, heads, *_ = MEGATRON_T1[row_id]
-        src = HFConfigSource(row_id, gpt_config(h, layers, heads), default_seq_len=SEQ)
-    else:
-        src = HFConfigSource("gpt-22b", gpt_config(6144, 48, 64), default_seq_len=SEQ)
-    return _Planned(p, src)
-
-
-class _Planned:
-    """A plan and its model source."""
-
-    def __init__(self, p: Any, src: Any) -> None:
-        self.profile = p.profile
-        self.gpu = p.gpu
-        self.topology = p.topology
-        self.usable_bytes = p.usable_bytes
-        self.best = p.best
-        self.profile_source = src
 
 
 def loss(group: list[Row], g: float) -> float:
