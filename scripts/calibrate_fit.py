@@ -8,7 +8,8 @@ A developer script, not part of the installed package. The published rows come f
 Only the public rows of ``calibration.CASES`` are used; the held-out sources the issues name are never read.
 
 Fitted (shared by all architectures): ``tensor_core_matmul`` (large-GEMM fraction of the dense
-peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``fp32_matmul`` and
+peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``conv_backward`` (backward
+convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W), ``fp32_matmul`` and
 ``launch_overhead_s`` (eager CPU dispatch per kernel) and ``gemm_k_half`` (the K-loop cost of a GEMM,
 perf/gemm_shape.py). The per-architecture priors (GEMM scale,
 attention, bandwidth, tiles) stay as the data file states them. Loss: sum of squared log errors
@@ -39,6 +40,7 @@ REFERENCE_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "referen
 GRIDS: dict[str, list[float]] = {
     "tensor_core_matmul": [x / 100 for x in range(40, 99)],
     "conv_tensor_core": [x / 100 for x in range(10, 101, 2)],
+    "conv_backward": [x / 100 for x in range(30, 101, 2)],
     "fp32_matmul": [x / 100 for x in range(40, 99)],
     "launch_overhead_s": [x * 1e-6 for x in range(2, 41)],
     "gemm_k_half": [16.0, 32.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0],
@@ -46,6 +48,7 @@ GRIDS: dict[str, list[float]] = {
 START: dict[str, float] = {
     "tensor_core_matmul": 0.75,
     "conv_tensor_core": 0.5,
+    "conv_backward": 1.0,
     "fp32_matmul": 0.82,
     "launch_overhead_s": 6.5e-6,
     "gemm_k_half": 32.0,

@@ -46,9 +46,10 @@ def test_single_gpu_memory_matches_estimate(cnn_rec: Recommendation) -> None:
     assert cand.step_time_s == pytest.approx(est.step_time_s)
 
 
-def _rate(gpu: GPU, dtype: str, precision: str) -> float:
-    """The peak the cost model gives an op of ``dtype`` on ``gpu`` (rate fallbacks included)."""
-    op = OpRecord("aten.mm.default", "forward", "m", "matmul", dtype, 1, 0, 0)
+def _rate(gpu: GPU, dtype: str, precision: str, op_class: str = "matmul") -> float:
+    """The peak the cost model gives an op of ``dtype`` on ``gpu`` (rate fallbacks included; an fp32
+    convolution runs in TF32 where the GPU has it, so its rate is one more axis)."""
+    op = OpRecord("aten.mm.default", "forward", "m", op_class, dtype, 1, 0, 0)
     try:
         key, _ = rate_key(op, precision, gpu)
     except NoRateError:
@@ -57,9 +58,15 @@ def _rate(gpu: GPU, dtype: str, precision: str) -> float:
 
 
 def _dominates(a: GPU, b: GPU, precision: str = "fp32") -> bool:
+    """>= memory, bandwidth and every rate; with SM counts (issue 10's wave quantization), also >= SMs,
+    each at least as fast: a GEMM of one wave takes a tile's time on one SM, so more but slower SMs
+    (V100S vs TITAN RTX: 80 at 0.205 vs 72 at 0.226 fp32 TFLOP/s) are rightly slower on it."""
     if a.usable_memory_bytes < b.usable_memory_bytes or a.memory_bandwidth_gb_per_s < b.memory_bandwidth_gb_per_s:
         return False
-    return all(_rate(a, d, precision) >= _rate(b, d, precision) for d in _DTYPES)
+    pairs = [(_rate(a, d, precision, c), _rate(b, d, precision, c)) for d in _DTYPES for c in ("matmul", "conv")]
+    if a.sm_count and b.sm_count:
+        return a.sm_count >= b.sm_count and all(ra * b.sm_count >= rb * a.sm_count for ra, rb in pairs)
+    return all(ra >= rb for ra, rb in pairs)
 
 
 @settings(max_examples=200, deadline=None)

@@ -33,7 +33,9 @@ def test_fitted_factors_name_their_rows() -> None:
 def test_factors_file_has_every_architecture_with_source_and_residuals() -> None:
     """Issue 10: factors are data per architecture, each with its source, the fit and residuals."""
     data = load_factors()
-    assert set(data["architectures"]) == {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna"}
+    assert set(data["architectures"]) == {
+        "volta", "turing", "ampere", "ada", "hopper", "blackwell-gb20x", "blackwell", "cdna"
+    }
     assert data["fitted"]["method"] and data["fitted"]["fitted_on"]
     for key, arch in data["architectures"].items():
         assert arch["source"] and arch["attention_source"] and arch["bandwidth_source"], key
@@ -47,7 +49,9 @@ def test_factors_file_has_every_architecture_with_source_and_residuals() -> None
 @pytest.mark.parametrize(
     ("gpu", "arch"),
     [("V100-SXM2-16GB", "volta"), ("T4", "turing"), ("A100-80GB-SXM", "ampere"), ("RTX-4090", "ada"),
-     ("H100-SXM", "hopper"), ("B200", "blackwell"), ("MI300X", "cdna")],
+     ("H100-SXM", "hopper"), ("B200", "blackwell"), ("MI300X", "cdna"),
+     # GeForce/workstation Blackwell (sm_120) runs mma.sync kernels: Ada's factors, not B200's
+     ("RTX-5090", "blackwell-gb20x"), ("RTX-PRO-6000", "blackwell-gb20x")],
 )
 def test_each_gpu_gets_its_architectures_factors(gpu: str, arch: str) -> None:
     from gpuplan.hardware import get_gpu

@@ -68,8 +68,9 @@ def test_wave_and_tile_quantization() -> None:
     spill = shape_efficiency(GemmShape(128 * 109, 128, 128), 108, tiles, 0.0)
     assert full == pytest.approx(1.0)
     assert spill == pytest.approx(109 / 216)
-    # with a long K, split-K fills the slots: 16 slices make 1744 tiles in 17 waves of 108
-    assert shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0) == pytest.approx(1744 / 1836)
+    # with a long K, split-K fills the slots: 32 slices of K = 128 (the shortest split) make 3488
+    # tiles in 33 waves of 108
+    assert shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0) == pytest.approx(3488 / 3564)
     assert shape_efficiency(GemmShape(128 * 109, 128, 4096), 108, tiles, 0.0, split_k=False) == pytest.approx(109 / 216)
     # a 129-wide output pads to two 128-wide tiles (tile quantization)
     assert shape_efficiency(GemmShape(129, 128 * 54, 4096), 108, tiles, 0.0) == pytest.approx(129 / 256)

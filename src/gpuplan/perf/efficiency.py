@@ -52,6 +52,10 @@ class Efficiency:
     conv_tensor_core: float = 1.0
     """Convolution (cuDNN implicit GEMM, NCHW as PyTorch defaults: layout transforms included) on
     tensor cores: fraction of the large-GEMM rate, before its shape efficiency. FITTED."""
+    conv_backward: float = 1.0
+    """Backward convolutions (cuDNN dgrad + wgrad: the weight gradient reduces over N·Ho·Wo, split
+    across the SMs with a partial-sum reduction) relative to the forward convolution. FITTED (the
+    training CNN row against the inference CNN row)."""
     tiles: tuple[Tile, ...] = DEFAULT_TILES
     """Candidate GEMM tiles of this architecture (gemm_shape.shape_efficiency)."""
     gemm_k_half: float = 32.0
@@ -68,7 +72,8 @@ class Efficiency:
         fitted = ", ".join(self.fitted_on) or "none"
         return (
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
-            f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that, "
+            f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that "
+            f"(backward {self.conv_backward:.0%} of forward), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
             f"efficiency: fused attention {self.attention_fused:.0%} of peak, memory-bound ops at "
             f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)",
@@ -90,6 +95,7 @@ _ARCH_KEYS: tuple[tuple[str, str], ...] = (
     ("ampere", "ampere"),
     ("ada", "ada"),
     ("hopper", "hopper"),
+    ("gb20x", "blackwell-gb20x"),  # before "blackwell": sm_120 runs mma.sync kernels, not tcgen05
     ("blackwell", "blackwell"),
     ("cdna", "cdna"),
 )
@@ -110,6 +116,7 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
         out[key] = Efficiency(
             tensor_core_matmul=min(0.98, fitted["tensor_core_matmul"] * a["gemm_scale"]),
             conv_tensor_core=fitted["conv_tensor_core"],
+            conv_backward=float(fitted.get("conv_backward", 1.0)),
             fp32_matmul=fitted["fp32_matmul"],
             attention_fused=a["attention_fused"],
             bandwidth=a["bandwidth"],

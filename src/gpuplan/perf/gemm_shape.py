@@ -75,8 +75,11 @@ def conv_shape(op: OpRecord) -> GemmShape | None:
     return GemmShape(side, side, op.flops / (2.0 * out))
 
 
-SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
-"""K splits a GEMM with too few output tiles may use (cuBLAS split-K / stream-K) to fill the SMs."""
+SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""K splits a GEMM with too few output tiles may use (cuBLAS split-K / stream-K) to fill the SMs.
+Up to 256: a convolution's weight gradient is a GEMM of a few output tiles (C_out × C_in·kh·kw)
+over a K of N·Ho·Wo (often 10^5+), which cuDNN's wgrad kernels split across every SM; capping
+the split at 16 charged it a 16-CTA kernel (2 ms for a 0.1 GFLOP wgrad on an A100)."""
 
 
 def shape_efficiency(
@@ -85,9 +88,10 @@ def shape_efficiency(
     """Fraction of the large-GEMM rate a GEMM of ``shape`` reaches (1.0: a large square GEMM).
 
     The best over the candidate tiles (either orientation: cuBLAS transposes freely) and K splits
-    (a fixed set, so the time stays monotone in M, N and batch; ``split_k=False`` for convolutions,
-    whose weight-gradient kernels the calibration rows show no split-K gain for). Without an SM
-    count (GPUs the catalog has not counted) only the K-loop term applies."""
+    (a fixed set, so the time stays monotone in M, N and batch; slices shorter than 128 are not
+    split further). ``split_k=False`` restricts it to unsplit kernels. Without an SM count only
+    the K-loop term applies: perf/roofline.py never calls it so (a GPU without a count is
+    charged the widest counted GPU's waves)."""
     big = 1 + k_half / 4096.0  # a 4096-deep K loop is what "large" is calibrated on
     if not sm_count or not tiles:
         k_term = shape.k / (shape.k + k_half) if shape.k > 0 else 0.0

@@ -9,7 +9,8 @@ Which peak an op may use follows what PyTorch does on CUDA:
   fp32 convolutions run in TF32 on GPUs that have it: ``torch.backends.cudnn.allow_tf32`` is True
   by default;
 * a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
-  (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py);
+  (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py); a GPU the catalog
+  gives no SM count is charged the widest counted GPU's waves (never rewarded for the gap);
 * every other op (elementwise, norms, softmax, reductions, optimizer updates) is memory-bound:
   its bytes read and written over the achievable bandwidth;
 * flash / memory-efficient attention are fused kernels: their FLOPs at the fused-attention
@@ -19,6 +20,7 @@ Which peak an op may use follows what PyTorch does on CUDA:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
@@ -199,12 +201,25 @@ def op_time(
     return OpTime(compute_s, memory_s, eff.graph_launch_overhead_s, 0.0 if graph else eff.launch_overhead_s)
 
 
+@lru_cache(maxsize=1)
+def widest_sm_count() -> int:
+    """The most SMs (AMD: compute units) of any catalog GPU that has a count: what a GPU without
+    one (Apple silicon, Gaudi) is charged, the worst case for wave quantization, so that a missing
+    count never makes a GPU look faster than a counted one."""
+    from gpuplan.hardware import all_gpus
+
+    return max(g.sm_count for g in all_gpus() if g.sm_count)
+
+
 def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
     """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
-    quantization over the GPU's SMs and K loop; convolutions also at the cuDNN conv fraction."""
+    quantization over the GPU's SMs (the catalog's widest count where it has none) and K loop;
+    convolutions also at the cuDNN conv fraction (backward ones at their own share of it)."""
     shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
     if shape is None:
         return 1.0
+    sms = gpu.sm_count or widest_sm_count()
     if op.op_class == "conv":
-        return shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half, split_k=False) * eff.conv_tensor_core
-    return shape_efficiency(shape, gpu.sm_count, eff.tiles, eff.gemm_k_half)
+        backward = eff.conv_backward if op.phase == "backward" else 1.0
+        return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * eff.conv_tensor_core * backward
+    return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
