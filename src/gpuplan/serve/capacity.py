@@ -214,10 +214,12 @@ def serve(
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
     num_seqs = 1 if engine == "hf" else seqs
     cc = trace_compute_capability or target.compute_capability
-    key = (tokens, num_seqs, dtype, cc)
+    encoder = engine == "vllm"  # only vLLM's profile run encodes dummy images (serve/profile.py)
+    key = (tokens, num_seqs, dtype, cc, encoder)
     step = profiles.get(key) if profiles is not None else None
     if step is None:
-        step = trace_profile_run(source, tokens=tokens, num_seqs=num_seqs, dtype=dtype, compute_capability=cc)
+        step = trace_profile_run(source, tokens=tokens, num_seqs=num_seqs, dtype=dtype, compute_capability=cc,
+                                 encoder=encoder)
         if profiles is not None:
             profiles[key] = step
     budget = _budget(settings, config, step, target, total, dtype)
@@ -256,17 +258,19 @@ def _model_id(source: HFConfigSource) -> str:
 
 
 def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dtype: str,
-                      compute_capability: tuple[int, int] | None) -> TracedStep:
-    """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests."""
+                      compute_capability: tuple[int, int] | None, encoder: bool = False) -> TracedStep:
+    """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests; with
+    ``encoder``, a multimodal model's vision encoder first runs on vLLM's dummy images."""
     from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
-    from gpuplan.serve.profile import ProfileRunSource
+    from gpuplan.serve.profile import ProfileRunSource, profile_images
     from gpuplan.trace.step import trace_source
 
     seqs = max(1, min(tokens, num_seqs))
     work = Workload(mode="infer", batch_size=seqs, seq_len=-(-tokens // seqs),
                     precision="bf16" if dtype == "bfloat16" else "fp16")
-    return trace_source(ProfileRunSource(source), work, compute_capability or DEFAULT_COMPUTE_CAPABILITY,
-                        fake=True, cuda=True)
+    images = profile_images(source.config_dict, tokens, seqs) if encoder else 0
+    cc = compute_capability or DEFAULT_COMPUTE_CAPABILITY
+    return trace_source(ProfileRunSource(source, images=images), work, cc, fake=True, cuda=True)
 
 
 def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str) -> int:

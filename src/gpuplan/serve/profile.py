@@ -10,6 +10,24 @@ PyTorch memory above the weights during both is what ``gpu_worker.py`` calls the
 Here the same run is the model's own forward traced by ``gpuplan.trace`` (``trace_source``) on a batch
 of ``num_seqs`` rows of ``ceil(tokens / num_seqs)`` tokens, followed by the sampler's ops as written in
 that file. Nothing here is a constant: the peak comes out of the trace.
+
+What the engine holds or allocates beyond the model's own forward is written here as tensors live at
+the moment they are (all go through PyTorch's caching allocator, so vLLM counts them in its torch peak):
+
+- the multimodal profile (``profile_run``; the same logic is in 0.33's ``multimodal/encoder_budget.py``
+  ``_get_max_items``): before the text run, the vision encoder runs on
+  ``max(1, min(encoder budget // tokens per image, max_num_seqs × images per prompt))`` dummy images of
+  the largest size, the encoder budget being ``max_num_batched_tokens`` (``compute_mm_encoder_budget``).
+  ``profile_run`` keeps the batched ``pixel_values`` (cast to the model dtype by the processing context)
+  and the encoder cache holds the projected outputs until the sampler has run (only vLLM does this:
+  ``capacity.trace_profile_run(encoder=...)``).
+- ``profile_run`` keeps the decoder's ``hidden_states`` ``[tokens, hidden]`` through the sampler run.
+- the workspace of ``torch.sort`` on CUDA (PyTorch ``aten/src/ATen/native/cuda/SortStable.cu``
+  ``do_launch_stable_sort_kernel``): the top-k/top-p sort of ``[num_seqs, vocab]`` logits allocates,
+  beside its two outputs, int64 start indices and CUB's radix-sort scratch (an alternate key and value
+  buffer, ``DispatchSegmentedRadixSort``), live for the length of the sort. A fake-tensor trace sees
+  only op outputs, so without it the sort — the profile run's peak for a large vocabulary — is under-
+  counted by 20 bytes per logit (the 4.2 GiB gap on vLLM PR #21489's gemma-3-4b-it).
 """
 
 from __future__ import annotations
@@ -26,6 +44,41 @@ if TYPE_CHECKING:
 
 SAMPLER_TEMPERATURE = 0.5
 SAMPLER_TOP_P = 0.9
+MAX_IMAGES_PER_PROMPT = 999
+"""vLLM 0.10.0 ``MultiModalConfig.get_limit_per_prompt``: the default per-modality limit under V1."""
+SMALL_SORT_MAX = 4096
+"""Rows up to this length sort in place in shared memory (``SortUtils.cuh`` / ``Sort.cpp``
+``should_use_small_sort``): no workspace."""
+FULL_SORT_MAX_SEGMENTS = 128
+"""Below this many rows PyTorch sorts all rows at once keyed by (value, row) (``SortStable.cu``)."""
+INDEX_BYTES = 8
+
+
+def sort_workspace_bytes(rows: int, row_len: int, key_bytes: int) -> int:
+    """Scratch ``torch.sort`` allocates on CUDA for ``rows`` rows of ``row_len`` keys, beside its outputs
+    (PyTorch ``SortStable.cu``; CUB's non-double-buffer radix sort takes an alternate key and value buffer
+    as temporary storage). The branches are PyTorch's."""
+    n = rows * row_len
+    cub_scratch = key_bytes + INDEX_BYTES
+    if row_len <= SMALL_SORT_MAX or n == 0:
+        return 0
+    if rows == 1 or row_len >= 1_000_000:  # segmented_sort_large_segments: one row at a time
+        return row_len * INDEX_BYTES + row_len * cub_scratch
+    if rows < FULL_SORT_MAX_SEGMENTS:  # segmented_sort_pairs_by_full_sort: two int2 arrays + keys out
+        return 2 * n * INDEX_BYTES + n * key_bytes + n * cub_scratch
+    return n * INDEX_BYTES + n * cub_scratch  # segmented_sort_pairs: reverse indices + CUB scratch
+
+
+def _sort_with_workspace(logits: Any) -> tuple[Any, Any]:
+    """``logits.sort(dim=-1)`` with its CUDA workspace live for the length of the sort."""
+    import torch
+
+    rows, row_len = logits.shape
+    workspace = torch.empty(sort_workspace_bytes(rows, row_len, logits.element_size()), dtype=torch.uint8,
+                            device=logits.device)
+    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    del workspace
+    return logits_sort, logits_idx
 
 
 def _sample(logits: Any) -> Any:
@@ -36,7 +89,7 @@ def _sample(logits: Any) -> Any:
     logits = logits.div_(SAMPLER_TEMPERATURE)
     top_k = torch.full((logits.shape[0],), logits.shape[1] - 1, dtype=torch.long)
     top_p = torch.full((logits.shape[0],), SAMPLER_TOP_P)
-    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    logits_sort, logits_idx = _sort_with_workspace(logits)
     k_index = (logits_sort.size(1) - top_k).unsqueeze(1)
     k_mask = logits_sort < logits_sort.gather(1, k_index)
     logits_sort.masked_fill_(k_mask, -float("inf"))
@@ -56,22 +109,82 @@ def _sample(logits: Any) -> Any:
     return probs.div_(q).argmax(dim=-1)
 
 
+def image_tokens(config: Mapping[str, Any]) -> int:
+    """Encoder tokens of one image of the largest size, or 0 where the model has no vision encoder we
+    profile. Gemma 3 (vLLM ``gemma3_mm.py`` ``get_num_image_tokens``): ``(num_crops + 1) ×
+    image_seq_length`` with pan-and-scan off by default (``num_crops`` 0) and ``image_seq_length`` =
+    ``mm_tokens_per_image``."""
+    vision = config.get("vision_config")
+    per_image = config.get("mm_tokens_per_image")
+    if not isinstance(vision, Mapping) or not isinstance(vision.get("image_size"), int):
+        return 0
+    return per_image if isinstance(per_image, int) and per_image > 0 else 0
+
+
+def profile_images(config: Mapping[str, Any], tokens: int, num_seqs: int) -> int:
+    """Dummy images vLLM's profile run encodes: the encoder budget (``max_num_batched_tokens``) in
+    images, at most ``num_seqs`` × the images a prompt may hold (every prompt holds at least one, and
+    the default limit, 999, is never the binding one at these sizes), at least 1."""
+    per_image = image_tokens(config)
+    if per_image == 0 or tokens <= 0:
+        return 0
+    return max(1, min(tokens // per_image, num_seqs * MAX_IMAGES_PER_PROMPT))
+
+
+def _keep_hidden_states(lm: nn.Module, kept: list[Any]) -> Any:
+    """Hook the decoder so its last hidden states stay referenced (``kept``), or None without one."""
+    get_decoder = getattr(lm, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    if decoder is None or decoder is lm:
+        return None
+
+    def keep(_module: Any, _args: Any, output: Any) -> None:
+        hidden = output[0] if isinstance(output, tuple) else getattr(output, "last_hidden_state", None)
+        if hidden is not None:
+            kept.append(hidden)
+
+    return decoder.register_forward_hook(keep)
+
+
 def _module_class() -> type[nn.Module]:
     from torch import nn
 
     class ProfileRun(nn.Module):
-        """The causal LM, its last-token logits per request, and the sampler (one dummy profile step)."""
+        """The vision encoder on the dummy images (if any), the causal LM, its last-token logits per
+        request, and the sampler (one dummy profile step)."""
 
-        def __init__(self, lm: nn.Module) -> None:
+        def __init__(self, lm: nn.Module, images: int, image_size: int) -> None:
             super().__init__()
             self.lm = lm
             self.config = lm.config
+            self.images, self.image_size = images, image_size
 
         def forward(self, input_ids: Any) -> Any:
+            import torch
+
+            pixel_values = encoder_cache = None
+            if self.images:
+                size = self.image_size
+                # vLLM casts the processor's pixels to the model dtype (``processing/context.py``
+                # ``call_hf_processor``: "emulates output.to(dtype=model_config.dtype)")
+                dtype = next(self.lm.parameters()).dtype
+                pixel_values = torch.zeros(self.images, 3, size, size, dtype=dtype, device=input_ids.device)
+                model: Any = self.lm  # a vision-language model: build() checked get_image_features
+                features = model.get_image_features(pixel_values=pixel_values)
+                # transformers 5 returns the projected features as pooler_output, older versions the tensor
+                encoder_cache = getattr(features, "pooler_output", features)
+                del features
+            # profile_run keeps the decoder's hidden states ([tokens, hidden]) until the sampler is done
+            kept: list[Any] = []
+            hook = _keep_hidden_states(self.lm, kept)
             out = self.lm(input_ids=input_ids, use_cache=False, logits_to_keep=1)
+            if hook is not None:
+                hook.remove()
             logits = out.logits[:, -1, :]
             del out
-            return _sample(logits)
+            sampled = _sample(logits)
+            del pixel_values, encoder_cache, kept  # profile_run drops them only after the sampler
+            return sampled
 
     return ProfileRun
 
@@ -79,11 +192,19 @@ def _module_class() -> type[nn.Module]:
 class ProfileRunSource(HFConfigSource):
     """An HF causal LM whose inference step is the engine's profile run."""
 
-    def __init__(self, base: HFConfigSource) -> None:
+    def __init__(self, base: HFConfigSource, *, images: int = 0) -> None:
         super().__init__(base.name, base.config_dict, task="causal-lm", kind=base.kind)
+        self.images = images
+        """Dummy images the vision encoder runs on first (``profile_images``); 0: a text-only profile."""
+        self.trace_identity = {"profile_run": "vllm-0.10.0", "images": images}
+        """Keys the trace cache (trace/cache.py): this step is not the plain causal LM's."""
 
     def build(self, workload: Workload, layers: Mapping[str, int] | None = None) -> nn.Module:
-        return _module_class()(super().build(workload, layers))
+        lm = super().build(workload, layers)
+        images = self.images if callable(getattr(lm, "get_image_features", None)) else 0
+        vision = self.config_dict.get("vision_config")
+        size = vision.get("image_size") if isinstance(vision, Mapping) else None
+        return _module_class()(lm, images if isinstance(size, int) else 0, size if isinstance(size, int) else 0)
 
     def inputs(self, module: nn.Module, workload: Workload) -> Inputs:
         import torch

@@ -179,7 +179,10 @@ def model_identity(source: ModelSource) -> dict[str, Any] | None:
     from gpuplan.models.sources import HFConfigSource
 
     if isinstance(source, HFConfigSource):
-        return {"form": "hf-config", "task": source.task, "config": source.config_dict}
+        identity: dict[str, Any] = {"form": "hf-config", "task": source.task, "config": source.config_dict}
+        # a source that traces more than the model's own step (serve's profile run) says what
+        step = getattr(source, "trace_identity", None)
+        return identity if step is None else {**identity, "step": step}
     if source.kind in ("torchvision", "timm"):
         return {"form": source.kind, "name": source.name}
     return None
