@@ -92,13 +92,14 @@ def test_activation_peak_is_the_sampler_sort(gemma: ServeResult) -> None:
 
 def test_only_vllm_profiles_the_vision_encoder(gemma: ServeResult) -> None:
     # the same profile run without the dummy images (SGLang, hf) is short of exactly their pixels and outputs
+    assert any("64 dummy images" in note for note in gemma.assumptions)
     from gpuplan.models.sources import HFConfigSource, resolve_model
     from gpuplan.serve.capacity import trace_profile_run
 
     source = resolve_model(str(CONFIG))
     assert isinstance(source, HFConfigSource)
     text_only = trace_profile_run(source, tokens=16384, num_seqs=1024, dtype="bfloat16",
-                                  compute_capability=gemma.gpu.compute_capability, encoder=False)
+                                  compute_capability=gemma.gpu.compute_capability, images=0)
     gap = gemma.budget.activation_peak_bytes - (text_only.rounded_peak_bytes - text_only.param_bytes)
     assert gap == pytest.approx(PIXEL_BYTES + ENCODER_CACHE_BYTES, abs=ROUNDING_BYTES)
 

@@ -214,16 +214,19 @@ def serve(
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
     num_seqs = 1 if engine == "hf" else seqs
     cc = trace_compute_capability or target.compute_capability
-    encoder = engine == "vllm"  # only vLLM's profile run encodes dummy images (serve/profile.py)
-    key = (tokens, num_seqs, dtype, cc, encoder)
+    from gpuplan.serve.profile import profile_images
+
+    # only vLLM's profile run encodes dummy images (serve/profile.py)
+    images = profile_images(source.config_dict, tokens, min(tokens, num_seqs)) if engine == "vllm" else 0
+    key = (tokens, num_seqs, dtype, cc, images)
     step = profiles.get(key) if profiles is not None else None
     if step is None:
         step = trace_profile_run(source, tokens=tokens, num_seqs=num_seqs, dtype=dtype, compute_capability=cc,
-                                 encoder=encoder)
+                                 images=images)
         if profiles is not None:
             profiles[key] = step
     budget = _budget(settings, config, step, target, total, dtype)
-    assumptions = _assumptions(settings, layout, step, tp)
+    assumptions = _assumptions(settings, layout, step, tp, images)
     context_used = context or max_model_len
     kv_tokens = cost.cache_tokens(budget.kv_cache_bytes)
     max_conc = cost.max_concurrency(budget.kv_cache_bytes, context_used)
@@ -258,17 +261,16 @@ def _model_id(source: HFConfigSource) -> str:
 
 
 def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dtype: str,
-                      compute_capability: tuple[int, int] | None, encoder: bool = False) -> TracedStep:
-    """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests; with
-    ``encoder``, a multimodal model's vision encoder first runs on vLLM's dummy images."""
+                      compute_capability: tuple[int, int] | None, images: int = 0) -> TracedStep:
+    """The engine's profile run traced: ``tokens`` spread over ``min(tokens, num_seqs)`` requests, after
+    a vision-language model's encoder on ``images`` dummy images (``profile.profile_images``; vLLM)."""
     from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
-    from gpuplan.serve.profile import ProfileRunSource, profile_images
+    from gpuplan.serve.profile import ProfileRunSource
     from gpuplan.trace.step import trace_source
 
     seqs = max(1, min(tokens, num_seqs))
     work = Workload(mode="infer", batch_size=seqs, seq_len=-(-tokens // seqs),
                     precision="bf16" if dtype == "bfloat16" else "fp16")
-    images = profile_images(source.config_dict, tokens, seqs) if encoder else 0
     cc = compute_capability or DEFAULT_COMPUTE_CAPABILITY
     return trace_source(ProfileRunSource(source, images=images), work, cc, fake=True, cuda=True)
 
@@ -371,12 +373,17 @@ def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: bu
     return RateAnswer(rate, input_len, output_len, conc, per_replica, replicas, gpus, gpu.id, usd)
 
 
-def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: TracedStep, tp: int) -> list[str]:
+def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: TracedStep, tp: int,
+                 images: int) -> list[str]:
     notes = [f"engine {settings.engine} {settings.version} as modelled (its defaults and budget arithmetic)",
              f"KV layout: {layout.describe()}",
              f"activation peak traced: the engine's profile run of {settings.max_num_batched_tokens:,} tokens "
              f"over {min(settings.max_num_batched_tokens, settings.max_num_seqs):,} requests, logits of each "
-             "request's last token and the sampler (float32, top-k/top-p sort)"]
+             "request's last token and the sampler (float32, top-k/top-p sort with its CUDA workspace)"]
+    if images:
+        notes.append(f"vision encoder profiled first on {images} dummy images of the largest size (vLLM's "
+                     "multimodal profile: max_num_batched_tokens // tokens per image); vLLM skips it when "
+                     "--limit-mm-per-prompt sets every modality to 0, a flag not modelled here")
     if tp > 1:
         notes.append("activation peak per GPU taken unsharded (an upper bound: TP splits the MLP and attention "
                      "intermediates, not the hidden states or the logits); NCCL buffers not counted in non-torch")

@@ -20,7 +20,7 @@ the moment they are (all go through PyTorch's caching allocator, so vLLM counts 
   the largest size, the encoder budget being ``max_num_batched_tokens`` (``compute_mm_encoder_budget``).
   ``profile_run`` keeps the batched ``pixel_values`` (cast to the model dtype by the processing context)
   and the encoder cache holds the projected outputs until the sampler has run (only vLLM does this:
-  ``capacity.trace_profile_run(encoder=...)``).
+  ``capacity.trace_profile_run(images=...)``).
 - ``profile_run`` keeps the decoder's ``hidden_states`` ``[tokens, hidden]`` through the sampler run.
 - the workspace of ``torch.sort`` on CUDA (PyTorch ``aten/src/ATen/native/cuda/SortStable.cu``
   ``do_launch_stable_sort_kernel``): the top-k/top-p sort of ``[num_seqs, vocab]`` logits allocates,
