@@ -179,7 +179,10 @@ def model_identity(source: ModelSource) -> dict[str, Any] | None:
     from gpuplan.models.sources import HFConfigSource
 
     if isinstance(source, HFConfigSource):
-        identity: dict[str, Any] = {"form": "hf-config", "task": source.task, "config": source.config_dict}
+        # the class too: a subclass may build, feed or score the model differently from the same config
+        kind = type(source)
+        identity: dict[str, Any] = {"form": "hf-config", "class": f"{kind.__module__}.{kind.__qualname__}",
+                                    "task": source.task, "config": source.config_dict}
         # a source that traces more than the model's own step (serve's profile run) says what
         step = getattr(source, "trace_identity", None)
         return identity if step is None else {**identity, "step": step}
