@@ -164,25 +164,37 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         )  # current block + the one prefetched
         buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
+    # Under PEFT only the trainable part (the adapters) has a master copy, gradients and optimizer
+    # state in DeepSpeed and Megatron (both build their optimizer groups from requires_grad
+    # parameters); frozen weights stay model weights: floating-point ones recast to the compute
+    # dtype with the module, quantized packed ones as stored. Without frozen parameters
+    # (trainable_fraction 1, no frozen bytes) these are the full-model formulas unchanged.
+    tf = p.trainable_fraction
+    trainable = rank_params * tf
+    frozen_bytes = rank_params * (cb * p.frozen_float_params_per_param + p.frozen_packed_bytes_per_param)
     if isinstance(s, Zero):
         # DeepSpeed mixed precision: 16-bit params and grads + fp32 master, fp32 grad partition and
         # the optimizer's own state (traced) — K = 4 + 4 + optimizer bytes (16 for Adam). In fp32
-        # there is no master copy: 4-byte params and grads, K = optimizer bytes.
+        # there is no master copy: 4-byte params and grads, K = optimizer bytes. ZeRO-1/2 keep the
+        # frozen weights replicated (only requires_grad parameters enter bit16_groups,
+        # deepspeed/runtime/zero/stage_1_and_2.py); ZeRO-3 partitions every module parameter.
         half = p.compute_bytes
         mixed = half < 4
-        k = 4 + 4 + ob if mixed else ob
+        ob_trainable = ob / tf if tf > 0 else 0.0
+        k = 4 + 4 + ob_trainable if mixed else ob_trainable
         stage = s.stage
         # Megatron splits the largest matrix (the vocabulary) over tp too.
         largest = min(p.largest_layer_params / layout.tp, rank_params)
         if stage == 3:
             # ZeRO-3 reduce-scatters 16-bit grads at once into the fp32 partition counted in K.
-            ms = model_states_bytes(rank_params, 3, layout.dp, k=k, param_bytes=half, grad_bytes=0 if mixed else 4)
+            ms = model_states_bytes(trainable, 3, layout.dp, k=k, param_bytes=half, grad_bytes=0 if mixed else 4)
             red, prefetch, _ = zero3_buckets(p.hidden)
             buffers = 2 * largest * half + half * (prefetch + red)
         else:
-            ms = model_states_bytes(rank_params, stage, layout.dp, k=k, param_bytes=half, grad_bytes=half)
+            ms = model_states_bytes(trainable, stage, layout.dp, k=k, param_bytes=half, grad_bytes=half)
             buffers = 2 * half * bucket_elements(rank_params)
-        params, grads, opt = ms.params_bytes, ms.grads_bytes, ms.optimizer_bytes
+        params = ms.params_bytes + frozen_bytes / (layout.dp if stage == 3 else 1)
+        grads, opt = ms.grads_bytes, ms.optimizer_bytes
         if s.offload_optimizer:
             opt = 0.0
             grads = 0.0 if stage <= 2 else grads  # DeepSpeed's estimator: ZeRO-2 offload keeps 2·P
@@ -191,8 +203,11 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
         return params, grads, opt, buffers
     if isinstance(s, MegatronDDP) and p.compute_bytes < 4:
         # 16-bit weights; fp32 main grads (traced gradient bytes); fp32 master copy + optimizer
-        # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam.
-        return cb * rank_params, gb * rank_params, (pb + ob) * rank_params, 0.0
+        # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam. Under PEFT the
+        # fp32 master covers the trainable parameters only (megatron/core/optimizer skips
+        # parameters without requires_grad when it builds its groups).
+        opt = (pb + ob) * rank_params if tf >= 1.0 else 4 * trainable + ob * rank_params
+        return cb * trainable + frozen_bytes, gb * rank_params, opt, 0.0
     # torch DDP as emitted (gradient_as_bucket_view=True): gradients are views into the buckets,
     # no extra copy (the default False would add one gradient-sized copy per rank).
     return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
@@ -403,7 +418,8 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     s = layout.sharding
     zero3 = isinstance(s, Zero) and s.stage == 3
     if (isinstance(s, FSDP2) or zero3) and layout.shard_group > 1:
-        grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb
+        # DeepSpeed reduce-scatters the trainable parameters' gradients only (PEFT: the adapters)
+        grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb * p.trainable_fraction
         outer = p.outer_params / tp
         if isinstance(s, FSDP2):
             # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate);
@@ -454,14 +470,15 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     # ---- data-parallel gradients ----------------------------------------------------------------
     dp_exposed = 0.0
     if dp > 1 and not isinstance(s, FSDP2) and not zero3:
-        grad_b = cb if isinstance(s, Zero) else p.grad_bytes_per_param
+        grad_b = cb * p.trainable_fraction if isinstance(s, Zero) else p.grad_bytes_per_param
         groups = ((dp_group, stage_dense), (expert_dp_group, stage_expert))
         if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
-            # updated parameters all-gathered after the step (allgather_bucket_size): after the step
+            # updated parameters all-gathered after the step (allgather_bucket_size): after the step;
+            # both cover the trainable parameters only (PEFT: the adapters)
             bucket: float = cb * bucket_elements(stage_params)
             first: float = bucket
             reduce_op = reduce_scatter_s
-            tail = sum(_calls_s(all_gather_s, grp, cb * n, bucket) for grp, n in groups)
+            tail = sum(_calls_s(all_gather_s, grp, grad_b * n, bucket) for grp, n in groups)
         elif isinstance(s, MegatronDDP):
             # Megatron-LM all-reduces its contiguous fp32 main-grad buffer once backward is done
             # (--overlap-grad-reduce is off by default; the 2021 code had no overlap at all)
@@ -486,7 +503,10 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         # topology's where that is the GPU link, else memory/offload.py's default)
         host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
         opt = optimizer_offload_time(
-            updated, grad_bytes_per_param=cb, param_bytes_per_param=cb, host_link_gb_per_s=host_gb_per_s
+            updated * p.trainable_fraction,  # the trainable parameters only (PEFT: the adapters)
+            grad_bytes_per_param=cb,
+            param_bytes_per_param=cb,
+            host_link_gb_per_s=host_gb_per_s,
         ).total_s
     else:
         opt = p.optimizer_s_per_param * updated

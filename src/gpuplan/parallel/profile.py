@@ -141,6 +141,17 @@ class ModelProfile:
     """Experts each token is routed to (``num_experts_per_tok``)."""
     block_param_modules: int = 1
     """Modules of one block that own parameters: DeepSpeed ZeRO-3 gathers them one by one."""
+    trainable_fraction: float = 1.0
+    """Trainable parameters / all parameters (PEFT freezes the base: the adapters' share). Sharded
+    engines keep fp32 master weights, gradients and optimizer state for these only."""
+    frozen_float_params_per_param: float = 0.0
+    """Frozen floating-point parameters per parameter: DeepSpeed and Megatron recast them to the
+    compute dtype with the rest of the module."""
+    frozen_float_bytes_per_param: float = 0.0
+    """Their traced (stored) bytes per parameter."""
+    frozen_packed_bytes_per_param: float = 0.0
+    """Frozen parameters that are not floating point (quantized packed weights, as traced) per
+    parameter: every engine holds them as they are stored."""
     megatron_time: EngineTime | None = None
     """block/first/last times as Megatron-LM runs them (parallel/engine.py: fused scale-mask-softmax,
     its GEMM rate); None: the eager times stand for it."""
@@ -247,6 +258,11 @@ def profile_from_step(
         for c in ("parameters", "gradients", "optimizer_state")
     }
     per_param = {c: v / max(run.params_count, 1) for c, v in by_cat.items()}
+    # the trainable/frozen split (PEFT): parameters only, as ZeRO's accounting counts them
+    n_run = max(run.params_count, 1)
+    trainable = run.params_count if run.trainable_params is None else min(run.trainable_params, run.params_count)
+    every_param_trains = trainable == run.params_count
+    frozen_packed = run.param_bytes - run.trainable_param_bytes - run.frozen_float_param_bytes
 
     # ---- activations: end of forward, by module -----------------------------------------------
     fe = max((i for i, p in enumerate(trace.points) if p.phase in ("forward", "loss")), default=-1)
@@ -364,6 +380,13 @@ def profile_from_step(
         "TP shards every block activation except the residual stream, norms and output dropouts "
         "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
     )
+    if not every_param_trains:
+        assumptions += (
+            f"{trainable:,} of {run.params_count:,} traced parameters train: DeepSpeed ZeRO and Megatron keep "
+            "16-bit weights, fp32 master weights, gradients and optimizer state for those only; frozen weights "
+            "are held in the compute dtype (quantized ones packed, as traced), replicated under ZeRO-1/2 and "
+            "sharded under ZeRO-3 and FSDP2; per pipeline stage the trainable share is the model's",
+        )
     return ModelProfile(
         name=source.name,
         workload=workload,
@@ -411,6 +434,10 @@ def profile_from_step(
         experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if expert_params else 0,
         block_param_modules=block_modules or 1,
         megatron_time=megatron_time,
+        trainable_fraction=1.0 if every_param_trains else trainable / n_run,
+        frozen_float_params_per_param=run.frozen_float_params / n_run,
+        frozen_float_bytes_per_param=run.frozen_float_param_bytes / n_run,
+        frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_run,
     )
 
 

@@ -127,6 +127,17 @@ class RunResult:
     module_param_sizes: dict[str, frozenset[int]] = field(default_factory=dict)
     """module path -> element counts of its own parameters, a tied weight under every module using
     it: how the planner recognises autocast's 16-bit copy of a module's weight."""
+    trainable_params: int | None = None
+    """Elements of the parameters that train (``requires_grad``; PEFT freezes the base): what a
+    sharded engine keeps fp32 master weights, gradients and optimizer state for. None: every
+    parameter trains (a record made without the split)."""
+    frozen_float_params: int = 0
+    """Elements of frozen floating-point parameters (an engine may recast them to 16 bits)."""
+    frozen_float_param_bytes: int = 0
+    """Their stored bytes; the other frozen parameters (quantized packed weights) hold ``param_bytes``
+    less these and the trainable parameters' bytes."""
+    trainable_param_bytes: int = 0
+    """Stored bytes of the trainable parameters (PEFT keeps adapters in fp32 over a 16-bit base)."""
 
 
 @dataclass(frozen=True, slots=True)

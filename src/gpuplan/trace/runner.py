@@ -39,7 +39,7 @@ from gpuplan.trace.adapt import adapt_model
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
-from gpuplan.trace.quantized import logical_params_count
+from gpuplan.trace.quantized import QuantizedLinear, logical_params_count
 from gpuplan.trace.records import RunResult
 from gpuplan.trace.tracker import Recorder, RecordingMode
 from gpuplan.workload import Workload
@@ -68,7 +68,10 @@ def own_parameters(model: nn.Module) -> tuple[dict[str, int], dict[str, frozense
     seen: set[int] = set()
     for name, mod in model.named_modules():
         own = list(mod.parameters(recurse=False))
-        n = sum(p.numel() for p in own if id(p) not in seen)
+        # a quantized layer's packed weight counts as the weights it stores (as params_count does),
+        # so the planner's per-parameter bytes (packed bytes / weights) multiply the same count
+        logical = mod.logical_params_count if isinstance(mod, QuantizedLinear) else None
+        n = sum(logical if logical is not None and p is mod.weight else p.numel() for p in own if id(p) not in seen)
         seen.update(id(p) for p in own)
         if n:
             counts[name] = n
@@ -78,6 +81,26 @@ def own_parameters(model: nn.Module) -> tuple[dict[str, int], dict[str, frozense
         elif isinstance(weight, nn.Parameter):  # a head reusing a weight registered elsewhere
             sizes[name] = frozenset({weight.numel()})
     return counts, sizes
+
+
+def trainable_split(model: nn.Module) -> tuple[int, int, int, int]:
+    """(trainable elements, their stored bytes, frozen floating-point elements, their stored bytes)
+    of ``model``'s parameters, each storage once: the split a sharded engine's model states follow
+    (fp32 master, gradients and optimizer state for the trainable ones only). A quantized layer's
+    packed weight is neither: it is frozen and stays packed."""
+    seen: set[int] = set()
+    t_n = t_b = f_n = f_b = 0
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            nbytes = p.numel() * p.element_size()
+            if p.requires_grad:
+                t_n, t_b = t_n + p.numel(), t_b + nbytes
+            elif p.is_floating_point() and not (isinstance(module, QuantizedLinear) and name == "weight"):
+                f_n, f_b = f_n + p.numel(), f_b + nbytes
+    return t_n, t_b, f_n, f_b
 
 
 @contextlib.contextmanager
@@ -346,6 +369,7 @@ class StepRunner:
         unique = {id(p.untyped_storage()): p for p in model.parameters()}
         params_count = logical_params_count(model)  # a quantized layer counts the weights it packs
         module_params, module_param_sizes = own_parameters(model)
+        trainable, trainable_bytes, frozen_float, frozen_float_bytes = trainable_split(model)
         return RunResult(
             trace=recorder.trace,
             params_count=params_count,
@@ -357,6 +381,10 @@ class StepRunner:
             decode_steps_full=max(0, w.new_tokens - 1) if w.mode == "generate" else 0,
             module_params=module_params,
             module_param_sizes=module_param_sizes,
+            trainable_params=trainable,
+            frozen_float_params=frozen_float,
+            frozen_float_param_bytes=frozen_float_bytes,
+            trainable_param_bytes=trainable_bytes,
         )
 
     def _register_existing(self, recorder: Recorder, model: nn.Module, optimizer: Any, inputs: Inputs) -> None:
