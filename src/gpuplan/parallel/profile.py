@@ -373,7 +373,7 @@ def profile_from_step(
     # Tokens per sample as the trace ran them: the one rule estimate uses (the workload's, else
     # the model's default), never a config's position-table size.
     seq = seq_len_of(source, workload) or 1
-    assumptions = (
+    assumptions: tuple[str, ...] = (
         f"traced once: {source.name} with {traced_layers} of {full_layers} blocks at micro-batch "
         f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
         "(launch overhead fixed)",
