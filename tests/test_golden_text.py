@@ -76,6 +76,13 @@ def _fit_headline(text: str, doc: dict[str, Any]) -> None:
     assert f"  {format_seconds(best['step_time_s'])}  " in row
 
 
+def _serve_headline(text: str, doc: dict[str, Any]) -> None:
+    assert text.splitlines()[0].endswith(": OK" if doc["ok"] else ": WOULD NOT START")
+    assert _line(text, "KV: ").startswith(f"KV: {doc['kv_bytes_per_token']:,} bytes per token per GPU ")
+    assert f"{doc['kv_cache_tokens']:,} tokens in the cache" in text
+    assert f"max concurrency at {doc['context']} tokens: {doc['max_concurrency']:,} sequences" in text
+
+
 def _plan_headline(text: str, doc: dict[str, Any]) -> None:
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     assert _line(text, "per-GPU peak").startswith(f"per-GPU peak {format_bytes(doc['per_gpu_peak_bytes'])} of ")
@@ -130,6 +137,7 @@ CASES = [
     Case("plan_emit_accelerate", (*_PLAN, "--emit", "accelerate"), headline=_plan_headline, marks=SLOW),
     Case("recommend_top", _RECOMMEND, headline=_recommend_headline),
     Case("recommend_prices", (*_RECOMMEND, "--prices", "prices.csv"), headline=_recommend_headline, marks=SLOW),
+    Case("serve", ("serve", "config.json", "--gpu", "L4", "--context", "64"), headline=_serve_headline),
     Case("gpus", ("gpus",)),
     Case("gpus_show", ("gpus", "show", "T4")),
     Case("gpus_compare", ("gpus", "compare", "T4", "L4")),
@@ -217,8 +225,9 @@ def test_every_verb_has_a_golden_case() -> None:
     from gpuplan.cli.main import VERBS
 
     covered = {c.argv[0] for c in CASES}
-    # measure runs the workload for real on this machine: its output is a measurement, not a rendering
-    assert set(VERBS) - covered == {"measure"}
+    # measure runs the workload for real on this machine: its output is a measurement, not a rendering;
+    # ui serves pages (tests/ui renders and checks them in a browser)
+    assert set(VERBS) - covered == {"measure", "ui"}
 
 
 def test_no_stray_golden_files() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.units import GIB
+from gpuplan.units import GIB, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.advise.recommend import ServeRecommendation
@@ -61,10 +61,6 @@ def _gib(n: int) -> str:
     return f"{n / GIB:8.2f} GiB"
 
 
-def _time(s: float) -> str:
-    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
-
-
 def render_serve(r: ServeResult) -> str:
     s, b = r.settings, r.budget
     lines = [f"{r.model} on {s.tp * s.pp}× {r.gpu.id} (tp {s.tp}, pp {s.pp}) with {s.engine} {s.version}: "
@@ -82,8 +78,8 @@ def render_serve(r: ServeResult) -> str:
               + ("" if r.concurrency is None else
                  f" ({r.concurrency:,} asked: {'fits' if r.concurrency_fits else 'does NOT fit'})"),
               f"  longest max_model_len that fits: {r.max_model_len_fits:,}",
-              f"time: TTFT {_time(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
-              f"{_time(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
+              f"time: TTFT {format_seconds(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
+              f"{format_seconds(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
               f"({r.decode_tokens_per_s:,.0f} tokens/s)"]
     if r.compute_bound_batch is not None:
         lines.append(f"  decode turns compute-bound above a batch of ~{r.compute_bound_batch:,}")
@@ -109,7 +105,7 @@ def render_serve_recommendation(r: ServeRecommendation) -> str:
     for c in r.candidates_in:
         cost = f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-"
         lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.gpus:>7}{c.max_concurrency:>10,}{c.decode_tokens_per_s:>14,.0f}"
-                     f"{_time(c.ttft_s):>10}{cost:>10}")
+                     f"{format_seconds(c.ttft_s):>10}{cost:>10}")
     if not r.candidates_in:
         lines.append("  (no GPU type meets the target)")
     lines += ["", f"out: {len(r.candidates_out)} GPU type(s) that cannot (--json lists why)", "assumptions:"]
