@@ -194,7 +194,7 @@ def test_plan_cli_qlora_json(tmp_path: Path, split: dict[str, int]) -> None:
     out, err = io.StringIO(), io.StringIO()
     argv = ["plan", str(tmp_path / "config.json"), "--gpus", str(DP), "--gpu", "H100-SXM", "--dp", str(DP),
             "--tp", "1", "--pp", "1", "--zero", "3", "--peft", "qlora", "--seq-len", "16",
-            "--precision", "amp-bf16", "--json", "--no-cache"]
+            "--precision", "amp-bf16", "--emit", "deepspeed", "--json", "--no-cache"]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     assert code == 0, err.getvalue()[-1000:]
@@ -206,3 +206,19 @@ def test_plan_cli_qlora_json(tmp_path: Path, split: dict[str, int]) -> None:
     assert abs(rank["parameters"] - params) <= TOL
     assert abs(rank["optimizer_state"] - 16 * t / DP) <= TOL and rank["gradients"] == 0
     assert any("traced parameters train" in a for a in result["assumptions"])
+    # ZeRO-3 shards floating-point storages only: the emitted config says how the 4-bit base must load
+    assert result["emit"]["engine"] == "deepspeed"
+    assert "bnb_4bit_quant_storage" in result["emit"]["note"]
+
+
+def test_emit_note_only_where_the_packed_base_is_sharded() -> None:
+    from gpuplan.estimate import make_workload
+    from gpuplan.parallel.emit import layout_engine_note
+
+    def note(sharding: Sharding, peft: str) -> str | None:
+        lay = Layout(dp=DP, tp=1, pp=1, micro_batch_size=1, grad_accum=1, sharding=sharding)
+        return layout_engine_note(lay, "accelerate", make_workload(mode="train", precision="amp-bf16", peft=peft))
+
+    assert "FSDP2" in (note(FSDP2(), "qlora") or "")
+    assert note(Zero(2), "qlora") is None  # ZeRO-1/2 replicate the frozen base: nothing to shard
+    assert note(FSDP2(), "lora") is None

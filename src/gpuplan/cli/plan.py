@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     with progress:
         p = _plan(plan, args, workload)
     emitted = emit(p, args.emit) if args.emit else None  # refuses (exit 2) before anything is printed
-    note = layout_engine_note(p.best.layout, args.emit) if args.emit else None
+    note = layout_engine_note(p.best.layout, args.emit, p.workload) if args.emit else None
     data = p.to_dict()
     write_outputs(args, title=f"gpuplan plan {p.model} on {p.gpus}× {p.gpu.id}", data=data, text=str(p),
                   figure=lambda: _figure(data), sections=lambda: plan_sections(data))

@@ -14,6 +14,7 @@ from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero
 if TYPE_CHECKING:
     from gpuplan.parallel.layout import Layout
     from gpuplan.parallel.plan import Plan
+    from gpuplan.workload import Workload
 
 EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate")
 
@@ -374,8 +375,19 @@ def emit(p: Plan, kind: str) -> str:
     raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
 
 
-def layout_engine_note(lay: Layout, kind: str) -> str | None:
+def layout_engine_note(lay: Layout, kind: str, workload: Workload | None = None) -> str | None:
     """What the emitted text leaves to the user's training script (None: nothing)."""
+    notes = []
     if lay.checkpointing != "none" and kind != "torchrun" and lay.engine != "megatron":
-        return f"activation checkpointing ({lay.checkpointing}) is applied in the training script, per block"
-    return None
+        notes.append(f"activation checkpointing ({lay.checkpointing}) is applied in the training script, per block")
+    s = lay.sharding
+    four_bit = workload is not None and (workload.peft == "qlora" or workload.load_in == "4bit")
+    if four_bit and (isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3)):
+        # FSDP and ZeRO-3 shard floating-point storages only: bitsandbytes' quant_storage lets the
+        # packed 4-bit weights sit in a 16-bit tensor (bitsandbytes docs, "FSDP-QLoRA"; PEFT docs,
+        # "Use PEFT QLoRA and DeepSpeed with ZeRO3")
+        notes.append(
+            "load the 4-bit base with BitsAndBytesConfig(bnb_4bit_quant_storage=torch.bfloat16) so "
+            f"{'FSDP2' if isinstance(s, FSDP2) else 'ZeRO-3'} can shard the packed weights"
+        )
+    return "; ".join(notes) or None
