@@ -9,7 +9,8 @@ Only the public rows of ``calibration.CASES`` are used; the held-out sources the
 
 Fitted (shared by all architectures): ``tensor_core_matmul`` (large-GEMM fraction of the dense
 peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``conv_backward`` (backward
-convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W), ``fp32_matmul`` and
+convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W; ``conv_backward_16bit`` the
+same for fp16/bf16 convolutions, fitted on the AMP training row), ``fp32_matmul`` and
 ``launch_overhead_s`` (eager CPU dispatch per kernel) and ``gemm_k_half`` (the K-loop cost of a GEMM,
 perf/gemm_shape.py). The per-architecture priors (GEMM scale,
 attention, bandwidth, tiles) stay as the data file states them. Loss: sum of squared log errors
@@ -41,6 +42,7 @@ GRIDS: dict[str, list[float]] = {
     "tensor_core_matmul": [x / 100 for x in range(40, 99)],
     "conv_tensor_core": [x / 100 for x in range(10, 101, 2)],
     "conv_backward": [x / 100 for x in range(30, 101, 2)],
+    "conv_backward_16bit": [x / 100 for x in range(10, 101, 2)],
     "fp32_matmul": [x / 100 for x in range(40, 99)],
     "launch_overhead_s": [x * 1e-6 for x in range(2, 41)],
     "gemm_k_half": [16.0, 32.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0],
@@ -49,6 +51,7 @@ START: dict[str, float] = {
     "tensor_core_matmul": 0.75,
     "conv_tensor_core": 0.5,
     "conv_backward": 1.0,
+    "conv_backward_16bit": 1.0,
     "fp32_matmul": 0.82,
     "launch_overhead_s": 6.5e-6,
     "gemm_k_half": 32.0,
@@ -92,15 +95,20 @@ def _loss(traced: Sequence[Traced], fitted: dict[str, float]) -> float:
     return sum(math.log(r.estimate / r.case.published) ** 2 for r in residuals(rows, fitted))
 
 
-def fit(traced: Sequence[Traced], start: dict[str, float] = START, rounds: int = 3) -> dict[str, float]:
+def fit(traced: Sequence[Traced], start: dict[str, float] = START, rounds: int = 20) -> dict[str, float]:
+    """Coordinate descent until a whole round changes nothing (at most ``rounds``): the convolution
+    factors trade off along a valley (forward × backward share), which takes ~10 rounds to cross."""
     fitted = dict(start)
     for _ in range(rounds):
+        before = dict(fitted)
         for name, grid in GRIDS.items():
             losses = {v: _loss(traced, {**fitted, name: v}) for v in grid}
             best = min(losses.values())
             # flat loss (no row depends on the factor): keep the start value
             if max(losses.values()) - best > 1e-12:
                 fitted[name] = min(grid, key=lambda v: losses[v])
+        if fitted == before:
+            break
     return fitted
 
 

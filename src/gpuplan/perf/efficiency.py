@@ -56,6 +56,11 @@ class Efficiency:
     """Backward convolutions (cuDNN dgrad + wgrad: the weight gradient reduces over N·Ho·Wo, split
     across the SMs with a partial-sum reduction) relative to the forward convolution. FITTED (the
     training CNN row against the inference CNN row)."""
+    conv_backward_16bit: float = 1.0
+    """Backward fp16/bf16 convolutions relative to the forward convolution, in place of
+    ``conv_backward`` (which the TF32 training row fits). FITTED on the one public AMP CNN training
+    row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
+    inference row's."""
     tiles: tuple[Tile, ...] = DEFAULT_TILES
     """Candidate GEMM tiles of this architecture (gemm_shape.shape_efficiency)."""
     gemm_k_half: float = 32.0
@@ -73,7 +78,7 @@ class Efficiency:
         return (
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
             f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that "
-            f"(backward {self.conv_backward:.0%} of forward), "
+            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
             f"efficiency: fused attention {self.attention_fused:.0%} of peak, memory-bound ops at "
             f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)",
@@ -117,6 +122,7 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
             tensor_core_matmul=min(0.98, fitted["tensor_core_matmul"] * a["gemm_scale"]),
             conv_tensor_core=fitted["conv_tensor_core"],
             conv_backward=float(fitted.get("conv_backward", 1.0)),
+            conv_backward_16bit=float(fitted.get("conv_backward_16bit", fitted.get("conv_backward", 1.0))),
             fp32_matmul=fitted["fp32_matmul"],
             attention_fused=a["attention_fused"],
             bandwidth=a["bandwidth"],

@@ -78,6 +78,7 @@ _DTYPE_RATE = {
     "float8_e5m2": "fp8",
     "int8": "int8",
 }
+_HALF_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16"})
 
 def short_name(op_name: str) -> str:
     """``aten.mm.default`` -> ``mm``."""
@@ -220,6 +221,8 @@ def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
         return 1.0
     sms = gpu.sm_count or widest_sm_count()
     if op.op_class == "conv":
-        backward = eff.conv_backward if op.phase == "backward" else 1.0
+        backward = 1.0
+        if op.phase == "backward":
+            backward = eff.conv_backward_16bit if op.dtype in _HALF_DTYPES else eff.conv_backward
         return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * eff.conv_tensor_core * backward
     return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
