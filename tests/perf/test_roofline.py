@@ -4,6 +4,8 @@ K loop), and that the time is max(compute, memory) + the GPU gap between kernels
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.hardware import get_gpu
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY as EFF
@@ -103,3 +105,24 @@ def test_weight_only_quant_cuts_decode_gemv_bytes() -> None:
     int4 = op_time(gemv, gpu, "bf16", EFF, weight_quant="int4").memory_s
     assert int4 / full == pytest.approx(weight_bytes_factor("int4"), rel=0.01)
     assert weight_bytes_factor("int8") == (8 + 16 / 128) / 16  # 1 byte + an fp16 scale per 128 weights
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+    phase=st.sampled_from(["forward", "backward"]),
+    back_fp32=st.floats(0.1, 1.0),
+    back_16bit=st.floats(0.1, 1.0),
+)
+def test_backward_convolutions_take_their_precisions_share(
+    dtype: str, phase: str, back_fp32: float, back_16bit: float
+) -> None:
+    # conv_backward is fitted on the TF32 training row, conv_backward_16bit on the AMP one
+    # (calibration.csv lam-rn50-fp32-a100sxm / lam-rn50-amp-8xa100sxm): a backward convolution gets
+    # the share of its own precision, a forward one neither
+    a100 = get_gpu("A100-80GB-SXM")
+    op = OpRecord("aten.convolution_backward.default", phase, "c", "conv", dtype, 2 * 10**9, 10**7, 10**7)
+    base = gemm_efficiency(op, a100, EFF.with_(conv_backward=1.0, conv_backward_16bit=1.0))
+    got = gemm_efficiency(op, a100, EFF.with_(conv_backward=back_fp32, conv_backward_16bit=back_16bit))
+    share = 1.0 if phase == "forward" else back_fp32 if dtype == "float32" else back_16bit
+    assert got == pytest.approx(base * share)
