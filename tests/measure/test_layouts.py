@@ -129,7 +129,7 @@ def test_measured_zero3_buckets_are_the_ones_plan_emits(tmp_path: Path, capsys: 
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2))
     code = main(["plan", str(tmp_path / "config.json"), "--gpus", "4", "--gpu", "H100-SXM", "--zero", "3",
-                 "--seq-len", "32", "--emit", "deepspeed", "--json"])
+                 "--tp", "1", "--pp", "1", "--seq-len", "32", "--emit", "deepspeed", "--json"])
     assert code == 0
     emitted = json.loads(json.loads(capsys.readouterr().out)["emit"]["text"])["zero_optimization"]
     measured = _zero_config(3, 10**6, TINY_GPT2["n_embd"])
