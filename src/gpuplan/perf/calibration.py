@@ -339,10 +339,8 @@ MPT_125M_CONFIG: dict[str, Any] = {
 def model_source(name: str) -> Any:
     from gpuplan.models.sources import HFConfigSource, resolve_model
 
-    if name.startswith("timm:"):
-        return _timm_source(name.removeprefix("timm:"))
-    if name in ("resnet50", "vit_b_16"):
-        return resolve_model(name)  # torchvision builders, no weights
+    if name.startswith("timm:") or name in ("resnet50", "vit_b_16"):
+        return resolve_model(name)  # timm / torchvision builders on fake tensors, no weights
     if name == "bert-large-qa":
         return HFConfigSource(
             "bert-large-uncased (question answering)", BERT_LARGE_QA_CONFIG, task="question-answering",
@@ -365,39 +363,6 @@ def model_source(name: str) -> Any:
             "GPT 22B (Korthikanti Table 3)", GPT_22B_CONFIG, task="causal-lm", default_seq_len=2048
         )
     raise KeyError(name)
-
-
-def _timm_source(name: str) -> Any:
-    """A timm model (no weights) traced as torchvision models are: the rows were measured on timm's
-    own modules (vit_base_patch16_224 runs attention through F.scaled_dot_product_attention)."""
-    from gpuplan.models.sources import TorchvisionSource
-
-    class TimmSource(TorchvisionSource):
-        kind = "timm"
-
-        def build(self, workload: Workload, layers: Any = None) -> Any:
-            import importlib
-
-            import timm
-
-            vit: Any = importlib.import_module("timm.models.vision_transformer")
-
-            # timm computes stochastic-depth rates with tensor.item(), which a fake tensor cannot
-            # answer; the same linear rule in plain Python (the rows ran without drop path anyway)
-            original = vit.calculate_drop_path_rates
-
-            def rates(rate: float, depth: Any, stagewise: bool = False) -> Any:
-                if isinstance(depth, int):
-                    return [rate * i / max(depth - 1, 1) for i in range(depth)]
-                return original(rate, depth, stagewise)
-
-            vit.calculate_drop_path_rates = rates
-            try:
-                return timm.create_model(self.name, pretrained=False)
-            finally:
-                vit.calculate_drop_path_rates = original
-
-    return TimmSource(name)
 
 
 def trace_case(case: Case) -> tuple[TracedStep, Workload, GPU]:
