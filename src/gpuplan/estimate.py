@@ -199,9 +199,10 @@ def estimate(
     from gpuplan.trace.peft_count import peft_notes
     from gpuplan.trace.quant_format import quantization_notes
 
-    assumptions.extend([*quantization_notes(source, work, weight_quant), *fp8_notes(work), *peft_notes(source, work),
-                        *(optimizer_notes(work.optimizer) if work.trains else [])])
+    refusals_first = [*quantization_notes(source, work, weight_quant), *fp8_notes(work)]  # before the trace
     step = trace_source(source, work, cc, fake=True, cuda=True)
+    assumptions.extend([*refusals_first, *peft_notes(work, step),
+                        *(optimizer_notes(work.optimizer) if work.trains else [])])
     mem = memory_on_gpu(step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
                         cuda_context_bytes=cal.cuda_context_bytes if cal else None, weight_quant=weight_quant)
     assumptions.extend(mem.notes)

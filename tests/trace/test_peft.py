@@ -18,7 +18,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from gpuplan.errors import ConfigError
 from gpuplan.models.sources import HFConfigSource
 from gpuplan.trace.peft import linear_module_names
-from gpuplan.trace.peft_count import trainable_count
 from gpuplan.trace.runner import StepRunner, Target
 from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload
@@ -69,10 +68,11 @@ def test_fake_trace_matches_real_cpu_run(case: str) -> None:
 
 @pytest.mark.parametrize("case", ["lora-default", "lora-dropout-all-linear-lm_head", "dora-amp-checkpointing"])
 def test_adapter_parameters_are_peft_own_count(case: str) -> None:
-    """gpuplan's count (full depth, built on fake tensors) equals peft's on a real model."""
+    """gpuplan's count (full depth, scaled from the traced blocks) equals peft's on a real model."""
     workload = CASES[case]
     expected = _real_model(workload).get_nb_trainable_parameters()  # type: ignore[operator]
-    assert trainable_count(SOURCE, workload) == expected
+    step = trace_step(SOURCE, workload)
+    assert (step.trainable_params_count, step.params_count) == expected
     # LoRA on q_proj/v_proj of 5 blocks: r·(in + out) per layer (hidden 64, 2 of 4 heads of 16 for v)
     if case == "lora-default":
         assert expected[0] == 5 * 8 * ((64 + 64) + (64 + 32))

@@ -202,10 +202,3 @@ class _FakeAwareCopy:
                 memo[id(t)] = nn.Parameter(fresh, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) \
                     else fresh
         return copy.deepcopy(obj, memo)
-
-
-def trainable_parameters(model: nn.Module) -> tuple[int, int]:
-    """(trainable, all) parameter elements, as peft's ``get_nb_trainable_parameters`` counts them."""
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return trainable, sum(p.numel() for p in model.parameters())
-

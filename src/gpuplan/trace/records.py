@@ -167,6 +167,9 @@ class TracedStep:
     gradient_bytes: int = 0
     """Every gradient storage of the step (steady state, all micro-batches accumulated)."""
     optimizer_state_bytes: int = 0
+    trainable_params_count: int | None = None
+    """Parameters that train at full depth (``requires_grad``: PEFT's adapters and modules to save), scaled
+    from the traced blocks like ``params_count``; None where the trace has no split (weights-only steps)."""
     notes: tuple[str, ...] = ()
     run: RunResult | None = None
     """The traced run this record was made from (3 repeated blocks, or the whole model): what the

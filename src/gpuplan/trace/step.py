@@ -116,7 +116,8 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
         reserved_peak_bytes=stats.peak_reserved_bytes, min_reserved_bytes=needed,
         top_activation_modules=_top_modules(run, point, components.get("activations", 0), ()),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
-        optimizer_state_bytes=_category_total(run, "optimizer_state"), notes=tuple(notes), run=run)
+        optimizer_state_bytes=_category_total(run, "optimizer_state"), trainable_params_count=run.trainable_params,
+        notes=tuple(notes), run=run)
     return step
 
 
@@ -201,7 +202,15 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         optimizer_state_bytes=int(scaler.scale_scalar(
             _category_total(run_a, "optimizer_state"),
             {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
-        notes=tuple(notes), run=run_a)
+        trainable_params_count=_scaled_trainable(scaler, run_a, runs_b), notes=tuple(notes), run=run_a)
+
+
+def _scaled_trainable(scaler: Any, run_a: RunResult, runs_b: Mapping[str, RunResult]) -> int | None:
+    """Trainable parameters at full depth: affine in the block count like every parameter (exact for
+    identical blocks: what is outside them, e.g. ``--train-modules lm_head``, counts once)."""
+    if run_a.trainable_params is None or any(r.trainable_params is None for r in runs_b.values()):
+        return None
+    return int(scaler.scale_scalar(run_a.trainable_params, {k: r.trainable_params or 0 for k, r in runs_b.items()}))
 
 
 def _top_modules(run: RunResult, point: int, activation_bytes: int, containers: Sequence[str], n: int = 10
