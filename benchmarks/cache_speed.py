@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 
+from table import print_table
+
 MODEL = ["llama-3.1-8b", "--precision", "bf16", "--batch-size", "1", "--seq-len", "4096"]
 RUNS = [
     ("miss: first query (traces)", "H100-SXM", None),
@@ -40,10 +42,7 @@ def main() -> int:
             verdict = "-" if target_s is None else ("ok" if wall_s <= target_s else "OVER")
             rows.append((label, f"{wall_s:.3f}", "-" if target_s is None else f"{target_s}", torch_imported, verdict))
     header = ("run", "wall s", "target s", "torch imported", "verdict")
-    widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\nload average: {os.getloadavg()[0]:.1f} (other work on the machine slows these figures)")
+    print_table(header, rows)
     return 0
 
 

@@ -12,9 +12,10 @@ Targets: gpt2 train b8 s1024 and resnet50 train b32 under 5 s each; llama-2-7b t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+
+from table import print_table
 
 CASES = [
     ("gpt2 train b8 s1024", "gpt2", dict(mode="train", batch_size=8, seq_len=1024), 5.0),
@@ -53,10 +54,7 @@ def main() -> int:
         rows.append((label, f"{r['s']:.2f}", f"{target_s:.0f}", f"{r['rss'] / 2**30:.2f}",
                      ("ok" if ok else "OVER") + f"  (peak {r['peak'] / 2**30:.1f} GiB)"))
     header = ("case", "estimate s", "target s", "peak RSS GiB", "verdict")
-    widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(5)]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\nload average: {os.getloadavg()[0]:.1f} (other work on the machine slows these figures)")
+    print_table(header, rows)
     return 0
 
 
