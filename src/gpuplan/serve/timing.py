@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.perf.collectives import all_reduce_s, intra_node_group
-from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY
+from gpuplan.perf.efficiency import efficiency_for
 from gpuplan.perf.roofline import op_time
 from gpuplan.trace.records import OpRecord
 
@@ -51,8 +51,9 @@ class PhaseTime:
 def _ops_time(ops: list[OpRecord], gpu: GPU, precision: str, *, graph: bool,
               weight_quant: str) -> tuple[float, float, float]:
     total = compute = memory = 0.0
+    eff = efficiency_for(gpu.arch)  # the GPU's own architecture factors, as step_time costs an estimate
     for op in ops:
-        t = op_time(op, gpu, precision, DEFAULT_EFFICIENCY, graph=graph, weight_quant=weight_quant)
+        t = op_time(op, gpu, precision, eff, graph=graph, weight_quant=weight_quant)
         total += t.total_s * op.count
         compute += (t.compute_s if t.compute_bound else 0.0) * op.count
         memory += (0.0 if t.compute_bound else t.memory_s) * op.count
@@ -107,7 +108,7 @@ def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
     peak = gpu.peak_flops_per_s(key)
     if not peak:
         return None
-    eff = DEFAULT_EFFICIENCY
+    eff = efficiency_for(gpu.arch)
     per_token_s = 2 * shape.params_count / (peak * eff.tensor_core_matmul)
     weights_s = shape.weight_bytes_16bit / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
     return max(1, int(weights_s / per_token_s))
