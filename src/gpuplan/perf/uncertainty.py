@@ -1,0 +1,121 @@
+"""The 80% prediction interval of a modelled time, from the cross-validated residuals of the public
+benchmark rows (``perf/data/residuals.json``, written by ``scripts/accuracy.py``; never by hand).
+
+A residual is ``log(measured time / modelled time)`` of a public row predicted by factors fitted
+without that row's source (leave-one-source-out). The interval of a new estimate ``t`` is
+``[t·exp(q10), t·exp(q90)]``, the 10th and 90th percentiles of the residuals of the rows of the same
+workload family on the same GPU generation. Where that cell has fewer than ``MIN_ROWS`` rows the
+residuals are pooled, first across generations (the family's rows), then across families (the
+generation's rows), then over every row; the ``basis`` text says which. Torch-free: the CLI reads it
+for every verb.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+RESIDUALS_FILE = Path(__file__).with_name("data") / "residuals.json"
+MIN_ROWS = 8
+"""Fewest rows whose 10th/90th percentiles are used as they stand (fewer: pooled, wider)."""
+
+FAMILIES: dict[str, str] = {
+    "cnn-train": "CNN training",
+    "cnn-infer": "CNN inference",
+    "vit-train": "ViT training",
+    "vit-infer": "ViT inference",
+    "encoder-train": "transformer encoder training",
+    "encoder-infer": "transformer encoder inference",
+    "llm-train": "LLM training, one GPU",
+    "llm-train-multi": "LLM training, several GPUs",
+    "llm-infer": "LLM inference / generation",
+}
+"""Workload family keys of residuals.json and what each covers."""
+
+ARCH_NAMES: dict[str, str] = {
+    "volta": "Volta",
+    "turing": "Turing",
+    "ampere": "Ampere",
+    "ada": "Ada",
+    "hopper": "Hopper",
+    "blackwell": "Blackwell",
+    "blackwell-gb20x": "Blackwell GB20x",
+    "cdna": "CDNA",
+}
+"""Architecture keys (perf/efficiency.arch_key) and their display names."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The residual quantiles of one group of rows."""
+
+    rows: int
+    q10: float
+    q90: float
+    median: float
+
+
+def family_key(kind: str, mode: str, gpus: int = 1) -> str:
+    """The family key of a workload: ``kind`` is cnn | vit | encoder | llm, ``mode`` the workload
+    mode (train | infer | generate), ``gpus`` the GPU count (LLM training on several GPUs pays
+    communication, so it is its own family)."""
+    phase = "train" if mode == "train" else "infer"
+    if kind == "llm" and phase == "train" and gpus > 1:
+        return "llm-train-multi"
+    key = f"{kind}-{phase}"
+    return key if key in FAMILIES else "llm-infer" if kind == "llm" else key
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default rule) of a sorted non-empty list."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def spread(log_residuals: list[float]) -> Spread:
+    """10th/50th/90th percentiles of log residuals (log measured / modelled)."""
+    s = sorted(log_residuals)
+    return Spread(len(s), _quantile(s, 0.1), _quantile(s, 0.9), _quantile(s, 0.5))
+
+
+@lru_cache(maxsize=4)
+def load_residuals(path: Path = RESIDUALS_FILE) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def _group(data: dict[str, Any], family: str, arch: str) -> tuple[list[float], str]:
+    """The residuals the interval of (family, arch) is built from, and the basis text."""
+    rows: list[dict[str, Any]] = data["rows"]
+    fam_name = FAMILIES.get(family, family)
+    arch_name = ARCH_NAMES.get(arch, arch)
+    cell = [r["log_residual"] for r in rows if r["family"] == family and r["arch"] == arch]
+    if len(cell) >= MIN_ROWS:
+        return cell, f"{arch_name}, {fam_name} rows (n={len(cell)})"
+    fam = [r["log_residual"] for r in rows if r["family"] == family]
+    if len(fam) >= MIN_ROWS:
+        return fam, (f"{fam_name} rows of all generations (n={len(fam)}; {len(cell)} on {arch_name}: "
+                     "too few alone)")
+    gen = [r["log_residual"] for r in rows if r["arch"] == arch]
+    if len(gen) >= MIN_ROWS:
+        return gen, f"{arch_name} rows of all families (n={len(gen)}; {len(fam)} {fam_name} rows: too few alone)"
+    every = [r["log_residual"] for r in rows]
+    return every, f"all public rows (n={len(every)}; none or too few for {fam_name} on {arch_name})"
+
+
+def interval(time_s: float, family: str, arch: str) -> tuple[float, float, str]:
+    """The 80% prediction interval ``(low_s, high_s, basis)`` of a modelled time ``time_s`` of a
+    workload of ``family`` (a FAMILIES key) on a GPU of architecture ``arch`` (an arch_key)."""
+    values, basis = _group(load_residuals(), family, arch)
+    s = spread(values)
+    # the interval always contains the estimate itself: a group whose 10th percentile is above 0
+    # (every row slower than modelled) still leaves the model's own figure inside
+    low, high = min(s.q10, 0.0), max(s.q90, 0.0)
+    return time_s * math.exp(low), time_s * math.exp(high), basis
