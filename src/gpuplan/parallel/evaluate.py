@@ -371,15 +371,25 @@ def _sharded_exposed(layout: Layout, g: _Gathers, layers: float, bf: float, bb: 
     return fwd + bwd
 
 
-def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """One micro-batch on the slowest pipeline stage."""
+
+    compute_s: float
+    block_f_s: float
+    block_b_s: float
+    stage_b_s: float
+    """Backward of the longest stage (the window DDP's gradient buckets overlap)."""
+    act_bytes: float
+    """One micro-batch's hidden states (micro-batch · sequence · hidden · compute bytes)."""
+    tp_s: float
+    ep_s: float
+
+
+def _slot(ctx: Context, layout: Layout) -> _Slot:
     p, topo = ctx.profile, ctx.topology
-    tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
+    tp, pp, ep = layout.tp, layout.pp, layout.ep
     scale = layout.micro_batch_size / p.micro_batch
-    cb = p.compute_bytes
-    tp_group = group(topo, tp, 1)
-    dp_group = group(topo, dp, tp)
-    shard_group = group(topo, layout.shard_group, tp)
-    # ---- one micro-batch on the slowest stage ------------------------------------------------
     # Megatron-LM runs its own kernels (parallel/engine.py); the other engines run the traced program
     meg = p.megatron_time if isinstance(layout.sharding, MegatronDDP) else None
     bf, bb = (meg.block if meg else p.block_time).at(scale, tp)
@@ -396,65 +406,138 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
     # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
     # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
-    act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * cb
+    act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes
     recompute = layout.checkpointing == "full"
     per_block = 4 + (2 if recompute else 0)
-    tp_s = layers * per_block * all_reduce_s(tp_group, act_bytes) if tp > 1 else 0.0
+    tp_s = layers * per_block * all_reduce_s(group(topo, tp, 1), act_bytes) if tp > 1 else 0.0
     # Expert parallelism: every MoE block sends its tokens to their experts and back (all-to-all
     # dispatch + combine) in forward, again in backward, and in the recomputed forward; on the
     # critical path (the next op needs the tokens).
     a2a = _a2a_message_bytes(p, layout)
     ep_group = group(topo, ep, tp)
     ep_s = layers * (4 + (2 if recompute else 0)) * all_to_all_s(ep_group, a2a) if a2a else 0.0
-    # parameters per rank of one block, dense and own experts (the ones sharded over dp/ep ranks)
-    blk_dense, blk_expert = _expert_split(p, layout, p.block_params / tp, 1.0)
-    stage_params = p.params_count / pp / tp
-    stage_dense, stage_expert = _expert_split(p, layout, stage_params, layers)
-    expert_dp = dp // ep
-    expert_dp_group = group(topo, expert_dp, tp * ep)
-    # FSDP2 / ZeRO-3: parameters gathered block by block each micro-batch (again in backward if
-    # resharded after forward), gradients reduce-scattered block by block.
-    shard_exposed = 0.0
+    return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, ep_s)
+
+
+def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
+    """FSDP2 / ZeRO-3: parameters gathered block by block each micro-batch (again in backward if
+    resharded after forward), gradients reduce-scattered block by block; what compute cannot hide."""
+    p, topo = ctx.profile, ctx.topology
+    tp, dp, ep = layout.tp, layout.dp, layout.ep
+    cb = p.compute_bytes
     s = layout.sharding
     zero3 = isinstance(s, Zero) and s.stage == 3
-    if (isinstance(s, FSDP2) or zero3) and layout.shard_group > 1:
-        # DeepSpeed reduce-scatters the trainable parameters' gradients only (PEFT: the adapters)
-        grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb * p.trainable_fraction
-        outer = p.outer_params / tp
-        if isinstance(s, FSDP2):
-            # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate);
-            # HSDP then all-reduces each block's shard across the replicas, on the same stream
-            hsdp = s.hsdp_shard
-            replicas = group(topo, dp // hsdp, tp * hsdp) if hsdp else None
+    if not (isinstance(s, FSDP2) or zero3) or layout.shard_group <= 1:
+        return 0.0
+    # parameters per rank of one block, dense and own experts (the ones sharded over dp/ep ranks)
+    blk_dense, blk_expert = _expert_split(p, layout, p.block_params / tp, 1.0)
+    shard_group = group(topo, layout.shard_group, tp)
+    expert_dp_group = group(topo, dp // ep, tp * ep)
+    # DeepSpeed reduce-scatters the trainable parameters' gradients only (PEFT: the adapters)
+    grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb * p.trainable_fraction
+    outer = p.outer_params / tp
+    if isinstance(s, FSDP2):
+        # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate);
+        # HSDP then all-reduces each block's shard across the replicas, on the same stream
+        hsdp = s.hsdp_shard
+        replicas = group(topo, dp // hsdp, tp * hsdp) if hsdp else None
 
-            def gather(n: float, grp: Group) -> float:
-                return all_gather_s(grp, cb * n)
+        def gather(n: float, grp: Group) -> float:
+            return all_gather_s(grp, cb * n)
 
-            def scatter(n: float, grp: Group) -> float:
-                across = all_reduce_s(replicas, grad_b * n / grp.size) if replicas is not None else 0.0
-                return reduce_scatter_s(grp, grad_b * n) + across
+        def scatter(n: float, grp: Group) -> float:
+            across = all_reduce_s(replicas, grad_b * n / grp.size) if replicas is not None else 0.0
+            return reduce_scatter_s(grp, grad_b * n) + across
 
-            covered = 1.0
-        else:
-            # DeepSpeed: one all-gather per submodule; gradients in reduce_bucket_size buckets (h²)
-            red, prefetch, _ = zero3_buckets(p.hidden)
-            mods = max(p.block_param_modules, 1)
+        covered = 1.0
+    else:
+        # DeepSpeed: one all-gather per submodule; gradients in reduce_bucket_size buckets (h²)
+        red, prefetch, _ = zero3_buckets(p.hidden)
+        mods = max(p.block_param_modules, 1)
 
-            def gather(n: float, grp: Group) -> float:
-                return mods * all_gather_s(grp, cb * n / mods)
+        def gather(n: float, grp: Group) -> float:
+            return mods * all_gather_s(grp, cb * n / mods)
 
-            def scatter(n: float, grp: Group) -> float:
-                return _calls_s(reduce_scatter_s, grp, grad_b * n, grad_b * red)
+        def scatter(n: float, grp: Group) -> float:
+            return _calls_s(reduce_scatter_s, grp, grad_b * n, grad_b * red)
 
-            covered = min(1.0, prefetch / max(p.block_params / tp, 1.0))
-        g = _Gathers(
-            gather(blk_dense, shard_group) + gather(blk_expert, expert_dp_group),
-            scatter(blk_dense, shard_group) + scatter(blk_expert, expert_dp_group),
-            gather(outer, shard_group),
-            scatter(outer, shard_group),
-        )
-        shard_exposed = _sharded_exposed(layout, g, layers, bf, bb, covered)
-    slot = slot_compute + tp_s + ep_s + shard_exposed
+        covered = min(1.0, prefetch / max(p.block_params / tp, 1.0))
+    g = _Gathers(
+        gather(blk_dense, shard_group) + gather(blk_expert, expert_dp_group),
+        scatter(blk_dense, shard_group) + scatter(blk_expert, expert_dp_group),
+        gather(outer, shard_group),
+        scatter(outer, shard_group),
+    )
+    return _sharded_exposed(layout, g, p.layers / layout.pp, slot.block_f_s, slot.block_b_s, covered)
+
+
+def _stage_split(ctx: Context, layout: Layout) -> tuple[float, float, float]:
+    """(all, dense, own-expert) parameters of one stage's rank before sharding."""
+    p = ctx.profile
+    stage_params = p.params_count / layout.pp / layout.tp
+    dense, expert = _expert_split(p, layout, stage_params, p.layers / layout.pp)
+    return stage_params, dense, expert
+
+
+def _dp_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
+    """Data-parallel gradient traffic not hidden behind the backward (DDP / ZeRO-1/2 / Megatron)."""
+    p, topo = ctx.profile, ctx.topology
+    tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
+    s = layout.sharding
+    if dp <= 1 or isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3):
+        return 0.0
+    cb = p.compute_bytes
+    stage_params, stage_dense, stage_expert = _stage_split(ctx, layout)
+    grad_b = cb * p.trainable_fraction if isinstance(s, Zero) else p.grad_bytes_per_param
+    groups = ((group(topo, dp, tp), stage_dense), (group(topo, dp // ep, tp * ep), stage_expert))
+    if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
+        # updated parameters all-gathered after the step (allgather_bucket_size): after the step;
+        # both cover the trainable parameters only (PEFT: the adapters)
+        bucket: float = cb * bucket_elements(stage_params)
+        first: float = bucket
+        reduce_op = reduce_scatter_s
+        tail = sum(_calls_s(all_gather_s, grp, grad_b * n, bucket) for grp, n in groups)
+    elif isinstance(s, MegatronDDP):
+        # Megatron-LM all-reduces its contiguous fp32 main-grad buffer once backward is done
+        # (--overlap-grad-reduce is off by default; the 2021 code had no overlap at all)
+        bucket, first, reduce_op, tail = float("inf"), 0.0, all_reduce_s, 0.0
+    else:
+        bucket, first, reduce_op, tail = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, all_reduce_s, 0.0
+    if pp > 1 or isinstance(s, MegatronDDP):  # after the flush / the backward: nothing hides it
+        return sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail
+    # buckets reduced while the last micro-batch's backward runs (no_sync before it)
+    window = slot.stage_b_s
+    return sum(_bucketed_exposed(reduce_op, grp, grad_b * n, bucket, first, window) for grp, n in groups) + tail
+
+
+def _optimizer_s(ctx: Context, layout: Layout) -> float:
+    """The optimizer step over the parameters this rank updates (on the host under ZeRO-Offload)."""
+    p = ctx.profile
+    s = layout.sharding
+    _, stage_dense, stage_expert = _stage_split(ctx, layout)
+    shard = layout.shard_group if layout.shard_group > 1 else 1
+    expert_shard = max(shard // layout.ep, 1) if shard > 1 else 1
+    updated = stage_dense / shard + stage_expert / expert_shard
+    if isinstance(s, Zero) and s.offload_optimizer:
+        # the one CPU-offload model (memory/offload.py, also fit's offload rung): DeepSpeed moves
+        # compute-dtype gradients to the host and parameters back; the host link is PCIe (the
+        # topology's where that is the GPU link, else memory/offload.py's default)
+        host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
+        return optimizer_offload_time(
+            updated * p.trainable_fraction,  # the trainable parameters only (PEFT: the adapters)
+            grad_bytes_per_param=p.compute_bytes,
+            param_bytes_per_param=p.compute_bytes,
+            host_link_gb_per_s=host_gb_per_s,
+        ).total_s
+    return p.optimizer_s_per_param * updated
+
+
+def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
+    topo = ctx.topology
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    slot = _slot(ctx, layout)
+    shard_exposed = _shard_exposed_s(ctx, layout, slot)
+    slot_s = slot.compute_s + slot.tp_s + slot.ep_s + shard_exposed
     # ---- pipeline -------------------------------------------------------------------------------
     m = layout.grad_accum
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
@@ -463,66 +546,23 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     if pp > 1:
         p2p_group = _p2p_group(topo, tp * dp)
         # Megatron's scatter/gather optimisation (and SP) send 1/tp of the activation per TP rank.
-        msg = act_bytes / tp
+        msg = slot.act_bytes / tp
         pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
-    compute = m * slot
-    bubble = bubble_slots * slot
-    # ---- data-parallel gradients ----------------------------------------------------------------
-    dp_exposed = 0.0
-    if dp > 1 and not isinstance(s, FSDP2) and not zero3:
-        grad_b = cb * p.trainable_fraction if isinstance(s, Zero) else p.grad_bytes_per_param
-        groups = ((dp_group, stage_dense), (expert_dp_group, stage_expert))
-        if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
-            # updated parameters all-gathered after the step (allgather_bucket_size): after the step;
-            # both cover the trainable parameters only (PEFT: the adapters)
-            bucket: float = cb * bucket_elements(stage_params)
-            first: float = bucket
-            reduce_op = reduce_scatter_s
-            tail = sum(_calls_s(all_gather_s, grp, grad_b * n, bucket) for grp, n in groups)
-        elif isinstance(s, MegatronDDP):
-            # Megatron-LM all-reduces its contiguous fp32 main-grad buffer once backward is done
-            # (--overlap-grad-reduce is off by default; the 2021 code had no overlap at all)
-            bucket, first, reduce_op, tail = float("inf"), 0.0, all_reduce_s, 0.0
-        else:
-            bucket, first, reduce_op, tail = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, all_reduce_s, 0.0
-        if pp > 1 or isinstance(s, MegatronDDP):  # after the flush / the backward: nothing hides it
-            dp_exposed = sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail
-        else:
-            # buckets reduced while the last micro-batch's backward runs (no_sync before it)
-            window = max(stage_b)
-            dp_exposed = (
-                sum(_bucketed_exposed(reduce_op, grp, grad_b * n, bucket, first, window) for grp, n in groups) + tail
-            )
-    # ---- optimizer --------------------------------------------------------------------------
-    shard = layout.shard_group if layout.shard_group > 1 else 1
-    expert_shard = max(shard // ep, 1) if shard > 1 else 1
-    updated = stage_dense / shard + stage_expert / expert_shard
-    if isinstance(s, Zero) and s.offload_optimizer:
-        # the one CPU-offload model (memory/offload.py, also fit's offload rung): DeepSpeed moves
-        # compute-dtype gradients to the host and parameters back; the host link is PCIe (the
-        # topology's where that is the GPU link, else memory/offload.py's default)
-        host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
-        opt = optimizer_offload_time(
-            updated * p.trainable_fraction,  # the trainable parameters only (PEFT: the adapters)
-            grad_bytes_per_param=cb,
-            param_bytes_per_param=cb,
-            host_link_gb_per_s=host_gb_per_s,
-        ).total_s
-    else:
-        opt = p.optimizer_s_per_param * updated
+    compute = m * slot_s
+    bubble = bubble_slots * slot_s
+    dp_exposed = _dp_exposed_s(ctx, layout, slot)
+    opt = _optimizer_s(ctx, layout)
     parts = {
-        "compute": compute,
+        "compute": m * slot.compute_s,
         "pipeline_bubble": bubble,
-        "tp_comm": m * tp_s,
+        "tp_comm": m * slot.tp_s,
         "pp_comm": pp_s,
-        "ep_comm": m * ep_s,
+        "ep_comm": m * slot.ep_s,
         "shard_comm_exposed": m * shard_exposed,
         "dp_comm_exposed": dp_exposed,
         "optimizer": opt,
     }
-    total = compute + bubble + pp_s + dp_exposed + opt
-    parts["compute"] = m * slot_compute
-    return total, parts
+    return compute + bubble + pp_s + dp_exposed + opt, parts
 
 
 @lru_cache(maxsize=256)

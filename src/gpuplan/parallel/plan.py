@@ -162,52 +162,32 @@ def plan(
         megatron=megatron,
         ep=ep,
     )
-    experts = config_experts(cfg)
-    validate(base, heads=heads, kv_heads=kv, layers=layers, experts=experts)
+    validate(base, heads=heads, kv_heads=kv, layers=layers, experts=config_experts(cfg))
 
     over = overheads_for(
         arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability, trains=True
     )
     usable = target.usable_memory_bytes
-    notes: list[str] = []
-    ckpt_alt: tuple[Evaluation, str] | None = None
     t0 = time.perf_counter()
     trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
     prof = profile_model(source, trace_w, target)
-    trace_s = time.perf_counter() - t0
+    search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0)
     ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
-    t1 = time.perf_counter()
-    evals, n = rank(
-        ctx,
-        candidates(
-            base, heads=heads, kv_heads=kv, layers=prof.layers, gpus_per_node=topo.gpus_per_node, experts=prof.experts
-        ),
-    )
-    search_s = time.perf_counter() - t1
+    evals = search.rank(ctx)
     if not evals:
         raise LayoutError(
             f"no layout of {gpus} GPUs can run {source.name} with global batch {gb} "
             "under the given constraints (check divisibility of heads, layers and batch)"
         )
+    # ---- escalation: full checkpointing, then CPU offload, when nothing fits --------------------
+    notes: list[str] = []
+    ckpt_alt: tuple[Evaluation, str] | None = None
     if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
         t0 = time.perf_counter()
         prof2 = profile_model(source, trace_w.with_(checkpointing="full"), target)
-        trace_s += time.perf_counter() - t0
+        search.trace_s += time.perf_counter() - t0
         ctx2 = Context(prof2, topo, usable, ctx.overhead_bytes)
-        t1 = time.perf_counter()
-        evals2, n2 = rank(
-            ctx2,
-            candidates(
-                Constraints(**{**_fields(base), "checkpointing": "full"}),
-                heads=heads,
-                kv_heads=kv,
-                layers=prof2.layers,
-                gpus_per_node=topo.gpus_per_node,
-                experts=prof2.experts,
-            ),
-        )
-        search_s += time.perf_counter() - t1
-        n += n2
+        evals2 = search.rank(ctx2, checkpointing="full")
         better = evals2 and (
             evals2[0].per_gpu_peak_bytes <= usable or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
         )
@@ -222,20 +202,7 @@ def plan(
             notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
             evals, prof, ctx = evals2, prof2, ctx2
     if evals[0].per_gpu_peak_bytes > usable:
-        t1 = time.perf_counter()
-        evals3, n3 = rank(
-            ctx,
-            candidates(
-                Constraints(**{**_fields(base), "offload": True, "checkpointing": prof.workload.checkpointing}),
-                heads=heads,
-                kv_heads=kv,
-                layers=prof.layers,
-                gpus_per_node=topo.gpus_per_node,
-                experts=prof.experts,
-            ),
-        )
-        search_s += time.perf_counter() - t1
-        n += n3
+        evals3 = search.rank(ctx, offload=True, checkpointing=prof.workload.checkpointing)
         if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
             notes.append("nothing fits on the GPUs alone: DeepSpeed CPU offload layouts considered")
             evals = evals3
@@ -243,8 +210,59 @@ def plan(
     alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
     if ckpt_alt is not None:
         alts = (ckpt_alt, *alts)
-    shown = (best, *(e for e, _ in alts))
-    assumptions = (
+    return Plan(
+        model=source.name,
+        gpu=target,
+        topology=topo,
+        workload=prof.workload,
+        profile=prof,
+        best=best,
+        alternatives=alts,
+        layouts_considered=search.considered,
+        search_s=search.search_s,
+        trace_s=search.trace_s,
+        usable_bytes=usable,
+        assumptions=_assumptions(prof, topo, (best, *(e for e, _ in alts)), notes),
+    )
+
+
+@dataclass(slots=True)
+class _Search:
+    """One plan's layout searches (the first, and each escalation), with their counts and time."""
+
+    base: Constraints
+    heads: int
+    kv_heads: int
+    topology: Topology
+    trace_s: float = 0.0
+    search_s: float = 0.0
+    considered: int = 0
+
+    def rank(self, ctx: Context, **overrides: Any) -> list[Evaluation]:
+        """Every layout of ``base`` (with ``overrides``) ranked on ``ctx``'s profile."""
+        t1 = time.perf_counter()
+        c = Constraints(**{**_fields(self.base), **overrides}) if overrides else self.base
+        prof = ctx.profile
+        evals, n = rank(
+            ctx,
+            candidates(
+                c,
+                heads=self.heads,
+                kv_heads=self.kv_heads,
+                layers=prof.layers,
+                gpus_per_node=self.topology.gpus_per_node,
+                experts=prof.experts,
+            ),
+        )
+        self.search_s += time.perf_counter() - t1
+        self.considered += n
+        return evals
+
+
+def _assumptions(
+    prof: ModelProfile, topo: Topology, shown: tuple[Evaluation, ...], notes: list[str]
+) -> tuple[str, ...]:
+    return (
         *prof.assumptions,
         topo.describe(),
         "rank order tp (inside a node) → dp → pp (Megatron); TP collectives not overlapped with compute",
@@ -258,20 +276,6 @@ def plan(
         f"traced step's {prof.allocator_slack_fraction:.1%} of allocated bytes; NCCL internal buffers not counted",
         *((megatron_kernels_note(),) if any(isinstance(e.layout.sharding, MegatronDDP) for e in shown) else ()),
         *notes,
-    )
-    return Plan(
-        model=source.name,
-        gpu=target,
-        topology=topo,
-        workload=prof.workload,
-        profile=prof,
-        best=best,
-        alternatives=alts,
-        layouts_considered=n,
-        search_s=search_s,
-        trace_s=trace_s,
-        usable_bytes=usable,
-        assumptions=assumptions,
     )
 
 

@@ -30,11 +30,13 @@ if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.efficiency import Efficiency
-    from gpuplan.trace.records import OpRecord, RawTrace
+    from gpuplan.trace.records import OpRecord, RawTrace, RunResult
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
 MIDDLE = 1
+_HALF = 2
+"""Bytes of a 16-bit element (autocast's weight copies)."""
 """Index of the traced block that stands for every block (the first and last may differ)."""
 _TRAIN_PHASES = ("forward", "loss", "backward")
 # Activations Megatron-style tensor parallelism leaves replicated on every TP rank (without
@@ -216,89 +218,218 @@ def profile_from_step(
     """Per-block quantities of one traced step, timed on ``gpu`` (arithmetic only: the record's
     run at 3 repeated blocks is split by module, nothing is traced or built again).
     ``megatron_gemm_scale`` overrides the fitted engine factor (scripts/fit_engine_factors.py)."""
-    from gpuplan.parallel.engine import megatron_efficiency, megatron_ops
-    from gpuplan.perf import step_time
-    from gpuplan.perf.efficiency import efficiency_for
-    from gpuplan.perf.summary import seq_len_of
-    from gpuplan.trace.scaling import category_vectors
-
     run = step.run
     if run is None:
         raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
     counts = source.layer_counts()
     key = next(iter(counts), None)
-    full_layers = counts[key] if key else 1
-    trace = run.trace
     container = run.containers.get(key or "", "")
     traced_layers = run.block_counts.get(key, 1) if key else 1
-    middle_prefix = f"{container}.{MIDDLE}" if container and traced_layers >= TRACED_BLOCKS else None
-    block_re = re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None
+    blocks = _Blocks(
+        container=container,
+        traced_layers=traced_layers,
+        full_layers=(counts[key] if key else 1) if container else 1,
+        middle_prefix=f"{container}.{MIDDLE}" if container and traced_layers >= TRACED_BLOCKS else None,
+        block_re=re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None,
+    )
+    params = _param_split(run, blocks)
+    acts = _activation_split(run, blocks, workload, source.name)
+    times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
+    cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
+    hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
+    # Tokens per sample as the trace ran them: the one rule estimate uses (the workload's, else
+    # the model's default), never a config's position-table size.
+    from gpuplan.perf.summary import seq_len_of
 
-    # ---- parameters by module -----------------------------------------------------------------
+    seq = seq_len_of(source, workload) or 1
+    return ModelProfile(
+        name=source.name,
+        workload=workload,
+        micro_batch=workload.batch_size,
+        seq_len=int(seq),
+        layers=blocks.full_layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads),
+        vocab=_cfg_int(cfg, "vocab_size"),
+        ffn=_cfg_int(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
+        params_count=params.params_count,
+        block_params=params.block_params,
+        outer_params=params.outer_params,
+        embedding_params=params.embedding_params,
+        largest_layer_params=params.largest_layer_params,
+        param_bytes_per_param=params.per_param["parameters"],
+        grad_bytes_per_param=params.per_param["gradients"],
+        optimizer_bytes_per_param=params.per_param["optimizer_state"],
+        compute_bytes=times.compute_bytes,
+        block_act_bytes=acts.block_act,
+        block_weight_cast_bytes=acts.block_cast,
+        outer_weight_cast_bytes=acts.outer_cast,
+        block_act_replicated_bytes=acts.block_rep,
+        first_act_bytes=acts.first_act,
+        last_act_bytes=acts.outer_act - acts.first_act,
+        transient_bytes=max(0, acts.transient),
+        optimizer_temp_bytes_per_param=acts.opt_temp / max(run.params_count, 1),
+        allocator_slack_fraction=max(0.0, acts.slack),
+        block_time=times.block,
+        first_time=times.first,
+        last_time=times.last,
+        block_cast_time=times.cast_block,
+        outer_cast_time=times.cast_outer,
+        optimizer_s_per_param=times.optimizer_s / max(run.params_count, 1),
+        block_model_flops=times.block_model_flops,
+        outer_model_flops=times.outer_model_flops,
+        block_hw_flops=times.block_hw_flops,
+        outer_hw_flops=times.outer_hw_flops,
+        peak_tflops=times.peak_tflops,
+        compute_dtype=times.compute_dtype,
+        assumptions=_assumptions(source.name, blocks, workload, params),
+        block_expert_params=params.expert_params,
+        experts=config_experts(cfg) if params.expert_params else 0,
+        experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if params.expert_params else 0,
+        block_param_modules=params.block_modules or 1,
+        megatron_time=times.megatron,
+        trainable_fraction=params.trainable_fraction,
+        frozen_float_params_per_param=params.frozen_float_params_per_param,
+        frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
+        frozen_packed_bytes_per_param=params.frozen_packed_bytes_per_param,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    """Where the repeated blocks sit in the traced run."""
+
+    container: str
+    traced_layers: int
+    full_layers: int
+    middle_prefix: str | None
+    """Module path of the middle traced block (None: no blocks to split)."""
+    block_re: re.Pattern[str] | None
+
+    def in_block(self, module: str) -> bool:
+        return self.block_re is not None and bool(self.block_re.match(module))
+
+    def in_middle(self, module: str) -> bool:
+        m = self.middle_prefix
+        return bool(m) and (module == m or module.startswith(f"{m}."))
+
+
+@dataclass(frozen=True, slots=True)
+class _ParamSplit:
+    params_count: int
+    block_params: int
+    outer_params: int
+    expert_params: int
+    block_modules: int
+    embedding_params: int
+    largest_layer_params: int
+    per_param: dict[str, float]
+    trainable: int
+    traced_params: int
+    trainable_fraction: float
+    frozen_float_params_per_param: float
+    frozen_float_bytes_per_param: float
+    frozen_packed_bytes_per_param: float
+
+
+def _param_split(run: RunResult, b: _Blocks) -> _ParamSplit:
+    """Parameters by module: per block, outside the blocks, and the trainable/frozen split."""
     pmap = run.module_params
     traced_params = sum(pmap.values())
-    if block_re is not None:
-        block_params_traced = sum(n for m, n in pmap.items() if block_re.match(m))
-        block_params = block_params_traced // traced_layers
+    if b.block_re is not None:
+        block_params_traced = sum(n for m, n in pmap.items() if b.in_block(m))
+        block_params = block_params_traced // b.traced_layers
         outer_params = traced_params - block_params_traced
     else:
         block_params, outer_params = traced_params, 0
-    if not container:
-        full_layers = 1
-    params_count = outer_params + block_params * full_layers
     expert_params = block_modules = 0
-    if block_re is not None:
-        in_block = [(m, n) for m, n in pmap.items() if block_re.match(m) and n > 0]
-        expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // traced_layers
-        block_modules = max(1, len(in_block) // traced_layers)
-    emb = sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared")))
-    largest = max(pmap.values()) if pmap else 0
+    if b.block_re is not None:
+        in_block = [(m, n) for m, n in pmap.items() if b.in_block(m) and n > 0]
+        expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // b.traced_layers
+        block_modules = max(1, len(in_block) // b.traced_layers)
+    trace = run.trace
     by_cat = {
         c: sum(s.size_bytes for s in trace.storages.values() if s.category == c)
         for c in ("parameters", "gradients", "optimizer_state")
     }
-    per_param = {c: v / max(run.params_count, 1) for c, v in by_cat.items()}
     # the trainable/frozen split (PEFT): parameters only, as ZeRO's accounting counts them
     n_run = max(run.params_count, 1)
     trainable = run.params_count if run.trainable_params is None else min(run.trainable_params, run.params_count)
     every_param_trains = trainable == run.params_count
     frozen_packed = run.param_bytes - run.trainable_param_bytes - run.frozen_float_param_bytes
+    return _ParamSplit(
+        params_count=outer_params + block_params * b.full_layers,
+        block_params=block_params,
+        outer_params=outer_params,
+        expert_params=expert_params,
+        block_modules=block_modules,
+        embedding_params=sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared"))),
+        largest_layer_params=max(pmap.values()) if pmap else 0,
+        per_param={c: v / n_run for c, v in by_cat.items()},
+        trainable=trainable,
+        traced_params=run.params_count,
+        trainable_fraction=1.0 if every_param_trains else trainable / n_run,
+        frozen_float_params_per_param=run.frozen_float_params / n_run,
+        frozen_float_bytes_per_param=run.frozen_float_param_bytes / n_run,
+        frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_run,
+    )
 
-    # ---- activations: end of forward, by module -----------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _ActSplit:
+    block_act: int
+    block_rep: int
+    outer_act: int
+    first_act: int
+    block_cast: int
+    outer_cast: int
+    transient: int
+    opt_temp: int
+    slack: float
+
+
+def _activation_split(run: RunResult, b: _Blocks, workload: Workload, name: str) -> _ActSplit:
+    """Activations live at the end of the forward, by module; the backward's excess over them;
+    the optimizer's temporaries; the caching allocator's slack."""
+    from gpuplan.memory.allocator import replay
+    from gpuplan.trace.scaling import category_vectors
+
+    trace = run.trace
     fe = max((i for i, p in enumerate(trace.points) if p.phase in ("forward", "loss")), default=-1)
     if fe < 0:
-        raise ConfigError(f"the traced step of {source.name} has no forward phase")
+        raise ConfigError(f"the traced step of {name} has no forward phase")
     live = _live_at(trace, trace.points[fe].event_count)
     block_act = block_rep = outer_act = first_act = block_cast = outer_cast = 0
     # Under torch.autocast the 16-bit copies of fp32 weights stay alive from their first use to the
     # end of the forward (autocast's weight-cast cache) or to their backward (saved for it): per-rank
     # memory for engines that keep fp32 weights, absent when weights are held in 16 bits.
     sizes = run.module_param_sizes if workload.autocast_dtype else {}
-    half = 2
     for sid, size in live.items():
         info = trace.storages[sid]
         if info.category not in ("activations", "temporaries"):
             continue
         mod = info.module
-        is_cast = size % half == 0 and size // half in sizes.get(mod, ())
-        in_middle = bool(middle_prefix) and (mod == middle_prefix or mod.startswith(f"{middle_prefix}."))
-        if is_cast and (in_middle or block_re is None or not block_re.match(mod)):
+        is_cast = size % _HALF == 0 and size // _HALF in sizes.get(mod, ())
+        in_middle = b.in_middle(mod)
+        if is_cast and (in_middle or not b.in_block(mod)):
             if in_middle:
                 block_cast += size
             else:
                 outer_cast += size
             continue
-        if in_middle and middle_prefix:
+        if in_middle and b.middle_prefix:
             block_act += size
-            if _REPLICATED.search(mod[len(middle_prefix) + 1 :] if mod != middle_prefix else ""):
+            if _REPLICATED.search(mod[len(b.middle_prefix) + 1 :] if mod != b.middle_prefix else ""):
                 block_rep += size
-        elif block_re is not None and block_re.match(mod):
+        elif b.in_block(mod):
             continue  # blocks 0 and 2: the middle block stands for every block
         else:
             outer_act += size
             if "emb" in mod or mod.endswith((".drop", "wte", "wpe")):
                 first_act += size
-    if not middle_prefix:  # no blocks to split: the whole step's activations are one "block"
+    if not b.middle_prefix:  # no blocks to split: the whole step's activations are one "block"
         block_act, block_rep, outer_act, first_act = outer_act, outer_act, 0, 0
         block_cast, outer_cast = outer_cast, 0
     points = [i for i, p in enumerate(trace.points) if p.phase in _TRAIN_PHASES]
@@ -310,13 +441,39 @@ def profile_from_step(
     opt_temp = max((v["temporaries"] + v["activations"] for v in opt_vecs.values()), default=0)
     # The caching allocator's slack over the allocated peak, from gpuplan's allocator model replayed
     # on the traced events (3 blocks): applied to every rank as a fraction of its allocated bytes.
-    from gpuplan.memory.allocator import replay
-
     stats = replay(trace.events)
     slack = stats.peak_reserved_bytes / stats.peak_allocated_bytes - 1 if stats.peak_allocated_bytes else 0.0
+    return _ActSplit(block_act, block_rep, outer_act, first_act, block_cast, outer_cast, transient, opt_temp, slack)
 
-    # ---- time, from the cost model on subsets of the traced ops -------------------------------
-    ops = trace.ops
+
+@dataclass(frozen=True, slots=True)
+class _TimeSplit:
+    block: PhaseTime
+    first: PhaseTime
+    last: PhaseTime
+    cast_block: PhaseTime
+    cast_outer: PhaseTime
+    megatron: EngineTime
+    optimizer_s: float
+    block_model_flops: int
+    outer_model_flops: int
+    block_hw_flops: int
+    outer_hw_flops: int
+    peak_tflops: float
+    compute_dtype: str
+    compute_bytes: int
+
+
+def _time_split(
+    run: RunResult, b: _Blocks, workload: Workload, gpu: GPU, megatron_gemm_scale: float | None
+) -> _TimeSplit:
+    """Time per block and outside the blocks, from the cost model on subsets of the traced ops."""
+    from gpuplan.parallel.engine import megatron_efficiency, megatron_ops
+    from gpuplan.perf import step_time
+    from gpuplan.perf.efficiency import efficiency_for
+
+    ops = run.trace.ops
+    sizes = run.module_param_sizes if workload.autocast_dtype else {}
 
     def subset_time(sel: list[OpRecord], eff: Efficiency | None = None) -> tuple[PhaseTime, int, int]:
         if not sel:
@@ -331,24 +488,22 @@ def profile_from_step(
         return (
             op.name == "aten._to_copy.default"
             and op.bytes_read == 2 * op.bytes_written
-            and op.bytes_written // half in sizes.get(op.module, ())
+            and op.bytes_written // _HALF in sizes.get(op.module, ())
         )
 
     all_train = [op for op in ops if op.phase in _TRAIN_PHASES]
     casts = [op for op in all_train if sizes and is_weight_cast(op)]
     cast_ids = {id(op) for op in casts}
     train_ops = [op for op in all_train if id(op) not in cast_ids]
-    if middle_prefix:
-        cast_block, _, _ = subset_time([op for op in casts if op.block == f"{container}:{MIDDLE}"])
+    if b.middle_prefix:
+        mid_block = f"{b.container}:{MIDDLE}"
+        cast_block, _, _ = subset_time([op for op in casts if op.block == mid_block])
         cast_outer, _, _ = subset_time([op for op in casts if op.block is None])
-    else:
-        cast_block, _, _ = subset_time(casts)
-        cast_outer = PhaseTime(0.0, 0.0, 0.0)
-    if middle_prefix:
-        mid_block = f"{container}:{MIDDLE}"
         blk = [op for op in train_ops if op.block == mid_block]
         outer = [op for op in train_ops if op.block is None]
     else:
+        cast_block, _, _ = subset_time(casts)
+        cast_outer = PhaseTime(0.0, 0.0, 0.0)
         blk, outer = train_ops, []
     block_time, block_mf, block_hf = subset_time(blk)
     first_ops = [op for op in outer if "emb" in op.module or op.module.endswith(("wte", "wpe", ".drop"))]
@@ -366,79 +521,40 @@ def profile_from_step(
     opt_ops = [op for op in ops if op.phase in ("optimizer", "zero_grad")]
     opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
-
-    cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
-    hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
-    # Tokens per sample as the trace ran them: the one rule estimate uses (the workload's, else
-    # the model's default), never a config's position-table size.
-    seq = seq_len_of(source, workload) or 1
-    assumptions: tuple[str, ...] = (
-        f"traced once: {source.name} with {traced_layers} of {full_layers} blocks at micro-batch "
-        f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
-        "(launch overhead fixed)",
-        "TP shards every block activation except the residual stream, norms and output dropouts "
-        "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
-    )
-    if not every_param_trains:
-        assumptions += (
-            f"{trainable:,} of {run.params_count:,} traced parameters train: DeepSpeed ZeRO and Megatron keep "
-            "16-bit weights, fp32 master weights, gradients and optimizer state for those only; frozen weights "
-            "are held in the compute dtype (quantized ones packed, as traced), replicated under ZeRO-1/2 and "
-            "sharded under ZeRO-3 and FSDP2; per pipeline stage the trainable share is the model's",
-        )
-    return ModelProfile(
-        name=source.name,
-        workload=workload,
-        micro_batch=workload.batch_size,
-        seq_len=int(seq),
-        layers=full_layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads),
-        vocab=_cfg_int(cfg, "vocab_size"),
-        ffn=_cfg_int(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
-        params_count=params_count,
-        block_params=block_params,
-        outer_params=outer_params,
-        embedding_params=emb,
-        largest_layer_params=largest,
-        param_bytes_per_param=per_param["parameters"],
-        grad_bytes_per_param=per_param["gradients"],
-        optimizer_bytes_per_param=per_param["optimizer_state"],
-        compute_bytes=cb_bytes,
-        block_act_bytes=block_act,
-        block_weight_cast_bytes=block_cast,
-        outer_weight_cast_bytes=outer_cast,
-        block_act_replicated_bytes=block_rep,
-        first_act_bytes=first_act,
-        last_act_bytes=outer_act - first_act,
-        transient_bytes=max(0, transient),
-        optimizer_temp_bytes_per_param=opt_temp / max(run.params_count, 1),
-        allocator_slack_fraction=max(0.0, slack),
-        block_time=block_time,
-        first_time=first_time,
-        last_time=last_time,
-        block_cast_time=cast_block,
-        outer_cast_time=cast_outer,
-        optimizer_s_per_param=opt_s / max(run.params_count, 1),
+    return _TimeSplit(
+        block=block_time,
+        first=first_time,
+        last=last_time,
+        cast_block=cast_block,
+        cast_outer=cast_outer,
+        megatron=megatron_time,
+        optimizer_s=opt_s,
         block_model_flops=block_mf,
         outer_model_flops=first_mf + last_mf,
         block_hw_flops=block_hf,
         outer_hw_flops=first_hf + last_hf,
         peak_tflops=full.peak_tflops,
         compute_dtype=full.compute_dtype,
-        assumptions=assumptions,
-        block_expert_params=expert_params,
-        experts=config_experts(cfg) if expert_params else 0,
-        experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if expert_params else 0,
-        block_param_modules=block_modules or 1,
-        megatron_time=megatron_time,
-        trainable_fraction=1.0 if every_param_trains else trainable / n_run,
-        frozen_float_params_per_param=run.frozen_float_params / n_run,
-        frozen_float_bytes_per_param=run.frozen_float_param_bytes / n_run,
-        frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_run,
+        compute_bytes=cb_bytes,
     )
+
+
+def _assumptions(name: str, b: _Blocks, workload: Workload, params: _ParamSplit) -> tuple[str, ...]:
+    out: tuple[str, ...] = (
+        f"traced once: {name} with {b.traced_layers} of {b.full_layers} blocks at micro-batch "
+        f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
+        "(launch overhead fixed)",
+        "TP shards every block activation except the residual stream, norms and output dropouts "
+        "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
+    )
+    if params.trainable_fraction < 1.0:
+        out += (
+            f"{params.trainable:,} of {params.traced_params:,} traced parameters train: DeepSpeed ZeRO and Megatron "
+            "keep 16-bit weights, fp32 master weights, gradients and optimizer state for those only; frozen weights "
+            "are held in the compute dtype (quantized ones packed, as traced), replicated under ZeRO-1/2 and "
+            "sharded under ZeRO-3 and FSDP2; per pipeline stage the trainable share is the model's",
+        )
+    return out
 
 
 def _as_step(ops: list[OpRecord], params_count: int, param_bytes: int) -> TracedStep:
