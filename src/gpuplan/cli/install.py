@@ -1,7 +1,7 @@
 """``gpuplan install``: the exact pip command for this machine, or for a GPU / driver / Python given
 by hand.
 
-    gpuplan install [--gpu NAME|sm_XY|X.Y] [--driver VERSION] [--python X.Y] [--torch X.Y[.Z]]
+    gpuplan install [--gpu NAME|sm_XY|X.Y|gfxNNNN] [--driver VERSION] [--python X.Y] [--torch X.Y[.Z]] [--rocm X.Y]
                     [--os linux|windows|macos] [--json]
 
 Values not given are read from this machine (without importing torch). Exit codes: 0 a command was
@@ -20,6 +20,7 @@ from gpuplan.compat.gpunames import cc_from_name, cc_from_text, known_name_examp
 from gpuplan.compat.install import InstallRequest, plan_install, request_from_environment
 from gpuplan.compat.probe import probe
 from gpuplan.compat.render import install_json, install_text
+from gpuplan.compat.rocm import gfx_for_name, gfx_in
 from gpuplan.compat.versions import major_minor
 from gpuplan.errors import ConfigError, UnknownGPUError, did_you_mean, require_choice
 
@@ -28,43 +29,53 @@ OSES = ("linux", "windows", "macos")
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", metavar="GPU",
-                        help="GPU name (RTX 4090, H100-SXM, V100 ...), compute capability (8.6) or sm_86; "
-                             "'none' for the CPU build")
+                        help="GPU name (RTX 4090, H100-SXM, RX 7900 XTX, M3 Max ...), compute capability (8.6), "
+                             "sm_86, an AMD target (gfx1100); 'none' for the CPU build")
     parser.add_argument("--driver", metavar="VERSION", help="NVIDIA driver version, e.g. 550.54.15")
     parser.add_argument("--python", metavar="X.Y", help="Python version, e.g. 3.12")
     parser.add_argument("--torch", metavar="X.Y[.Z]", help="stay on this PyTorch release")
+    parser.add_argument("--rocm", metavar="X.Y", help="AMD GPUs: only wheels built for this ROCm version (e.g. 6.4)")
     parser.add_argument("--os", choices=OSES, help="operating system (default: this machine's)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
-def _resolve_gpu(text: str) -> tuple[str | None, str | None, bool]:
-    """-> (name, compute capability, is_amd). Raises UnknownGPUError listing close names."""
+def _resolve_gpu(text: str) -> tuple[str | None, str | None, str, str | None]:
+    """-> (name, compute capability, vendor "nvidia" | "amd" | "apple", AMD gfx target). Raises
+    UnknownGPUError listing close names."""
     cc = cc_from_text(text)
     if cc is not None:
         if cc not in dataload.gpu_data().families:
             known = ", ".join(dataload.gpu_data().families)
             raise ConfigError(f"unknown compute capability {text!r} (known: {known})")
-        return None, cc, False
+        return None, cc, "nvidia", None
+    gfx = gfx_in(text)
+    if gfx is not None and re.fullmatch(r"gfx\w+", text.strip(), re.IGNORECASE):
+        return None, None, "amd", gfx
     cc = cc_from_name(text)
     if cc is not None:
-        return text, cc, False
+        return text, cc, "nvidia", None
     try:
         from gpuplan.hardware import get_gpu  # the GPU catalog: heavier, only needed for catalog names
 
         gpu = get_gpu(text)
     except (UnknownGPUError, ImportError, ValueError):  # not in the catalog, or the catalog is unusable
+        if gfx_for_name(text) is not None and re.search(r"\b(RX|Radeon|Instinct|MI\d)", text, re.IGNORECASE):
+            return text, None, "amd", gfx_for_name(text)
         names = known_name_examples()
         raise UnknownGPUError(
             f"unknown GPU {text!r}{did_you_mean(text, names)} (give a name such as 'RTX 4090', a catalog id "
-            "from `gpuplan gpus`, a compute capability like 8.6, or sm_86)"
+            "from `gpuplan gpus`, a compute capability like 8.6, sm_86, or an AMD target like gfx1100)"
         ) from None
-    if gpu.vendor.lower() == "amd":
-        return gpu.name, None, True
-    if gpu.vendor.lower() != "nvidia" or gpu.compute_capability is None:
-        vendor = gpu.vendor
-        raise ConfigError(f"GPU {text!r} is {vendor}: gpuplan install covers NVIDIA (CUDA) and AMD (ROCm)")
+    vendor = gpu.vendor.lower()
+    if vendor == "amd":
+        return gpu.name, None, "amd", gfx_in(gpu.chip) or gfx_for_name(gpu.name)
+    if vendor == "apple":
+        return gpu.name, None, "apple", None
+    if vendor != "nvidia" or gpu.compute_capability is None:
+        raise ConfigError(f"GPU {text!r} is {gpu.vendor}: gpuplan install covers NVIDIA (CUDA), AMD (ROCm) "
+                          "and Apple (MPS)")
     major, minor = gpu.compute_capability
-    return gpu.name, f"{major}.{minor}", False
+    return gpu.name, f"{major}.{minor}", "nvidia", None
 
 
 def _check_driver(text: str) -> str:
@@ -89,22 +100,39 @@ def _check_torch(text: str) -> str:
     return text
 
 
+def _check_rocm(text: str) -> str:
+    known = sorted({v for r in dataload.releases() for v in r.rocm}, key=lambda v: [int(p) for p in v.split(".")])
+    if text not in known and not any(v.startswith(text + ".") for v in known):
+        raise ConfigError(f"unknown --rocm {text!r}{did_you_mean(text, known)} (ROCm versions with PyTorch "
+                          f"wheels: {', '.join(known)})")
+    return text
+
+
 def build_request(args: argparse.Namespace) -> InstallRequest:
     """The request from the flags; every value not given comes from this machine's probe."""
     complete = args.gpu and args.driver and args.python and args.os
     here = None if complete else request_from_environment(probe(LiveFacts()))
     base = here or InstallRequest(os="linux")
-    name, cc, amd = base.gpu_name, base.cc, base.amd
+    name, cc, amd, gfx = base.gpu_name, base.cc, base.amd, base.gfx
     driver, driver_cuda = base.driver_version, base.driver_cuda
+    os_name = require_choice("--os", args.os, OSES) if args.os else base.os
     if args.gpu:
         if args.gpu.lower() in ("none", "cpu"):
-            name, cc, amd, driver, driver_cuda = None, None, False, None, None
+            name, cc, amd, gfx, driver, driver_cuda = None, None, False, None, None, None
         else:
-            name, cc, amd = _resolve_gpu(args.gpu)
+            name, cc, vendor, gfx = _resolve_gpu(args.gpu)
+            amd = vendor == "amd"
+            if vendor == "apple":
+                if args.os and os_name != "macos":
+                    raise ConfigError(f"GPU {args.gpu!r} is an Apple GPU: PyTorch uses it on macOS only "
+                                      "(MPS); drop --os or give --os macos")
+                os_name = "macos"
     if args.driver:
         driver, driver_cuda = _check_driver(args.driver), None
+    if args.rocm and not amd:
+        raise ConfigError("--rocm applies to AMD GPUs: give an AMD --gpu (e.g. 'RX 7900 XTX' or gfx1100)")
     return InstallRequest(
-        os=require_choice("--os", args.os, OSES) if args.os else base.os,
+        os=os_name,
         machine=base.machine,
         python=_check_python(args.python) if args.python else base.python,
         gpu_name=name,
@@ -113,6 +141,8 @@ def build_request(args: argparse.Namespace) -> InstallRequest:
         driver_cuda=driver_cuda,
         amd=amd,
         torch=_check_torch(args.torch) if args.torch else None,
+        gfx=gfx,
+        rocm=_check_rocm(args.rocm) if args.rocm else None,
     )
 
 

@@ -206,3 +206,43 @@ def error_families() -> tuple[ErrorFamily, ...]:
         )
         for f in raw["families"]
     )
+
+
+@dataclass(frozen=True)
+class RocmArchList:
+    """The gfx targets of one generation of official PyTorch ROCm wheels (data/rocm.yaml)."""
+
+    id: str
+    torch: tuple[str, ...]  # torch minor releases this list is pinned to by its source ("2.13"); may be empty
+    min_rocm: str
+    gfx: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RocmData:
+    arch_lists: tuple[RocmArchList, ...]  # oldest first; each list contains the one before it
+    overrides: dict[str, tuple[str, str]]  # gfx -> (HSA_OVERRIDE_GFX_VERSION value, the target it runs as)
+    override_sources: tuple[str, ...]
+    products: tuple[tuple[re.Pattern[str], str], ...]  # product-name pattern -> gfx target
+    product_sources: tuple[str, ...]
+    mps: dict[str, Any]
+
+
+@functools.cache
+def rocm_data() -> RocmData:
+    raw = _load("rocm.yaml")
+    rocm = raw["rocm"]
+    lists = tuple(
+        RocmArchList(id=a["id"], torch=tuple(str(t) for t in a["torch"]), min_rocm=str(a["min_rocm"]),
+                     gfx=tuple(a["gfx"]), sources=tuple(a["src"]))
+        for a in rocm["wheel_arch_lists"]
+    )
+    return RocmData(
+        arch_lists=lists,
+        overrides={str(k): (str(v["value"]), str(v["as"])) for k, v in rocm["hsa_override"].items()},
+        override_sources=tuple(rocm["hsa_override_src"]),
+        products=tuple((re.compile(p["pattern"], re.IGNORECASE), str(p["gfx"])) for p in rocm["products"]),
+        product_sources=tuple(rocm["products_src"]),
+        mps=dict(raw["mps"]),
+    )

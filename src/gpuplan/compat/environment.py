@@ -33,6 +33,8 @@ class GpuInfo:
     mig_devices: int | None = None
     ecc: bool | None = None
     processes: int | None = None
+    gfx: str | None = None  # AMD LLVM target ("gfx1100"); None for NVIDIA or when unknown
+    gfx_source: str | None = None  # "amd-smi", "rocm-smi", "rocminfo" or "name table"
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuplan.compat.dataload import ErrorFamily, error_families
-from gpuplan.compat.oom import OomNumbers, OomVerdict, judge_oom, parse_oom
+from gpuplan.compat.dataload import ErrorFamily, error_families, rocm_data
+from gpuplan.compat.oom import OomNumbers, OomVerdict, judge_oom, mps_oom_details, parse_mps_oom, parse_oom
+from gpuplan.compat.rocm import gfx_in, safe_override
 from gpuplan.compat.versions import cuda_from_driver_int
 
 
@@ -68,6 +69,15 @@ def _details(family: ErrorFamily, text: str) -> tuple[str, ...]:
     assertion = re.search(r"Assertion `([^`]+)` failed", text)
     if assertion:
         out.append(f"Failed check: {assertion.group(1)}")
+    if family.id == "mps-oom":
+        mps = parse_mps_oom(text)
+        if mps is not None:
+            out += mps_oom_details(mps, float(rocm_data().mps["high_watermark_ratio"]))
+    gfx = gfx_in(text) if family.id == "hip-no-code-object" else None
+    if gfx:
+        override = safe_override(gfx)
+        out.append(f"The GPU is {gfx}." + (f" {override.variable} is safe for it (runs {override.runs_as} code)."
+                                           if override else " No HSA_OVERRIDE_GFX_VERSION is safe for it."))
     return tuple(out)
 
 

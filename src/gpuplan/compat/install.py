@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.compat import dataload
+from gpuplan.compat import rocm as rocm_targets
 from gpuplan.compat.archcodes import cc_to_code
 from gpuplan.compat.archs import ArchSupport, architecture, support
 from gpuplan.compat.dataload import Release, WheelVariant
@@ -40,6 +41,8 @@ class InstallRequest:
     driver_cuda: str | None = None  # "CUDA Version" the driver reported, if known
     amd: bool = False  # an AMD GPU with ROCm
     torch: str | None = None  # "2.7" or "2.7.1": stay on this release
+    gfx: str | None = None  # the AMD GPU's LLVM target ("gfx1100"), when known
+    rocm: str | None = None  # "6.4": only wheels built for this ROCm version
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ def request_from_environment(env: Environment, torch: str | None = None) -> Inst
     """This machine as an install request; with several NVIDIA GPUs the oldest decides."""
     nvidia = [g for g in env.nvidia.gpus if g.cc is not None] or list(env.nvidia.gpus)
     oldest = min(nvidia, key=lambda g: cc_to_code(g.cc or "") or 0) if nvidia else None
+    amd_gpu = next((g for g in env.rocm.gpus if g.gfx), env.rocm.gpus[0] if env.rocm.gpus else None)
     return InstallRequest(
         os=env.platform.os_family or "linux",
         machine=env.platform.machine,
@@ -76,6 +80,7 @@ def request_from_environment(env: Environment, torch: str | None = None) -> Inst
         driver_cuda=env.nvidia.driver_cuda,
         amd=bool(env.rocm.gpus) and not env.nvidia.gpus,
         torch=torch,
+        gfx=amd_gpu.gfx if amd_gpu and not env.nvidia.gpus else None,
     )
 
 
@@ -109,7 +114,7 @@ def plan_install(req: InstallRequest) -> InstallPlan:
     rels = _candidate_releases(req)
     if req.os == "macos":
         why = "macOS wheels on PyPI are CPU builds with the MPS (Apple GPU) backend"
-        return _plan_pypi_only(req, rels, why)
+        return _plan_pypi_only(req, rels, why, _mps_notes())
     if req.amd:
         return _plan_rocm(req, rels)
     if req.cc is None and req.gpu_name is None and req.driver_version is None:
@@ -130,14 +135,29 @@ def _no_plan(req: InstallRequest, reason: str, excluded: list[Excluded]) -> Inst
     return InstallPlan(False, None, None, None, None, None, reason, tuple(excluded), (), req)
 
 
-def _plan_pypi_only(req: InstallRequest, rels: list[Release], why: str) -> InstallPlan:
+def _mps_notes() -> tuple[str, ...]:
+    """What the MPS backend supports (data/rocm.yaml `mps`, sourced)."""
+    mps = dataload.rocm_data().mps
+    return (
+        f"MPS (the Apple GPU) needs macOS {mps['min_macos']} or newer and an arm64 (Apple silicon) Python; "
+        "use device='mps'.",
+        f"Dtypes on MPS: float32 and float16; bfloat16 from macOS {mps['bf16_min_macos']}; "
+        f"{' and '.join(mps['unsupported_dtypes'])} do not run on MPS.",
+        f"Memory is unified: by default PyTorch allocates up to {mps['high_watermark_ratio']} x Metal's recommended "
+        "working set (PYTORCH_MPS_HIGH_WATERMARK_RATIO, at most "
+        f"{mps['high_watermark_upper_bound']}; 0.0 removes the cap and can make macOS itself run out of memory).",
+    )
+
+
+def _plan_pypi_only(req: InstallRequest, rels: list[Release], why: str,
+                    notes: tuple[str, ...] = ()) -> InstallPlan:
     rel, excluded = _first_release(req, rels)
     if rel is None:
         return _no_plan(req, f"no torch release has wheels for Python {req.python}", excluded)
     version = _pinned_version(rel, req.torch)
     command = f"pip install torch=={version}{_torchvision_pin(rel)}"
     return InstallPlan(True, command, None, version, "pypi", None, f"torch {version}: {why}.",
-                       tuple(excluded), (), req)
+                       tuple(excluded), notes, req)
 
 
 def _plan_cpu(req: InstallRequest, rels: list[Release]) -> InstallPlan:
@@ -154,23 +174,51 @@ def _plan_cpu(req: InstallRequest, rels: list[Release]) -> InstallPlan:
     return InstallPlan(True, command, None, version, "cpu", None, reason, tuple(excluded), notes, req)
 
 
+def _rocm_versions(rel: Release, want: str | None) -> tuple[str, ...]:
+    """The ROCm versions of a release's wheels, only ``want`` (and its patch versions) when given."""
+    if want is None:
+        return rel.rocm
+    return tuple(v for v in rel.rocm if v == want or v.startswith(want + "."))
+
+
 def _plan_rocm(req: InstallRequest, rels: list[Release]) -> InstallPlan:
     excluded: list[Excluded] = []
     if req.os != "linux":
         return _no_plan(req, "ROCm wheels of PyTorch exist only for Linux", excluded)
+    gfx = req.gfx
+    override = rocm_targets.safe_override(gfx) if gfx else None
+    if gfx and not rocm_targets.in_any_official_wheel(gfx) and override is None:
+        return _no_plan(req, f"no official PyTorch ROCm wheel has kernels for {gfx}, and no "
+                             "HSA_OVERRIDE_GFX_VERSION is safe for it: build from source with "
+                             f"PYTORCH_ROCM_ARCH={gfx} or use the CPU build", excluded)
     for rel in rels:
         if not _python_ok(rel, req.python):
             excluded.append(Excluded(f"torch {rel.version}", _python_reason(rel, req.python)))
             continue
-        if not rel.rocm:
-            excluded.append(Excluded(f"torch {rel.version}", "no ROCm wheel set recorded for this release"))
+        versions = _rocm_versions(rel, req.rocm)
+        if not versions:
+            why = (f"no ROCm {req.rocm} wheels (it has {', '.join(rel.rocm)})" if rel.rocm and req.rocm
+                   else "no ROCm wheel set recorded for this release")
+            excluded.append(Excluded(f"torch {rel.version}", why))
             continue
-        version, rocm = _pinned_version(rel, req.torch), rel.rocm[-1]
+        pinned = rocm_targets.wheel_arch_list(rel.latest)
+        if gfx and pinned is not None and gfx not in pinned.gfx and override is None:
+            excluded.append(Excluded(f"torch {rel.version}", f"its ROCm wheels have no {gfx} kernels"))
+            continue
+        version, rocm = _pinned_version(rel, req.torch), versions[-1]
         command = f"pip install torch=={version}{_torchvision_pin(rel)} --index-url {INDEX}/rocm{rocm}"
-        reason = f"torch {version} for ROCm {rocm}: newest release with a ROCm wheel set in gpuplan's data."
-        notes = ("Check that the GPU is on AMD's ROCm support list for that ROCm version.",)
-        build = f"rocm{rocm}"
-        return InstallPlan(True, command, None, version, build, None, reason, tuple(excluded), notes, req)
+        reason = f"torch {version} for ROCm {rocm}: newest release with a ROCm wheel set in gpuplan's data"
+        notes = ["Check that the GPU is on AMD's ROCm support list for that ROCm version."]
+        if gfx and pinned is not None and gfx in pinned.gfx:
+            reason += f" whose wheels have {gfx} kernels"
+        elif gfx and override is not None and (pinned is None or gfx not in pinned.gfx):
+            notes.append(f"{gfx} is in no official wheel: run with {override.variable} (it shares its "
+                         f"instruction set with {override.runs_as}, which the wheels have).")
+        elif gfx and pinned is None and not rocm_targets.in_every_rocm6_wheel(gfx):
+            notes.append(f"gpuplan's data does not say whether this wheel has {gfx} kernels; after installing, "
+                         "check with `gpuplan doctor --import-torch`.")
+        return InstallPlan(True, command, None, version, f"rocm{rocm}", None, reason + ".", tuple(excluded),
+                           tuple(notes), req)
     return _no_plan(req, "no release with ROCm wheels fits", excluded)
 
 

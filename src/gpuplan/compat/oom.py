@@ -185,3 +185,44 @@ def judge_oom(n: OomNumbers) -> OomVerdict:
         f"reserved-but-unallocated: at least {format_bytes(shortfall)} more would have had to be free.",
         tuple(actions),
     )
+
+
+_MPS = re.compile(
+    r"MPS backend out of memory \(MPS allocated: ([\d.]+) ?([KMGT]i?B), other allocations: ([\d.]+) ?([KMGT]i?B), "
+    r"max allowed: ([\d.]+) ?([KMGT]i?B)\)\. Tried to allocate ([\d.]+) ?([KMGT]i?B)"
+)
+# the MPS allocator's format_size divides by 1024 whether it prints "GB" or "GiB" (both spellings occur)
+_MPS_UNITS = {"k": KIB, "m": MIB, "g": GIB, "t": 1024 * GIB}
+
+
+@dataclass(frozen=True)
+class MpsOomNumbers:
+    allocated_bytes: int  # MPS allocated: PyTorch's live buffers
+    other_bytes: int  # other allocations: Metal's own buffers and caches in this process
+    max_allowed_bytes: int  # the high-watermark cap
+    tried_bytes: int
+
+
+def parse_mps_oom(text: str) -> MpsOomNumbers | None:
+    match = _MPS.search(text)
+    if match is None:
+        return None
+    values = [round(float(match.group(i)) * _MPS_UNITS[match.group(i + 1)[0].lower()]) for i in (1, 3, 5, 7)]
+    return MpsOomNumbers(*values)
+
+
+def mps_oom_details(n: MpsOomNumbers, default_ratio: float) -> tuple[str, ...]:
+    """What the numbers of an MPS out-of-memory message say, in sentences."""
+    used = n.allocated_bytes + n.other_bytes
+    short = used + n.tried_bytes - n.max_allowed_bytes
+    out = [
+        f"PyTorch's tensors hold {format_bytes(n.allocated_bytes)} and Metal's other allocations "
+        f"{format_bytes(n.other_bytes)}; the cap is {format_bytes(n.max_allowed_bytes)}, so the "
+        f"{format_bytes(n.tried_bytes)} request was {format_bytes(max(short, 0))} over it.",
+        f"At the default PYTORCH_MPS_HIGH_WATERMARK_RATIO={default_ratio}, that cap means Metal recommends "
+        f"{format_bytes(round(n.max_allowed_bytes / default_ratio))} as this Mac's GPU working set.",
+    ]
+    if n.other_bytes > n.allocated_bytes:
+        out.append("Most of it is outside PyTorch's tensors: torch.mps.empty_cache() releases Metal's cached "
+                   "buffers; other programs share the same memory.")
+    return tuple(out)

@@ -245,12 +245,55 @@ def parse_cudnn_header(text: str) -> str | None:
 
 def parse_rocm_smi(text: str) -> list[str]:
     """``rocm-smi --showproductname`` -> product names, one per GPU."""
-    names: dict[str, str] = {}
+    return [name for name, _ in parse_rocm_smi_targets(text)]
+
+
+def _gpu_rows(rows: dict[int, dict[str, str]]) -> list[tuple[str | None, str | None]]:
+    return [(rows[k].get("name"), rows[k].get("gfx")) for k in sorted(rows)]
+
+
+def parse_rocm_smi_targets(text: str) -> list[tuple[str, str | None]]:
+    """``rocm-smi --showproductname`` -> (product name, gfx target or None) per GPU; newer rocm-smi
+    prints a ``GFX Version: gfx1201`` line beside ``Card Series``."""
+    rows: dict[int, dict[str, str]] = {}
     for line in text.splitlines():
-        match = re.match(r"^\s*GPU\[(\d+)\]\s*:\s*Card [Ss]eries:\s*(.+?)\s*$", line)
-        if match and match.group(2):
-            names[match.group(1)] = match.group(2)
-    return [names[k] for k in sorted(names, key=int)]
+        match = re.match(r"^\s*GPU\[(\d+)\]\s*:\s*(Card [Ss]eries|GFX Version):\s*(.*?)\s*$", line)
+        value = _value(match.group(3)) if match else None
+        if match and value:
+            rows.setdefault(int(match.group(1)), {})["name" if match.group(2).startswith("Card") else "gfx"] = value
+    return [(name, gfx) for name, gfx in _gpu_rows(rows) if name]
+
+
+def parse_amd_smi_static(text: str) -> list[tuple[str | None, str | None]]:
+    """``amd-smi static`` (or ``--asic``) -> (MARKET_NAME, TARGET_GRAPHICS_VERSION) per ``GPU: N`` block."""
+    rows: dict[int, dict[str, str]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        head = re.match(r"^GPU:\s*(\d+)\s*$", line.strip())
+        if head:
+            current = int(head.group(1))
+            rows.setdefault(current, {})
+            continue
+        field = re.match(r"^\s*(MARKET_NAME|TARGET_GRAPHICS_VERSION):\s*(.*?)\s*$", line)
+        value = _value(field.group(2)) if field else None
+        if field and value and current is not None:
+            rows[current]["name" if field.group(1) == "MARKET_NAME" else "gfx"] = value
+    return _gpu_rows(rows)
+
+
+def parse_rocminfo(text: str) -> list[tuple[str | None, str | None]]:
+    """``rocminfo`` -> (Marketing Name, gfx target) of each GPU agent, in agent order (CPU agents skipped)."""
+    found: list[tuple[str | None, str | None]] = []
+    for block in re.split(r"^\*{3,}\s*\n\s*Agent \d+\s*\n\*{3,}\s*$", text, flags=re.MULTILINE)[1:]:
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            match = re.match(r"^ {0,4}(Name|Marketing Name|Device Type):\s*(.*?)\s*$", line)
+            if match and match.group(1) not in fields:
+                fields[match.group(1)] = match.group(2)
+        if fields.get("Device Type", "").upper() == "GPU":
+            gfx = fields.get("Name", "")
+            found.append((_value(fields.get("Marketing Name", "")), gfx if re.fullmatch(r"gfx\w+", gfx) else None))
+    return found
 
 
 _ASSIGN = re.compile(r"^(?P<name>\w+)\s*(?::[^=]+)?=\s*(?P<value>.+?)\s*$")

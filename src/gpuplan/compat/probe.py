@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplan.compat import parsers
+from gpuplan.compat import parsers, rocm
 from gpuplan.compat.environment import Environment, GpuInfo, PlatformInfo, RocmInfo, ToolkitInfo
 from gpuplan.compat.facts import FactsSource
 from gpuplan.compat.probe_nvidia import probe_nvidia
@@ -85,12 +85,35 @@ def probe_toolkit(source: FactsSource, env_vars: Mapping[str, str]) -> ToolkitIn
 
 
 def probe_rocm(source: FactsSource) -> RocmInfo:
+    """AMD GPUs: product names from rocm-smi (or its successor amd-smi), gfx targets from whichever tool
+    reports them (newer rocm-smi, amd-smi, rocminfo), else from the product-name table."""
     version_text = source.read_text("/opt/rocm/.info/version")
     version = major_minor(version_text.strip()) if version_text else None
-    out = source.run(["rocm-smi", "--showproductname"])
-    names = parsers.parse_rocm_smi(out.stdout) if out is not None and out.returncode == 0 else []
-    gpus = tuple(GpuInfo(index=i, vendor="amd", name=n, cc=None, cc_source=None) for i, n in enumerate(names))
-    return RocmInfo(present=out is not None or version_text is not None, version=version, gpus=gpus)
+    smi = source.run(["rocm-smi", "--showproductname"])
+    rows: list[tuple[str | None, str | None]] = []
+    tool = "rocm-smi"
+    if smi is not None and smi.returncode == 0:
+        rows = [(n, g) for n, g in parsers.parse_rocm_smi_targets(smi.stdout)]
+    amd = source.run(["amd-smi", "static", "--asic"]) if not rows or any(g is None for _, g in rows) else None
+    if amd is not None and amd.returncode == 0:
+        amd_rows = parsers.parse_amd_smi_static(amd.stdout)
+        if not rows:
+            rows, tool = amd_rows, "amd-smi"
+        elif len(amd_rows) == len(rows):
+            rows = [(n or an, g or ag) for (n, g), (an, ag) in zip(rows, amd_rows, strict=True)]
+    info = source.run(["rocminfo"]) if rows and any(g is None for _, g in rows) else None
+    agents = parsers.parse_rocminfo(info.stdout) if info is not None and info.returncode == 0 else []
+    gpus = []
+    for i, (name, gfx) in enumerate(rows):
+        where = tool if gfx else None
+        if gfx is None and len(agents) == len(rows):
+            gfx, where = agents[i][1], "rocminfo" if agents[i][1] else None
+        if gfx is None:
+            gfx = rocm.gfx_for_name(name)
+            where = "name table" if gfx else None
+        gpus.append(GpuInfo(index=i, vendor="amd", name=name, cc=None, cc_source=None, gfx=gfx, gfx_source=where))
+    present = smi is not None or amd is not None or version_text is not None
+    return RocmInfo(present=present, version=version, gpus=tuple(gpus))
 
 
 def _mps(plat: PlatformInfo, runtime: Mapping[str, Any] | None) -> str | None:

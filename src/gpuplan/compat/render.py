@@ -59,6 +59,8 @@ def _gpu_rows(gpus: tuple[GpuInfo, ...]) -> list[str]:
     for g in gpus:
         arch = architecture(g.cc) or "unknown arch"
         cc = UNKNOWN if g.cc is None else f"{g.cc} ({arch}; from {g.cc_source})"
+        if g.vendor == "amd":  # AMD GPUs have a gfx target, not a compute capability
+            cc = UNKNOWN if g.gfx is None else f"{g.gfx} (from {g.gfx_source})"
         memory = (f"{format_bytes(g.memory_used_bytes) if g.memory_used_bytes is not None else UNKNOWN} / "
                   f"{format_bytes(g.memory_total_bytes) if g.memory_total_bytes is not None else UNKNOWN}")
         mig = UNKNOWN if g.mig_mode is None else ("on" if g.mig_mode else "off")

@@ -15,6 +15,7 @@ from gpuplan.compat.environment import Environment
 from gpuplan.compat.findings import Finding, Severity, sort_findings
 from gpuplan.compat.rulekit import Rule, distinct_gpus, gpu_label, install_hint, is_windows
 from gpuplan.compat.rules_arch import rule_arch, rule_arch_data_check
+from gpuplan.compat.rules_rocm import rule_hsa_override, rule_mps, rule_rocm_arch
 from gpuplan.compat.versions import local_tag, major_minor, parse_version
 from gpuplan.compat.visible import visibility
 from gpuplan.units import GIB, format_bytes
@@ -417,6 +418,9 @@ RULES: tuple[Rule, ...] = (
     rule_driver_predates_gpu,
     rule_arch,
     rule_arch_data_check,
+    rule_rocm_arch,
+    rule_hsa_override,
+    rule_mps,
     rule_companions,
     rule_local_toolkit,
     rule_library_path,
