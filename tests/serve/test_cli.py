@@ -55,8 +55,11 @@ def test_json_contract_and_budget_identity(tiny_gpt2: str) -> None:
     assert data["kv_bytes_per_token"] == 2 * 2 * 2 * 32 * 2
     requested = data["requested_memory_bytes"]
     assert requested == int(data["total_memory_bytes"] * 0.9)
+    # vLLM 0.10.0 sizes the KV cache before it captures the CUDA graphs: they are not subtracted
+    # (gpu_worker.py determine_available_memory; vLLM PR #21489's description)
     assert data["kv_cache_bytes"] == requested - data["weights_bytes"] - data["activation_peak_bytes"] - \
-        data["non_torch_bytes"] - data["cuda_graph_bytes"]
+        data["non_torch_bytes"]
+    assert data["cuda_graph_bytes"] > 0
     assert data["kv_cache_tokens"] == data["kv_cache_bytes"] // (16 * 512) * 16
     assert data["max_concurrency"] == data["kv_cache_bytes"] // (128 * 512)
     assert data["max_model_len_fits"] == 128  # the trained context; memory allows far more

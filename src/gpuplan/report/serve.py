@@ -34,6 +34,7 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
         "concurrency": r.concurrency,
         "concurrency_fits": r.concurrency_fits,
         "max_concurrency": r.max_concurrency,
+        "max_concurrency_at_max_model_len": r.max_concurrency_at_max_model_len,
         "max_model_len_fits": r.max_model_len_fits,
         "attention": {"kind": r.layout.kind, "full_layers": r.layout.full_layers,
                       "sliding_layers": r.layout.sliding_layers, "sliding_window": r.layout.sliding_window,
@@ -77,6 +78,8 @@ def render_serve(r: ServeResult) -> str:
               f"  max concurrency at {r.context:,} tokens: {r.max_concurrency:,} sequences"
               + ("" if r.concurrency is None else
                  f" ({r.concurrency:,} asked: {'fits' if r.concurrency_fits else 'does NOT fit'})"),
+              f"  worst case, every sequence at --max-model-len {s.max_model_len:,}: "
+              f"{r.max_concurrency_at_max_model_len:,} sequences (pages are allocated as tokens arrive)",
               f"  longest max_model_len that fits: {r.max_model_len_fits:,}",
               f"time: TTFT {format_seconds(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
               f"{format_seconds(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "

@@ -4,7 +4,15 @@ vLLM 0.10.0 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``::
 
     requested = total_gpu_memory × gpu_memory_utilization
     kv_cache  = requested − weights − activation peak (torch, profile run) − non-torch increase
-                − CUDA-graph memory
+
+CUDA graphs are captured *after* the KV cache is allocated (``compile_or_warm_up_model`` runs after
+``initialize_from_config``; vllm-project/vllm ``vllm/v1/worker/gpu_worker.py`` at 0012cf691b7e), so
+0.10.0 does not subtract them: vLLM PR #21489 ("The estimation does not include CUDAGraph memory since
+the estimation happens before CUDAGraph capture ... OOM later") and issue #17549. They take what the KV
+cache leaves free: ``total − CUDA context − (requested − activation peak)`` (the profile's activations
+are released before the capture); more than that is a CUDA OOM at capture. vLLM ≥ 0.21 estimates the
+graphs first and subtracts them (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, default since v0.21.0,
+gpustack/runner PR #251's log) — not the version modelled here.
 
 and ``vllm/v1/core/kv_cache_utils.py`` refuses to start when ``kv_cache <= 0`` ("No available memory for
 the cache blocks") or when one sequence of ``max_model_len`` does not fit (``check_enough_kv_cache_memory``).
@@ -27,7 +35,7 @@ from gpuplan.units import GIB
 CUBLAS_HANDLES = 2
 """Non-torch memory of one process after the profile run: the cuBLAS and cuBLASLt workspaces (torch
 allocates a cuBLASLt workspace of the cuBLAS size beside the cuBLAS one, ``CublasHandlePool.cpp``
-``getCUDABlasLtWorkspace``); with TP > 1 NCCL's buffers come on top (not modelled: an assumption printed)."""
+``getCUDABlasLtWorkspace``); with TP > 1 NCCL's buffers come on top (``memory/nccl.py``)."""
 GRAPH_BYTES_PER_CAPTURE = 214 * 1024
 """Driver memory per captured piecewise CUDA graph. FITTED on the one public figure we have (vLLM
 PR #21489, gemma-3-4b-it: 0.65 GiB for 67 sizes × 35 pieces, less the pieces' output buffers), so the
@@ -100,14 +108,19 @@ class Budget:
     kv_cache_bytes: int
     outside_pool_bytes: int
     """SGLang: what activations, graphs and non-torch memory have outside the static pool
-    (total − requested); they fit when their sum is at most this. Other engines: 0 (subtracted)."""
+    (total − requested); they fit when their sum is at most this. vLLM: what the CUDA graphs have once
+    the KV cache is allocated (total − context − requested + activation peak). hf: 0 (subtracted)."""
 
 
 def vllm_budget(total_bytes: int, utilization: float, *, weights_bytes: int, activation_peak_bytes: int,
-                non_torch: int, graphs: int) -> Budget:
+                non_torch: int, graphs: int, context_bytes: int = 0) -> Budget:
+    """vLLM 0.10.0: the KV cache is what the profile leaves of the requested memory; the CUDA graphs come
+    after it, in the memory outside (module docstring). ``context_bytes``: the CUDA context, outside
+    ``requested`` (vLLM's baseline snapshot is taken after it), needed only for the graphs' room."""
     requested = int(total_bytes * utilization)
-    kv = requested - weights_bytes - activation_peak_bytes - non_torch - graphs
-    return Budget(total_bytes, requested, weights_bytes, activation_peak_bytes, non_torch, graphs, 0, kv, 0)
+    kv = requested - weights_bytes - activation_peak_bytes - non_torch
+    room = total_bytes - context_bytes - requested + activation_peak_bytes
+    return Budget(total_bytes, requested, weights_bytes, activation_peak_bytes, non_torch, graphs, 0, kv, room)
 
 
 def sglang_budget(total_bytes: int, mem_fraction_static: float, *, weights_bytes: int, context_bytes: int,

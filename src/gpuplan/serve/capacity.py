@@ -70,6 +70,8 @@ class ServeResult:
     """The requested concurrency (None: not asked)."""
     kv_cache_tokens: int
     max_concurrency: int
+    """Sequences of ``context`` tokens (the lengths asked) the cache holds at once: pages are allocated
+    as tokens arrive, so a sequence holds only its own length, not --max-model-len."""
     max_model_len_fits: int
     prefill: PhaseTime
     prefill_tokens: int
@@ -81,6 +83,8 @@ class ServeResult:
     rate: RateAnswer | None = None
     assumptions: tuple[str, ...] = field(default=())
     params_count: int = 0
+    max_concurrency_at_max_model_len: int = 0
+    """The worst case: sequences that each grow to the engine's --max-model-len."""
 
     @property
     def layout(self) -> KVLayout:
@@ -168,6 +172,7 @@ def serve(
     if rate is not None and (input_len is None or output_len is None):
         raise ConfigError("--rate needs --input-len and --output-len (tokens in and out per request)")
     source = _decoder_source(model)
+    source, quantization, from_checkpoint = _checkpoint_quantization(source, quantization)
     target = resolve_gpu(gpu)
     assert target is not None
     config = source.hf_config().to_dict()
@@ -187,6 +192,9 @@ def serve(
         raise ConfigError(f"--max-model-len {max_model_len:,} is above the {trained:,} tokens {source.name} was "
                           "trained for (max_position_embeddings); vLLM refuses it unless "
                           "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: pass at most that")
+    if defaulted and context is not None and (trained is None or context <= trained):
+        # the launch line is for the answer: the engine started with --max-model-len = the asked context
+        max_model_len = context
     if context is not None and context > max_model_len and defaulted:
         raise ConfigError(f"--context {context:,} is above the {max_model_len:,} tokens {source.name} was trained for "
                           "(max_position_embeddings), the engine's default --max-model-len; pass at most that")
@@ -209,7 +217,7 @@ def serve(
     settings = engines.EngineSettings(
         engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
         {"vllm": engines.VLLM_BLOCK_SIZE, "sglang": engines.SGLANG_PAGE_SIZE, "hf": 1}[engine], quantization,
-        engine != "hf")
+        engine != "hf", from_checkpoint)
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
     num_seqs = 1 if engine == "hf" else seqs
@@ -225,11 +233,15 @@ def serve(
                                  images=images)
         if profiles is not None:
             profiles[key] = step
-    budget = _budget(settings, config, step, target, total, dtype)
-    assumptions = _assumptions(settings, layout, step, tp, images)
-    context_used = context or max_model_len
+    rank_step = _rank_profile(source, settings, key, step, profiles, dtype=dtype, compute_capability=cc,
+                              images=images)
+    budget = _budget(settings, config, step, rank_step, target, total, dtype)
+    assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
+    asked = input_len + (output_len or 0) if input_len is not None else None
+    context_used = context or asked or max_model_len
     kv_tokens = cost.cache_tokens(budget.kv_cache_bytes)
     max_conc = cost.max_concurrency(budget.kv_cache_bytes, context_used)
+    worst = cost.max_concurrency(budget.kv_cache_bytes, max_model_len)
     fits_len = cost.max_context(max(0, budget.kv_cache_bytes), trained or max_model_len * 64)
     ok, reason = _verdict(settings, budget, cost, fits_len, source.name)
     shape = _shape(config, layout, step, dtype)
@@ -237,21 +249,74 @@ def serve(
         decode_context = input_len + (output_len or 0) // 2
     else:
         decode_context = context_used
-    batch = concurrency or max(1, min(max_conc, seqs))
+    rate_answer = None
+    if rate is not None and input_len is not None and output_len is not None:
+        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices)
+    # the time line is for the batch the answer runs: the asked concurrency, the rate's per-replica
+    # concurrency (the same batch as the rate line), else as many as fit
+    if concurrency is not None:
+        batch = concurrency
+    elif rate_answer is not None:
+        batch = max(1, rate_answer.concurrency_per_replica)
+    else:
+        batch = max(1, min(max_conc, seqs))
     decode = decode_step(shape, target, tp, batch=batch, context=decode_context,
                          kv_read_bytes=batch * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization)
     prefill_tokens = input_len or context_used
     first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization)
-    rate_answer = None
-    if rate is not None and input_len is not None and output_len is not None:
-        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices)
     return ServeResult(
         model=source.name, gpu=target, settings=settings, budget=budget, kv=cost, ok=ok, reason=reason,
         context=context_used, concurrency=concurrency, kv_cache_tokens=kv_tokens, max_concurrency=max_conc,
         max_model_len_fits=fits_len, prefill=first, prefill_tokens=prefill_tokens, decode=decode,
         decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
         command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
-        params_count=step.params_count)
+        params_count=step.params_count, max_concurrency_at_max_model_len=worst)
+
+
+_CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "int4", "gptq": "int4", "awq": "int4"}
+"""A checkpoint's own ``quantization_config`` scheme (models/quant_config.py) → the --quantization it is
+served as: the engines read the format from the checkpoint, so it takes the flag's path."""
+
+
+def _checkpoint_quantization(source: HFConfigSource, quantization: str) -> tuple[HFConfigSource, str, bool]:
+    """(the source traced, the weight quantization, whether the checkpoint stated it). A checkpoint whose
+    config carries an FP8 / int8 / int4 ``quantization_config`` is served as the same model given with
+    ``--quantization``: its 16-bit config traced, the weights in the scheme's bytes."""
+    from gpuplan.models.sources import HFConfigSource
+
+    stated = source.quantization()
+    scheme = _CHECKPOINT_SCHEMES.get(stated.scheme) if stated is not None else None
+    if stated is None or scheme is None:
+        return source, quantization, False
+    if quantization not in ("none", scheme):
+        raise ConfigError(f"--quantization {quantization} contradicts {source.name}'s own quantization_config "
+                          f"({stated.method}, served as {scheme}); drop --quantization")
+    config = source.config_dict
+    config.pop("quantization_config", None)
+    return HFConfigSource(source.name, config, task=source.task, kind=source.kind), scheme, True
+
+
+def _rank_profile(source: HFConfigSource, settings: engines.EngineSettings, key: tuple[Any, ...],
+                  step: TracedStep, profiles: dict[tuple[Any, ...], TracedStep] | None, *, dtype: str,
+                  compute_capability: tuple[int, int] | None, images: int) -> TracedStep:
+    """The profile run of one tensor-parallel rank (``profile.tp_rank_config``): its activation peak is
+    what each GPU holds. ``step`` itself where tp is 1 or the class cannot be built per rank."""
+    from gpuplan.models.sources import HFConfigSource
+    from gpuplan.serve.profile import tp_rank_config
+
+    rank_config = tp_rank_config(source.config_dict, settings.tp) if settings.engine != "hf" else None
+    if rank_config is None:
+        return step
+    rank_key = (*key, "tp", settings.tp)
+    rank = profiles.get(rank_key) if profiles is not None else None
+    if rank is None:
+        rank_source = HFConfigSource(source.name, rank_config, task=source.task, kind=source.kind)
+        rank = trace_profile_run(rank_source, tokens=settings.max_num_batched_tokens,
+                                 num_seqs=1 if settings.engine == "hf" else settings.max_num_seqs, dtype=dtype,
+                                 compute_capability=compute_capability, images=images)
+        if profiles is not None:
+            profiles[rank_key] = rank
+    return rank
 
 
 def _model_id(source: HFConfigSource) -> str:
@@ -283,22 +348,31 @@ def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], s
     return -(-weights // shards) + rope
 
 
-def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, gpu: GPU, total: int,
-            dtype: str) -> budgets.Budget:
+def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, rank_step: TracedStep,
+            gpu: GPU, total: int, dtype: str) -> budgets.Budget:
+    """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations)."""
+    from gpuplan.memory.nccl import nccl_buffer_bytes
+
     weights = _weights_per_gpu(settings, config, step, dtype)
-    activation = max(0, step.rounded_peak_bytes - step.param_bytes)
+    activation = max(0, rank_step.rounded_peak_bytes - rank_step.param_bytes)
     non_torch = budgets.non_torch_bytes(gpu.compute_capability, gpu.vendor, gpu.arch)
+    if settings.engine != "hf":
+        # the TP group's communicator, created before the profile run: vLLM 0.10.0 sees it as non-torch
+        # memory (its baseline snapshot precedes the distributed init)
+        non_torch += nccl_buffer_bytes(settings.tp, nvswitch="NVSwitch" in (gpu.interconnect or ""),
+                                       compute_capability=gpu.compute_capability)
     text = text_config(config)
     hidden = int(text.get("hidden_size") or 0)
     layout = kv_layout(config)
+    context, _ = cuda_context_bytes(gpu.arch)
     if settings.engine == "vllm":
         largest = min(512, 2 * settings.max_num_seqs)
         sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
         graphs = budgets.cuda_graph_bytes(sizes, layout.attention_layers, hidden, DTYPE_BYTES[dtype], largest) \
             if settings.cuda_graphs else 0
         return budgets.vllm_budget(total, settings.gpu_memory_utilization, weights_bytes=weights,
-                                   activation_peak_bytes=activation, non_torch=non_torch, graphs=graphs)
-    context, _ = cuda_context_bytes(gpu.arch)
+                                   activation_peak_bytes=activation, non_torch=non_torch, graphs=graphs,
+                                   context_bytes=context)
     if settings.engine == "sglang":
         largest = min(160, settings.max_num_seqs)
         sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
@@ -325,6 +399,11 @@ def _verdict(settings: engines.EngineSettings, budget: budgets.Budget, cost: KVC
         return False, f"ValueError: {engines.VLLM_NO_CACHE_MESSAGE}" if settings.engine == "vllm" else (
             "the weights and activations leave no memory for the KV cache")
     needed = cost.sequence_bytes(settings.max_model_len)
+    if settings.engine == "vllm" and needed <= kv and budget.cuda_graph_bytes > budget.outside_pool_bytes:
+        return False, (f"torch.OutOfMemoryError: CUDA out of memory at CUDA-graph capture: the graphs need "
+                       f"{budget.cuda_graph_bytes / GIB:.2f} GiB, the KV cache leaves "
+                       f"{budget.outside_pool_bytes / GIB:.2f} GiB (vLLM 0.10.0 sizes the KV cache before capturing "
+                       "them); lower --gpu-memory-utilization or --max-num-seqs, or add --enforce-eager")
     if needed > kv and settings.engine == "sglang":
         # SGLang starts anyway and caps each request (scheduler: max_req_input_len = min(context_len − 1,
         # max_total_num_tokens − 1))
@@ -374,7 +453,7 @@ def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: bu
 
 
 def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: TracedStep, tp: int,
-                 images: int) -> list[str]:
+                 images: int, rank_traced: bool) -> list[str]:
     notes = [f"engine {settings.engine} {settings.version} as modelled (its defaults and budget arithmetic)",
              f"KV layout: {layout.describe()}",
              f"activation peak traced: the engine's profile run of {settings.max_num_batched_tokens:,} tokens "
@@ -384,15 +463,23 @@ def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: Trace
         notes.append(f"vision encoder profiled first on {images} dummy images of the largest size (vLLM's "
                      "multimodal profile: max_num_batched_tokens // tokens per image); vLLM skips it when "
                      "--limit-mm-per-prompt sets every modality to 0, a flag not modelled here")
-    if tp > 1:
-        notes.append("activation peak per GPU taken unsharded (an upper bound: TP splits the MLP and attention "
-                     "intermediates, not the hidden states or the logits); NCCL buffers not counted in non-torch")
+    if tp > 1 and rank_traced:
+        notes.append(f"activation peak per GPU: one rank's profile run traced (1/{tp} of the heads and of the MLP "
+                     "and expert widths; hidden states, gathered logits and the sampler whole)")
+    elif tp > 1:
+        notes.append("activation peak per GPU taken unsharded (an upper bound: this model class cannot be built "
+                     "with one rank's heads, so the MLP and attention intermediates are not split)")
+    if tp > 1 and settings.engine != "hf":
+        notes.append("non-torch includes the TP communicator's NCCL buffers (16 channels × Simple 4 MiB + LL128 "
+                     "4.69 MiB + LL 0.5 MiB, NCCL init.cc; + 288 MiB NVLS on NVSwitch ≥ sm90 with > 2 ranks, vLLM "
+                     "#9699's NCCL log); vLLM's custom all-reduce buffers are not counted")
         if layout.kind != "mla" and tp > layout.kv_heads:
             notes.append(f"--tp {tp} > {layout.kv_heads} KV heads: vLLM replicates each KV head on "
                          f"{tp // layout.kv_heads} ranks (every rank caches one head)")
     if settings.engine == "vllm":
         notes.append(f"CUDA graphs: piecewise, {budgets.GRAPH_BYTES_PER_CAPTURE // 1024} KiB per captured graph "
-                     "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs")
+                     "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs; captured "
+                     "after the KV cache is sized, so not subtracted from it (vLLM 0.10.0; ≥ 0.21 subtracts them)")
     if layout.sliding_layers:
         notes.append("sliding-window layers hold at most window − 1 + max_num_batched_tokens tokens per sequence "
                      "(vLLM SlidingWindowSpec), not the whole context")

@@ -71,6 +71,8 @@ class EngineSettings:
     block_size: int
     quantization: str
     cuda_graphs: bool
+    quantization_from_checkpoint: bool = False
+    """The checkpoint's config states its quantization: the engine reads it, no --quantization flag."""
 
     @property
     def version(self) -> str:
@@ -105,7 +107,7 @@ def command(s: EngineSettings) -> str:
                 "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}",
                 "--max-num-batched-tokens", str(s.max_num_batched_tokens), "--max-num-seqs", str(s.max_num_seqs),
                 "--kv-cache-dtype", s.kv_cache_dtype]
-        if s.quantization != "none":
+        if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
         return shlex.join(args)
     if s.engine == "sglang":
@@ -116,7 +118,7 @@ def command(s: EngineSettings) -> str:
             args += ["--pp-size", str(s.pp)]
         if s.kv_cache_dtype == "fp8":
             args += ["--kv-cache-dtype", "fp8_e4m3"]
-        if s.quantization != "none":
+        if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
         return shlex.join(args)
     load = {"none": "", "int8": ", load_in_8bit=True", "int4": ", load_in_4bit=True", "fp8": ""}[s.quantization]

@@ -213,3 +213,46 @@ class ProfileRunSource(HFConfigSource):
         size: Any = getattr(config, "vocab_size", None) or getattr(config.get_text_config(), "vocab_size", 32000)
         vocab = int(size)
         return Inputs(kwargs={"input_ids": torch.randint(0, vocab, (workload.batch_size, self.seq_len(workload)))})
+
+
+TP_SHARDABLE_MODEL_TYPES: tuple[str, ...] = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "deepseek_v2", "deepseek_v3", "granite", "olmo2")
+"""transformers classes that read ``head_dim`` from the config, so that a config with 1/tp of the heads
+builds one rank's attention (GPT-2, OPT, Falcon derive head_dim from hidden_size // heads: not these)."""
+_TP_SHARDED_WIDTHS: tuple[str, ...] = ("intermediate_size", "moe_intermediate_size",
+                                       "shared_expert_intermediate_size")
+
+
+def tp_rank_config(config: Mapping[str, Any], tp: int) -> dict[str, Any] | None:
+    """The decoder one tensor-parallel rank runs (vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear``
+    / ``QKVParallelLinear`` hold 1/tp of the heads and of the MLP and expert widths; hidden states, the
+    logits (gathered to the whole vocabulary) and the sampler stay whole), as a config whose traced
+    profile run is one rank's. None where the class cannot be built so, or a width does not divide."""
+    if tp <= 1:
+        return None
+    nested = isinstance(config.get("text_config"), Mapping)
+    text = dict(config["text_config"]) if nested else dict(config)
+    if text.get("model_type", config.get("model_type")) not in TP_SHARDABLE_MODEL_TYPES:
+        return None
+    heads = text.get("num_attention_heads")
+    hidden = text.get("hidden_size")
+    if not isinstance(heads, int) or not isinstance(hidden, int) or heads % tp:
+        return None
+    if not text.get("kv_lora_rank"):  # MLA sizes its heads by qk_nope/qk_rope/v_head_dim, not head_dim
+        text["head_dim"] = int(text.get("head_dim") or hidden // heads)
+    text["num_attention_heads"] = heads // tp
+    kv = text.get("num_key_value_heads")
+    if isinstance(kv, int):
+        text["num_key_value_heads"] = max(1, kv // tp)  # replicated when tp > kv heads
+    for key in _TP_SHARDED_WIDTHS:
+        width = text.get(key)
+        if isinstance(width, int) and width > 0:
+            if width % tp:
+                return None
+            text[key] = width // tp
+    if not nested:
+        return text
+    out = dict(config)
+    out["text_config"] = text
+    return out
