@@ -88,7 +88,7 @@ def test_vllm_cuda_graphs_come_out_of_the_margin_not_the_kv_cache(tiny_gpt2: str
     assert b.cuda_graph_bytes > 0
     assert b.kv_cache_bytes == b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes
     # at utilization 1.0 the KV cache takes everything but the CUDA context: the capture runs out of memory
-    code, out, err = run(tiny_gpt2, "--gpu", "H100-SXM", "--gpu-memory-utilization", "1.0", "--json", *SMALL_ARGS)
+    code, out, _err = run(tiny_gpt2, "--gpu", "H100-SXM", "--gpu-memory-utilization", "1.0", "--json", *SMALL_ARGS)
     data = json.loads(out)
     assert code == 1 and data["ok"] is False
     assert data["reason"].startswith("torch.OutOfMemoryError: CUDA out of memory at CUDA-graph capture")
