@@ -10,7 +10,6 @@ the trace runs on the CPU).
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from gpuplan.trace.runner import (
     block_modules,
     find_containers,
     quiet,
+    step_gc,
 )
 from gpuplan.workload import Workload
 
@@ -61,17 +61,13 @@ class Program:
         rec = ResizingRecorder()
         self._register_existing(rec)
         # as the runner does: no cyclic GC inside the recorded step except where the step collects
-        gc.collect()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            # no module attribution: a measurement needs the bytes, not which module holds them
-            with LocalRecordingMode(rec), following_resizes(rec):
-                self.step.run(rec)
-        finally:
-            rec.close()
-            if was_enabled:
-                gc.enable()
+        with step_gc():
+            try:
+                # no module attribution: a measurement needs the bytes, not which module holds them
+                with LocalRecordingMode(rec), following_resizes(rec):
+                    self.step.run(rec)
+            finally:
+                rec.close()
         return rec.trace
 
     def _register_existing(self, rec: ResizingRecorder) -> None:
