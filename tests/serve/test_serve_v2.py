@@ -154,3 +154,28 @@ def test_qwen3_32b_starts_on_one_h100_at_0_9_and_16000() -> None:
     assert r.budget.weights_bytes / (1 << 30) == pytest.approx(61.04, abs=0.02)  # the log's 61.0374 GiB + rope
     assert r.max_model_len_fits >= 16000
     assert r.budget.cuda_graph_bytes <= r.budget.outside_pool_bytes
+
+
+TINY_QWEN3_MOE: dict[str, Any] = {
+    "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "moe_intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_experts": 16, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+    "vocab_size": 100, "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "rope_theta": 10000.0}
+
+
+@pytest.mark.parametrize("top_k", [2, 8])
+def test_moe_profile_run_routes_top_k_not_every_expert(tmp_path: Path, top_k: int) -> None:
+    # transformers' grouped_mm experts gather each token's top-k rows: the activation of the experts' act_fn
+    # is tokens × top_k × moe_intermediate_size in bf16, exactly (every expert for every token would be
+    # tokens × 16 experts × 256 whatever top_k is)
+    from gpuplan.models.sources import HFConfigSource, resolve_model
+    from gpuplan.serve.capacity import trace_profile_run
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY_QWEN3_MOE, "num_experts_per_tok": top_k}))
+    source = resolve_model(str(path))
+    assert isinstance(source, HFConfigSource)
+    tokens = 4096
+    step = trace_profile_run(source, tokens=tokens, num_seqs=16, dtype="bfloat16", compute_capability=(9, 0))
+    act = dict(step.top_activation_modules)["lm.model.layers.1.mlp.experts.act_fn"]
+    assert act == tokens * top_k * 256 * 2
