@@ -179,3 +179,18 @@ def test_moe_profile_run_routes_top_k_not_every_expert(tmp_path: Path, top_k: in
     step = trace_profile_run(source, tokens=tokens, num_seqs=16, dtype="bfloat16", compute_capability=(9, 0))
     act = dict(step.top_activation_modules)["lm.model.layers.1.mlp.experts.act_fn"]
     assert act == tokens * top_k * 256 * 2
+
+
+def test_every_engine_implements_the_protocol(tiny_gpt2: str) -> None:
+    from gpuplan.errors import ConfigError
+    from gpuplan.serve.engines import ENGINES, get_engine
+
+    assert ENGINES == ("vllm", "sglang", "hf")
+    for name in ENGINES:
+        engine = get_engine(name)
+        assert engine.name == name and engine.version and engine.block_size >= 1
+        r = serve(tiny_gpt2, gpu="H100-SXM", engine=name, **SMALL)
+        assert r.settings.version == engine.version and r.command == engine.command(r.settings)
+        assert r.settings.block_size == engine.block_size
+    with pytest.raises(ConfigError, match="unknown --engine 'trtllm'"):
+        get_engine("trtllm")

@@ -30,7 +30,6 @@ from gpuplan.serve.kv import (
     text_config,
 )
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
-from gpuplan.units import GIB
 from gpuplan.workload import WEIGHT_QUANTS, Workload
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ def serve(
     ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s.
     A caller sizing many GPUs (recommend) passes ``profiles``, a cache of profile-run traces keyed by their
     shape, and ``trace_compute_capability``, the kernel class whose trace stands for the GPU."""
-    engines.check_engine(engine)
+    eng = engines.get_engine(engine)
     for flag, count in (("--tp", tp), ("--pp", pp)):
         _positive(flag, count, MAX_PARALLEL)
     for name, value in (("--max-model-len", max_model_len), ("--context", context), ("--concurrency", concurrency),
@@ -181,7 +180,7 @@ def serve(
     if dtype == "bfloat16" and not target.has_bf16:
         dtype = "float16"
     element = kv_dtype_bytes(kv_cache_dtype, dtype)
-    if kv_cache_dtype == "fp8" and engine == "hf":
+    if kv_cache_dtype == "fp8" and not eng.paged:
         raise ConfigError("--kv-cache-dtype fp8 needs a paged engine (--engine vllm or sglang); transformers' "
                           "cache holds the model dtype")
     trained = layout.max_context
@@ -206,26 +205,26 @@ def serve(
                           f"{max_model_len:,}; raise --max-model-len or shorten the requests")
     total = total_memory_bytes or target.usable_memory_bytes
     large = not target.id.upper().startswith("A100")
-    tokens = max_num_batched_tokens or engines.default_batched_tokens(engine, total, large, llm_class=llm_class)
-    if engine == "hf":
+    tokens = max_num_batched_tokens or eng.default_batched_tokens(total, large, llm_class=llm_class,
+                                                                  context=context or max_model_len)
+    if not eng.paged:
         tokens = context or max_model_len
-    seqs = max_num_seqs or engines.default_max_num_seqs(engine, total, large)
+    seqs = max_num_seqs or eng.default_max_num_seqs(total, large)
     utilization = gpu_memory_utilization
     if utilization is None:
-        utilization = {"vllm": 0.9, "sglang": engines.sglang_mem_fraction_static(tp), "hf": 1.0}[engine]
+        utilization = eng.default_utilization(tp)
     engines.check_utilization(utilization)
     settings = engines.EngineSettings(
         engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
-        {"vllm": engines.VLLM_BLOCK_SIZE, "sglang": engines.SGLANG_PAGE_SIZE, "hf": 1}[engine], quantization,
-        engine != "hf", from_checkpoint)
+        eng.block_size, quantization, eng.paged, from_checkpoint)
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
-    num_seqs = 1 if engine == "hf" else seqs
+    num_seqs = eng.profile_num_seqs(seqs)
     cc = trace_compute_capability or target.compute_capability
     from gpuplan.serve.profile import profile_images
 
     # only vLLM's profile run encodes dummy images (serve/profile.py)
-    images = profile_images(source.config_dict, tokens, min(tokens, num_seqs)) if engine == "vllm" else 0
+    images = profile_images(source.config_dict, tokens, min(tokens, num_seqs)) if eng.profiles_images else 0
     key = (tokens, num_seqs, dtype, cc, images)
     step = profiles.get(key) if profiles is not None else None
     if step is None:
@@ -234,7 +233,7 @@ def serve(
         if profiles is not None:
             profiles[key] = step
     rank_step = _rank_profile(source, settings, key, step, profiles, dtype=dtype, compute_capability=cc,
-                              images=images)
+                              images=images, num_seqs=num_seqs)
     budget = _budget(settings, config, step, rank_step, target, total, dtype)
     assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
     asked = input_len + (output_len or 0) if input_len is not None else None
@@ -243,7 +242,7 @@ def serve(
     max_conc = cost.max_concurrency(budget.kv_cache_bytes, context_used)
     worst = cost.max_concurrency(budget.kv_cache_bytes, max_model_len)
     fits_len = cost.max_context(max(0, budget.kv_cache_bytes), trained or max_model_len * 64)
-    ok, reason = _verdict(settings, budget, cost, fits_len, source.name)
+    ok, reason = eng.verdict(settings, budget, cost, fits_len, source.name)
     shape = _shape(config, layout, step, dtype)
     if input_len is not None:
         decode_context = input_len + (output_len or 0) // 2
@@ -298,13 +297,13 @@ def _checkpoint_quantization(source: HFConfigSource, quantization: str) -> tuple
 
 def _rank_profile(source: HFConfigSource, settings: engines.EngineSettings, key: tuple[Any, ...],
                   step: TracedStep, profiles: dict[tuple[Any, ...], TracedStep] | None, *, dtype: str,
-                  compute_capability: tuple[int, int] | None, images: int) -> TracedStep:
+                  compute_capability: tuple[int, int] | None, images: int, num_seqs: int) -> TracedStep:
     """The profile run of one tensor-parallel rank (``profile.tp_rank_config``): its activation peak is
     what each GPU holds. ``step`` itself where tp is 1 or the class cannot be built per rank."""
     from gpuplan.models.sources import HFConfigSource
     from gpuplan.serve.profile import tp_rank_config
 
-    rank_config = tp_rank_config(source.config_dict, settings.tp) if settings.engine != "hf" else None
+    rank_config = tp_rank_config(source.config_dict, settings.tp) if engines.get_engine(settings.engine).paged else None
     if rank_config is None:
         return step
     rank_key = (*key, "tp", settings.tp)
@@ -312,7 +311,7 @@ def _rank_profile(source: HFConfigSource, settings: engines.EngineSettings, key:
     if rank is None:
         rank_source = HFConfigSource(source.name, rank_config, task=source.task, kind=source.kind)
         rank = trace_profile_run(rank_source, tokens=settings.max_num_batched_tokens,
-                                 num_seqs=1 if settings.engine == "hf" else settings.max_num_seqs, dtype=dtype,
+                                 num_seqs=num_seqs, dtype=dtype,
                                  compute_capability=compute_capability, images=images)
         if profiles is not None:
             profiles[rank_key] = rank
@@ -344,7 +343,7 @@ def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], s
     weights = step.param_bytes if settings.quantization == "none" else quantized_weight_bytes(
         step.params_count, settings.quantization)
     shards = settings.tp * settings.pp
-    rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if settings.engine != "hf" else 0
+    rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if engines.get_engine(settings.engine).paged else 0
     return -(-weights // shards) + rope
 
 
@@ -353,74 +352,20 @@ def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: Trac
     """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations)."""
     from gpuplan.memory.nccl import nccl_buffer_bytes
 
+    eng = engines.get_engine(settings.engine)
     weights = _weights_per_gpu(settings, config, step, dtype)
     activation = max(0, rank_step.rounded_peak_bytes - rank_step.param_bytes)
     non_torch = budgets.non_torch_bytes(gpu.compute_capability, gpu.vendor, gpu.arch)
-    if settings.engine != "hf":
+    if eng.paged:
         # the TP group's communicator, created before the profile run: vLLM 0.10.0 sees it as non-torch
         # memory (its baseline snapshot precedes the distributed init)
         non_torch += nccl_buffer_bytes(settings.tp, nvswitch="NVSwitch" in (gpu.interconnect or ""),
                                        compute_capability=gpu.compute_capability)
-    text = text_config(config)
-    hidden = int(text.get("hidden_size") or 0)
-    layout = kv_layout(config)
+    hidden = int(text_config(config).get("hidden_size") or 0)
+    graphs = eng.graph_bytes(settings, kv_layout(config).attention_layers, hidden, DTYPE_BYTES[dtype])
     context, _ = cuda_context_bytes(gpu.arch)
-    if settings.engine == "vllm":
-        largest = min(512, 2 * settings.max_num_seqs)
-        sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
-        graphs = budgets.cuda_graph_bytes(sizes, layout.attention_layers, hidden, DTYPE_BYTES[dtype], largest) \
-            if settings.cuda_graphs else 0
-        return budgets.vllm_budget(total, settings.gpu_memory_utilization, weights_bytes=weights,
-                                   activation_peak_bytes=activation, non_torch=non_torch, graphs=graphs,
-                                   context_bytes=context)
-    if settings.engine == "sglang":
-        largest = min(160, settings.max_num_seqs)
-        sizes = sum(1 for s in engines.VLLM_GRAPH_CAPTURE_SIZES if s <= largest)
-        graphs = budgets.cuda_graph_bytes(sizes, 0, hidden, DTYPE_BYTES[dtype], largest)
-        return budgets.sglang_budget(total, settings.gpu_memory_utilization, weights_bytes=weights,
-                                     context_bytes=context, activation_peak_bytes=activation, non_torch=non_torch,
-                                     graphs=graphs)
-    return budgets.hf_budget(total, weights_bytes=weights, activation_peak_bytes=activation, non_torch=non_torch,
-                             context_bytes=context)
-
-
-def _verdict(settings: engines.EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
-             name: str) -> tuple[bool, str]:
-    kv = budget.kv_cache_bytes
-    if settings.engine == "sglang":
-        if kv <= 0:
-            return False, f"RuntimeError: {engines.SGLANG_NO_CACHE_MESSAGE}"
-        outside = budget.activation_peak_bytes + budget.cuda_graph_bytes + budget.non_torch_bytes
-        if outside > budget.outside_pool_bytes:
-            return False, (f"activations + CUDA graphs need {outside / GIB:.2f} GiB outside the static pool, which "
-                           f"leaves {budget.outside_pool_bytes / GIB:.2f} GiB (1 − --mem-fraction-static): CUDA out "
-                           "of memory at graph capture; lower --mem-fraction-static")
-    elif kv <= 0:
-        return False, f"ValueError: {engines.VLLM_NO_CACHE_MESSAGE}" if settings.engine == "vllm" else (
-            "the weights and activations leave no memory for the KV cache")
-    needed = cost.sequence_bytes(settings.max_model_len)
-    if settings.engine == "vllm" and needed <= kv and budget.cuda_graph_bytes > budget.outside_pool_bytes:
-        return False, (f"torch.OutOfMemoryError: CUDA out of memory at CUDA-graph capture: the graphs need "
-                       f"{budget.cuda_graph_bytes / GIB:.2f} GiB, the KV cache leaves "
-                       f"{budget.outside_pool_bytes / GIB:.2f} GiB (vLLM 0.10.0 sizes the KV cache before capturing "
-                       "them); lower --gpu-memory-utilization or --max-num-seqs, or add --enforce-eager")
-    if needed > kv and settings.engine == "sglang":
-        # SGLang starts anyway and caps each request (scheduler: max_req_input_len = min(context_len − 1,
-        # max_total_num_tokens − 1))
-        return True, (f"{name} starts with {kv / GIB:.2f} GiB of KV cache per GPU ({cost.cache_tokens(kv):,} tokens); "
-                      f"SGLang caps each request at {min(fits_len, settings.max_model_len) - 1:,} tokens, below "
-                      f"--context-length {settings.max_model_len:,}")
-    if needed > kv:
-        if settings.engine == "vllm":
-            return False, (f"ValueError: To serve at least one request with the models's max seq len "
-                           f"({settings.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which is larger "
-                           f"than the available KV cache memory ({kv / GIB:.2f} GiB). Based on the available memory, "
-                           f"the estimated maximum model length is {fits_len}. Try increasing "
-                           "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
-        return False, (f"one sequence of --max-model-len {settings.max_model_len:,} needs {needed / GIB:.2f} GiB "
-                       f"of KV, {kv / GIB:.2f} GiB are left; the longest that fits is {fits_len:,}")
-    return True, (f"{name} serves with {kv / GIB:.2f} GiB of KV cache per GPU "
-                  f"({cost.cache_tokens(kv):,} tokens)")
+    return eng.budget(settings, total_bytes=total, weights_bytes=weights, activation_peak_bytes=activation,
+                      non_torch=non_torch, context_bytes=context, graphs=graphs)
 
 
 def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str) -> ModelShape:
@@ -469,17 +414,14 @@ def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: Trace
     elif tp > 1:
         notes.append("activation peak per GPU taken unsharded (an upper bound: this model class cannot be built "
                      "with one rank's heads, so the MLP and attention intermediates are not split)")
-    if tp > 1 and settings.engine != "hf":
+    if tp > 1 and engines.get_engine(settings.engine).paged:
         notes.append("non-torch includes the TP communicator's NCCL buffers (16 channels × Simple 4 MiB + LL128 "
                      "4.69 MiB + LL 0.5 MiB, NCCL init.cc; + 288 MiB NVLS on NVSwitch ≥ sm90 with > 2 ranks, vLLM "
                      "#9699's NCCL log); vLLM's custom all-reduce buffers are not counted")
         if layout.kind != "mla" and tp > layout.kv_heads:
             notes.append(f"--tp {tp} > {layout.kv_heads} KV heads: vLLM replicates each KV head on "
                          f"{tp // layout.kv_heads} ranks (every rank caches one head)")
-    if settings.engine == "vllm":
-        notes.append(f"CUDA graphs: piecewise, {budgets.GRAPH_BYTES_PER_CAPTURE // 1024} KiB per captured graph "
-                     "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs; captured "
-                     "after the KV cache is sized, so not subtracted from it (vLLM 0.10.0; ≥ 0.21 subtracts them)")
+    notes.extend(engines.get_engine(settings.engine).notes(settings))
     if layout.sliding_layers:
         notes.append("sliding-window layers hold at most window − 1 + max_num_batched_tokens tokens per sequence "
                      "(vLLM SlidingWindowSpec), not the whole context")

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from gpuplan.errors import ConfigError
+from gpuplan.serve import budget as budgets
 from gpuplan.units import GIB
 
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "hf")
-ENGINE_VERSIONS: dict[str, str] = {"vllm": "0.10.0", "sglang": "0.4.6", "hf": "transformers 5"}
+if TYPE_CHECKING:
+    from gpuplan.serve.kv import KVCost
+
 VLLM_BLOCK_SIZE = 16
 VLLM_GRAPH_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
 """vllm/config.py: cudagraph_capture_sizes when none are given (max_capture_size 512)."""
@@ -76,7 +79,7 @@ class EngineSettings:
 
     @property
     def version(self) -> str:
-        return ENGINE_VERSIONS[self.engine]
+        return get_engine(self.engine).version
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.engine, "version": self.version, "tensor_parallel_size": self.tp,
@@ -86,22 +89,117 @@ class EngineSettings:
                 "block_size": self.block_size, "quantization": self.quantization, "cuda_graphs": self.cuda_graphs}
 
 
-def default_batched_tokens(engine: str, device_bytes: int, large_not_a100: bool, *, llm_class: bool = False) -> int:
-    if engine == "sglang":
-        return SGLANG_CHUNKED_PREFILL
-    if engine == "hf":
-        return 0
-    large = device_bytes >= VLLM_LARGE_DEVICE_BYTES and large_not_a100
-    return (VLLM_LLM_CLASS_BATCHED_TOKENS if llm_class else VLLM_SERVER_BATCHED_TOKENS)[large]
+def _ok(name: str, kv: int, cost: KVCost) -> tuple[bool, str]:
+    return True, f"{name} serves with {kv / GIB:.2f} GiB of KV cache per GPU ({cost.cache_tokens(kv):,} tokens)"
 
 
-def default_max_num_seqs(engine: str, device_bytes: int, large_not_a100: bool) -> int:
-    return VLLM_MAX_NUM_SEQS[device_bytes >= VLLM_LARGE_DEVICE_BYTES and large_not_a100] if engine == "vllm" else 256
+class Engine(Protocol):
+    """A serving engine as gpuplan models it: its defaults, how it splits a GPU's memory, when it refuses to
+    start and the command line that launches it. One implementation per engine; ``serve.capacity`` asks
+    the engine instead of branching on its name."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV page."""
+        ...
+
+    @property
+    def paged(self) -> bool:
+        """A paged KV cache with its own budget flag (fp8 KV allowed, CUDA graphs, rotary caches, TP ranks)."""
+        ...
+
+    @property
+    def profiles_images(self) -> bool:
+        """The profile run encodes dummy images first for a vision-language model (serve/profile.py)."""
+        ...
+
+    def default_utilization(self, tp: int) -> float: ...
+
+    def default_batched_tokens(self, device_bytes: int, large_not_a100: bool, *, llm_class: bool,
+                               context: int) -> int: ...
+
+    def default_max_num_seqs(self, device_bytes: int, large_not_a100: bool) -> int: ...
+
+    def profile_num_seqs(self, max_num_seqs: int) -> int: ...
+
+    def graph_bytes(self, s: EngineSettings, attention_layers: int, hidden_size: int, dtype_bytes: int) -> int: ...
+
+    def budget(self, s: EngineSettings, *, total_bytes: int, weights_bytes: int, activation_peak_bytes: int,
+               non_torch: int, context_bytes: int, graphs: int) -> budgets.Budget: ...
+
+    def verdict(self, s: EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
+                name: str) -> tuple[bool, str]: ...
+
+    def command(self, s: EngineSettings) -> str: ...
+
+    def notes(self, s: EngineSettings) -> tuple[str, ...]:
+        """What the answer assumes of this engine beyond its defaults."""
+        ...
 
 
-def command(s: EngineSettings) -> str:
-    """The launch command line for the settings (flags each engine's own parser accepts)."""
-    if s.engine == "vllm":
+@dataclass(frozen=True, slots=True)
+class VLLM:
+    """vLLM 0.10.0, V1 engine (module docstring for the files each default is read from)."""
+
+    name: str = "vllm"
+    version: str = "0.10.0"
+    block_size: int = VLLM_BLOCK_SIZE
+    paged: bool = True
+    profiles_images: bool = True
+
+    def default_utilization(self, tp: int) -> float:
+        return 0.9
+
+    def default_batched_tokens(self, device_bytes: int, large_not_a100: bool, *, llm_class: bool,
+                               context: int) -> int:
+        large = device_bytes >= VLLM_LARGE_DEVICE_BYTES and large_not_a100
+        return (VLLM_LLM_CLASS_BATCHED_TOKENS if llm_class else VLLM_SERVER_BATCHED_TOKENS)[large]
+
+    def default_max_num_seqs(self, device_bytes: int, large_not_a100: bool) -> int:
+        return VLLM_MAX_NUM_SEQS[device_bytes >= VLLM_LARGE_DEVICE_BYTES and large_not_a100]
+
+    def profile_num_seqs(self, max_num_seqs: int) -> int:
+        return max_num_seqs
+
+    def graph_bytes(self, s: EngineSettings, attention_layers: int, hidden_size: int, dtype_bytes: int) -> int:
+        if not s.cuda_graphs:
+            return 0
+        largest = min(512, 2 * s.max_num_seqs)
+        sizes = sum(1 for size in VLLM_GRAPH_CAPTURE_SIZES if size <= largest)
+        return budgets.cuda_graph_bytes(sizes, attention_layers, hidden_size, dtype_bytes, largest)
+
+    def budget(self, s: EngineSettings, *, total_bytes: int, weights_bytes: int, activation_peak_bytes: int,
+               non_torch: int, context_bytes: int, graphs: int) -> budgets.Budget:
+        return budgets.vllm_budget(total_bytes, s.gpu_memory_utilization, weights_bytes=weights_bytes,
+                                   activation_peak_bytes=activation_peak_bytes, non_torch=non_torch, graphs=graphs,
+                                   context_bytes=context_bytes)
+
+    def verdict(self, s: EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
+                name: str) -> tuple[bool, str]:
+        kv = budget.kv_cache_bytes
+        if kv <= 0:
+            return False, f"ValueError: {VLLM_NO_CACHE_MESSAGE}"
+        needed = cost.sequence_bytes(s.max_model_len)
+        if needed > kv:  # kv_cache_utils.check_enough_kv_cache_memory
+            return False, (f"ValueError: To serve at least one request with the models's max seq len "
+                           f"({s.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which is larger "
+                           f"than the available KV cache memory ({kv / GIB:.2f} GiB). Based on the available memory, "
+                           f"the estimated maximum model length is {fits_len}. Try increasing "
+                           "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+        if budget.cuda_graph_bytes > budget.outside_pool_bytes:
+            return False, (f"torch.OutOfMemoryError: CUDA out of memory at CUDA-graph capture: the graphs need "
+                           f"{budget.cuda_graph_bytes / GIB:.2f} GiB, the KV cache leaves "
+                           f"{budget.outside_pool_bytes / GIB:.2f} GiB (vLLM 0.10.0 sizes the KV cache before "
+                           "capturing them); lower --gpu-memory-utilization or --max-num-seqs, or add --enforce-eager")
+        return _ok(name, kv, cost)
+
+    def command(self, s: EngineSettings) -> str:
         args = ["vllm", "serve", s.model_id, "--tensor-parallel-size", str(s.tp),
                 "--pipeline-parallel-size", str(s.pp), "--max-model-len", str(s.max_model_len),
                 "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}",
@@ -110,7 +208,66 @@ def command(s: EngineSettings) -> str:
         if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
         return shlex.join(args)
-    if s.engine == "sglang":
+
+    def notes(self, s: EngineSettings) -> tuple[str, ...]:
+        return (f"CUDA graphs: piecewise, {budgets.GRAPH_BYTES_PER_CAPTURE // 1024} KiB per captured graph "
+                "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs; captured "
+                "after the KV cache is sized, so not subtracted from it (vLLM 0.10.0; ≥ 0.21 subtracts them)",)
+
+
+@dataclass(frozen=True, slots=True)
+class SGLang:
+    """SGLang 0.4.6 (``server_args.py``, ``model_runner.py``)."""
+
+    name: str = "sglang"
+    version: str = "0.4.6"
+    block_size: int = SGLANG_PAGE_SIZE
+    paged: bool = True
+    profiles_images: bool = False
+
+    def default_utilization(self, tp: int) -> float:
+        return sglang_mem_fraction_static(tp)
+
+    def default_batched_tokens(self, device_bytes: int, large_not_a100: bool, *, llm_class: bool,
+                               context: int) -> int:
+        return SGLANG_CHUNKED_PREFILL
+
+    def default_max_num_seqs(self, device_bytes: int, large_not_a100: bool) -> int:
+        return 256
+
+    def profile_num_seqs(self, max_num_seqs: int) -> int:
+        return max_num_seqs
+
+    def graph_bytes(self, s: EngineSettings, attention_layers: int, hidden_size: int, dtype_bytes: int) -> int:
+        largest = min(160, s.max_num_seqs)  # full graphs (no pieces), batch sizes up to 160
+        sizes = sum(1 for size in VLLM_GRAPH_CAPTURE_SIZES if size <= largest)
+        return budgets.cuda_graph_bytes(sizes, 0, hidden_size, dtype_bytes, largest)
+
+    def budget(self, s: EngineSettings, *, total_bytes: int, weights_bytes: int, activation_peak_bytes: int,
+               non_torch: int, context_bytes: int, graphs: int) -> budgets.Budget:
+        return budgets.sglang_budget(total_bytes, s.gpu_memory_utilization, weights_bytes=weights_bytes,
+                                     context_bytes=context_bytes, activation_peak_bytes=activation_peak_bytes,
+                                     non_torch=non_torch, graphs=graphs)
+
+    def verdict(self, s: EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
+                name: str) -> tuple[bool, str]:
+        kv = budget.kv_cache_bytes
+        if kv <= 0:
+            return False, f"RuntimeError: {SGLANG_NO_CACHE_MESSAGE}"
+        outside = budget.activation_peak_bytes + budget.cuda_graph_bytes + budget.non_torch_bytes
+        if outside > budget.outside_pool_bytes:
+            return False, (f"activations + CUDA graphs need {outside / GIB:.2f} GiB outside the static pool, which "
+                           f"leaves {budget.outside_pool_bytes / GIB:.2f} GiB (1 − --mem-fraction-static): CUDA out "
+                           "of memory at graph capture; lower --mem-fraction-static")
+        if cost.sequence_bytes(s.max_model_len) > kv:
+            # SGLang starts anyway and caps each request (scheduler: max_req_input_len = min(context_len − 1,
+            # max_total_num_tokens − 1))
+            return True, (f"{name} starts with {kv / GIB:.2f} GiB of KV cache per GPU ({cost.cache_tokens(kv):,} "
+                          f"tokens); SGLang caps each request at {min(fits_len, s.max_model_len) - 1:,} tokens, "
+                          f"below --context-length {s.max_model_len:,}")
+        return _ok(name, kv, cost)
+
+    def command(self, s: EngineSettings) -> str:
         args = ["python", "-m", "sglang.launch_server", "--model-path", s.model_id, "--tp-size", str(s.tp),
                 "--context-length", str(s.max_model_len), "--mem-fraction-static", f"{s.gpu_memory_utilization:g}",
                 "--chunked-prefill-size", str(s.max_num_batched_tokens), "--max-running-requests", str(s.max_num_seqs)]
@@ -121,9 +278,82 @@ def command(s: EngineSettings) -> str:
         if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
         return shlex.join(args)
-    load = {"none": "", "int8": ", load_in_8bit=True", "int4": ", load_in_4bit=True", "fp8": ""}[s.quantization]
-    return (f"python -c \"from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained("
-            f"'{s.model_id}', dtype='auto', device_map='auto'{load})\"")
+
+    def notes(self, s: EngineSettings) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class HFGenerate:
+    """transformers' ``model.generate()`` with ``device_map='auto'``: no budget flag, one sequence's cache."""
+
+    name: str = "hf"
+    version: str = "transformers 5"
+    block_size: int = 1
+    paged: bool = False
+    profiles_images: bool = False
+
+    def default_utilization(self, tp: int) -> float:
+        return 1.0
+
+    def default_batched_tokens(self, device_bytes: int, large_not_a100: bool, *, llm_class: bool,
+                               context: int) -> int:
+        return context  # the whole prompt in one forward
+
+    def default_max_num_seqs(self, device_bytes: int, large_not_a100: bool) -> int:
+        return 256
+
+    def profile_num_seqs(self, max_num_seqs: int) -> int:
+        return 1
+
+    def graph_bytes(self, s: EngineSettings, attention_layers: int, hidden_size: int, dtype_bytes: int) -> int:
+        return 0
+
+    def budget(self, s: EngineSettings, *, total_bytes: int, weights_bytes: int, activation_peak_bytes: int,
+               non_torch: int, context_bytes: int, graphs: int) -> budgets.Budget:
+        return budgets.hf_budget(total_bytes, weights_bytes=weights_bytes, activation_peak_bytes=activation_peak_bytes,
+                                 non_torch=non_torch, context_bytes=context_bytes)
+
+    def verdict(self, s: EngineSettings, budget: budgets.Budget, cost: KVCost, fits_len: int,
+                name: str) -> tuple[bool, str]:
+        kv = budget.kv_cache_bytes
+        if kv <= 0:
+            return False, "the weights and activations leave no memory for the KV cache"
+        needed = cost.sequence_bytes(s.max_model_len)
+        if needed > kv:
+            return False, (f"one sequence of --max-model-len {s.max_model_len:,} needs {needed / GIB:.2f} GiB "
+                           f"of KV, {kv / GIB:.2f} GiB are left; the longest that fits is {fits_len:,}")
+        return _ok(name, kv, cost)
+
+    def command(self, s: EngineSettings) -> str:
+        load = {"none": "", "int8": ", load_in_8bit=True", "int4": ", load_in_4bit=True", "fp8": ""}[s.quantization]
+        return (f"python -c \"from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained("
+                f"'{s.model_id}', dtype='auto', device_map='auto'{load})\"")
+
+    def notes(self, s: EngineSettings) -> tuple[str, ...]:
+        return ()
+
+
+_ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), SGLang(), HFGenerate())}
+ENGINES: tuple[str, ...] = tuple(_ENGINES)
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name`` (a one-line error naming the allowed ones otherwise)."""
+    return _ENGINES[check_engine(name)]
+
+
+def default_batched_tokens(engine: str, device_bytes: int, large_not_a100: bool, *, llm_class: bool = False) -> int:
+    return get_engine(engine).default_batched_tokens(device_bytes, large_not_a100, llm_class=llm_class, context=0)
+
+
+def default_max_num_seqs(engine: str, device_bytes: int, large_not_a100: bool) -> int:
+    return get_engine(engine).default_max_num_seqs(device_bytes, large_not_a100)
+
+
+def command(s: EngineSettings) -> str:
+    """The launch command line for the settings (flags each engine's own parser accepts)."""
+    return get_engine(s.engine).command(s)
 
 
 # gpuplan's weight-only schemes → the engines' --quantization values for such checkpoints
