@@ -388,6 +388,10 @@ def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path
     (["--quantization", "int4"], lambda r: "--quantization awq" in r["command"]),
     (["--tp", "2", "--pp", "2"], lambda r: r["engine"]["tensor_parallel_size"] == 2 and r["kv_bytes_per_token"] == 128),
     (["--input-len", "32", "--output-len", "16", "--rate", "4"], lambda r: r["rate"]["gpus"] >= 1),
+    (["--input-len", "32", "--output-len", "16", "--rate", "4", "--ttft-slo", "1", "--itl-slo", "1"],
+     lambda r: r["slo"]["met"] and r["rate"]["ttft_p99_s"] <= 1),
+    (["--context", "64", "--itl-slo", "1"], lambda r: r["slo"]["concurrency"] >= 1 and r["decode"]["step_s"] <= 1),
+    (["--context", "64", "--ttft-slo", "1"], lambda r: r["slo"]["concurrency"] >= 1),
 ])
 def test_serve_option(tiny_gpt2: str, flags: list[str], check: Any) -> None:
     # gpuplan serve: every engine, KV dtype, quantization and answer form on the tiny GPT-2 (tests/serve)

@@ -1,7 +1,7 @@
 """``gpuplan serve MODEL --gpu GPU [--tp N] [--pp N] [--engine vllm|sglang|hf] [--max-model-len L]
 [--context L --concurrency C | --input-len I --output-len O --rate R] [--gpu-memory-utilization U]
 [--kv-cache-dtype auto|fp8] [--max-num-batched-tokens T] [--max-num-seqs S] [--quantization ...]
-[--prices FILE] [--json]``.
+[--ttft-slo S] [--itl-slo S] [--prices FILE] [--json]``.
 
 Exit 0 when the engine starts and the asked concurrency fits, 1 when it would refuse to start or the
 concurrency does not fit, 2 on a usage error."""
@@ -43,6 +43,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="most sequences in one step (default: the engine's)")
     parser.add_argument("--quantization", choices=WEIGHT_QUANTS, default="none",
                         help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant)")
+    parser.add_argument("--ttft-slo", type=positive_float("a time to first token target"), default=None,
+                        metavar="SECONDS", help="time-to-first-token target: the largest concurrency (or, with --rate, "
+                        "the replicas) meeting it at p99")
+    parser.add_argument("--itl-slo", type=positive_float("an inter-token latency target"), default=None,
+                        metavar="SECONDS", help="inter-token latency target: the largest decode batch meeting it")
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
     add_output_arguments(parser)
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                    input_len=args.input_len, output_len=args.output_len, rate=args.rate,
                    gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
                    max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-                   quantization=args.quantization, prices=prices)
+                   quantization=args.quantization, prices=prices, ttft_slo=args.ttft_slo, itl_slo=args.itl_slo)
     from gpuplan.cli.pictures import serve_figure, serve_sections, write_outputs
 
     data = result.to_dict()
@@ -75,4 +80,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(result)
-    return 0 if result.ok and result.concurrency_fits else 1
+    return 0 if result.ok and result.concurrency_fits and result.slo_met is not False else 1

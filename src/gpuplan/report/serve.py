@@ -45,6 +45,8 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
                    "tokens_per_s": r.decode_tokens_per_s,
                    "tokens_per_s_per_sequence": 1 / r.decode.seconds if r.decode.seconds > 0 else 0.0,
                    "compute_bound_batch": r.compute_bound_batch, **r.decode.to_dict()},
+        "slo": None if r.slo_met is None else {
+            "ttft_slo_s": r.ttft_slo_s, "itl_slo_s": r.itl_slo_s, "concurrency": r.slo_concurrency, "met": r.slo_met},
         "engine": r.settings.to_dict(),
         "command": r.command,
         "assumptions": list(r.assumptions),
@@ -54,7 +56,10 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
         out["rate"] = {"requests_per_s": q.rate_per_s, "input_len": q.input_len, "output_len": q.output_len,
                        "concurrency_per_replica": q.concurrency_per_replica,
                        "requests_per_s_per_replica": q.requests_per_s_per_replica, "replicas": q.replicas,
-                       "gpus": q.gpus, "gpu": q.gpu, "usd_per_million_output_tokens": q.usd_per_million_output_tokens}
+                       "gpus": q.gpus, "gpu": q.gpu, "usd_per_million_output_tokens": q.usd_per_million_output_tokens,
+                       "itl_s": q.itl_s, "ttft_s": q.ttft_s, "utilization": q.utilization,
+                       "ttft_p50_s": q.ttft_p50_s, "ttft_p99_s": q.ttft_p99_s, "e2e_p50_s": q.e2e_p50_s,
+                       "e2e_p99_s": q.e2e_p99_s, "queue_model": "M/D/c, Allen-Cunneen (serve/latency.py)"}
     return out
 
 
@@ -86,6 +91,12 @@ def render_serve(r: ServeResult) -> str:
               f"({r.decode_tokens_per_s:,.0f} tokens/s)"]
     if r.compute_bound_batch is not None:
         lines.append(f"  decode turns compute-bound above a batch of ~{r.compute_bound_batch:,}")
+    if r.slo_met is not None and r.rate is None:
+        targets = ", ".join(f"{name} {format_seconds(v)}" for name, v in (("TTFT", r.ttft_slo_s), ("ITL", r.itl_slo_s))
+                            if v is not None)
+        lines.append(f"latency targets ({targets}): at most {r.slo_concurrency or 0:,} concurrent sequences meet them"
+                     + ("" if r.concurrency is None else f" ({r.concurrency:,} asked: "
+                        f"{'met' if r.slo_met else 'NOT met'})"))
     if r.rate is not None:
         q = r.rate
         line = (f"for {q.rate_per_s:g} req/s of {q.input_len:,} in / {q.output_len:,} out: {q.replicas:,} replica(s) "
@@ -94,6 +105,14 @@ def render_serve(r: ServeResult) -> str:
         if q.usd_per_million_output_tokens is not None:
             line += f", ${q.usd_per_million_output_tokens:.3f} per million output tokens"
         lines.append(line)
+        if q.replicas:
+            lines.append(f"  latency at {q.utilization:.0%} load (M/D/c queue): TTFT p50 "
+                         f"{format_seconds(q.ttft_p50_s)}, p99 {format_seconds(q.ttft_p99_s)}; ITL "
+                         f"{format_seconds(q.itl_s)}; request p50 {format_seconds(q.e2e_p50_s)}, p99 "
+                         f"{format_seconds(q.e2e_p99_s)}")
+        elif r.slo_met is False:
+            lines.append("  no replica count meets the latency targets (the prefill or one decode step alone misses "
+                         "them)")
     lines += ["launch:", f"  {r.command}", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
     return "\n".join(lines)
 

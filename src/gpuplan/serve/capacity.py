@@ -10,6 +10,7 @@ GPU (serve/budget.py) → KV tokens, concurrency, longest context → prefill / 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from gpuplan.serve.kv import (
     model_dtype,
     text_config,
 )
+from gpuplan.serve.latency import largest_batch, replicas_for, slot_wait
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
 from gpuplan.workload import WEIGHT_QUANTS, Workload
 
@@ -53,6 +55,16 @@ class RateAnswer:
     gpus: int
     gpu: str
     usd_per_million_output_tokens: float | None = None
+    itl_s: float = 0.0
+    """Decode step at the replica's concurrency (inter-token latency)."""
+    ttft_s: float = 0.0
+    """One request's prefill, without queueing."""
+    utilization: float = 0.0
+    """Offered load over the slots at the chosen replica count (queue model: serve/latency.py)."""
+    ttft_p50_s: float = 0.0
+    ttft_p99_s: float = 0.0
+    e2e_p50_s: float = 0.0
+    e2e_p99_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +96,10 @@ class ServeResult:
     params_count: int = 0
     max_concurrency_at_max_model_len: int = 0
     """The worst case: sequences that each grow to the engine's --max-model-len."""
+    ttft_slo_s: float | None = None
+    itl_slo_s: float | None = None
+    slo_concurrency: int | None = None
+    """The largest concurrency meeting --ttft-slo / --itl-slo (None: no target asked; 0: none meets them)."""
 
     @property
     def layout(self) -> KVLayout:
@@ -92,6 +108,17 @@ class ServeResult:
     @property
     def concurrency_fits(self) -> bool:
         return self.concurrency is None or self.concurrency <= self.max_concurrency
+
+    @property
+    def slo_met(self) -> bool | None:
+        """Whether the asked --concurrency (or the --rate answer) meets the latency targets; None: none asked."""
+        if self.ttft_slo_s is None and self.itl_slo_s is None:
+            return None
+        if self.rate is not None:
+            return self.rate.replicas > 0 and self.rate.concurrency_per_replica > 0
+        if self.concurrency is not None:
+            return self.slo_concurrency is not None and self.concurrency <= self.slo_concurrency
+        return bool(self.slo_concurrency)
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -148,6 +175,8 @@ def serve(
     total_memory_bytes: int | None = None,
     llm_class: bool = False,
     prices: dict[str, float] | None = None,
+    ttft_slo: float | None = None,
+    itl_slo: float | None = None,
     trace_compute_capability: tuple[int, int] | None = None,
     profiles: dict[tuple[Any, ...], TracedStep] | None = None,
 ) -> ServeResult:
@@ -168,6 +197,9 @@ def serve(
         raise ConfigError(f"unknown --quantization {quantization!r} (allowed: {', '.join(WEIGHT_QUANTS)})")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ConfigError(f"--rate {rate!r} must be a positive number of requests per second")
+    for flag, target_s in (("--ttft-slo", ttft_slo), ("--itl-slo", itl_slo)):
+        if target_s is not None and not (target_s > 0 and math.isfinite(target_s)):
+            raise ConfigError(f"{flag} {target_s!r} must be a positive number of seconds (e.g. 0.05)")
     if rate is not None and (input_len is None or output_len is None):
         raise ConfigError("--rate needs --input-len and --output-len (tokens in and out per request)")
     source = _decoder_source(model)
@@ -248,20 +280,31 @@ def serve(
         decode_context = input_len + (output_len or 0) // 2
     else:
         decode_context = context_used
+    prefill_tokens = input_len or context_used
+
+    def step_at(b: int) -> PhaseTime:
+        return decode_step(shape, target, tp, batch=b, context=decode_context,
+                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization)
+
+    slo_conc = None
+    if ttft_slo is not None or itl_slo is not None:
+        slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, shape, target, tp, prefill_tokens, quantization,
+                                    ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo)
     rate_answer = None
     if rate is not None and input_len is not None and output_len is not None:
-        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices)
+        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices,
+                            ttft_slo=ttft_slo, itl_slo=itl_slo)
     # the time line is for the batch the answer runs: the asked concurrency, the rate's per-replica
-    # concurrency (the same batch as the rate line), else as many as fit
+    # concurrency (the same batch as the rate line), the latency targets' concurrency, else as many as fit
     if concurrency is not None:
         batch = concurrency
     elif rate_answer is not None:
         batch = max(1, rate_answer.concurrency_per_replica)
+    elif slo_conc is not None:
+        batch = max(1, slo_conc)
     else:
         batch = max(1, min(max_conc, seqs))
-    decode = decode_step(shape, target, tp, batch=batch, context=decode_context,
-                         kv_read_bytes=batch * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization)
-    prefill_tokens = input_len or context_used
+    decode = step_at(batch)
     first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization)
     return ServeResult(
         model=source.name, gpu=target, settings=settings, budget=budget, kv=cost, ok=ok, reason=reason,
@@ -269,7 +312,8 @@ def serve(
         max_model_len_fits=fits_len, prefill=first, prefill_tokens=prefill_tokens, decode=decode,
         decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
         command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
-        params_count=step.params_count, max_concurrency_at_max_model_len=worst)
+        params_count=step.params_count, max_concurrency_at_max_model_len=worst, ttft_slo_s=ttft_slo,
+        itl_slo_s=itl_slo, slo_concurrency=slo_conc)
 
 
 _CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "int4", "gptq": "int4", "awq": "int4"}
@@ -376,25 +420,56 @@ def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: st
                       int(text.get("hidden_size") or 0), layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype])
 
 
+def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], shape: ModelShape, gpu: GPU, tp: int,
+                     prompt_tokens: int, quantization: str, *, ttft_slo: float | None,
+                     itl_slo: float | None) -> int:
+    """The largest concurrency whose decode step is within --itl-slo and whose prompts, arriving together
+    and prefilled back to back (chunked prefill), all see their first token within --ttft-slo."""
+    def meets(b: int) -> bool:
+        if itl_slo is not None and step_at(b).seconds > itl_slo:
+            return False
+        return ttft_slo is None or prefill(shape, gpu, tp, tokens=b * prompt_tokens,
+                                           weight_quant=quantization).seconds <= ttft_slo
+
+    return largest_batch(limit, meets)
+
+
 def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: budgets.Budget,
           settings: engines.EngineSettings, shape: ModelShape, gpu: GPU,
-          prices: dict[str, float] | None) -> RateAnswer:
-    """Little's law per replica: each request holds a slot for TTFT + output_len decode steps."""
-    conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
-    per_replica = 0.0
-    if conc > 0:
-        step = decode_step(shape, gpu, settings.tp, batch=conc, context=input_len + output_len // 2,
-                           kv_read_bytes=conc * cost.sequence_bytes(input_len + output_len // 2) * settings.pp,
+          prices: dict[str, float] | None, *, ttft_slo: float | None = None,
+          itl_slo: float | None = None) -> RateAnswer:
+    """Replicas for ``rate``: each replica runs ``conc`` slots (KV, --max-num-seqs, --itl-slo); its prefills
+    run one after another, so a slot turns over every ``conc × TTFT + output_len × ITL`` (the capacity of
+    Little's law); the slot wait is the M/D/c queue of serve/latency.py, and with --ttft-slo the replica
+    count grows until the p99 TTFT (prefill + p99 wait) meets it."""
+    context = input_len + output_len // 2
+
+    def step_at(b: int) -> PhaseTime:
+        return decode_step(shape, gpu, settings.tp, batch=b, context=context,
+                           kv_read_bytes=b * cost.sequence_bytes(context) * settings.pp,
                            weight_quant=settings.quantization)
-        ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization)
-        per_replica = conc / (ttft.seconds * conc + output_len * step.seconds)
-    replicas = math.ceil(rate / per_replica) if per_replica > 0 else 0
+
+    conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
+    if itl_slo is not None:
+        conc = largest_batch(conc, lambda b: step_at(b).seconds <= itl_slo)
+    ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization).seconds
+    if conc == 0:
+        return RateAnswer(rate, input_len, output_len, 0, 0.0, 0, 0, gpu.id, None, ttft_s=ttft)
+    itl = step_at(conc).seconds
+    service = conc * ttft + output_len * itl
+    per_replica = conc / service
+    replicas = replicas_for(rate, conc, service, ttft_s=ttft, ttft_slo_s=ttft_slo)
     gpus = replicas * settings.tp * settings.pp
     usd = None
-    if prices is not None and gpu.id in prices and per_replica > 0:
+    if prices is not None and gpu.id in prices:
         tokens_per_hour = per_replica * output_len * 3600
         usd = prices[gpu.id] * settings.tp * settings.pp / tokens_per_hour * 1e6
-    return RateAnswer(rate, input_len, output_len, conc, per_replica, replicas, gpus, gpu.id, usd)
+    wait = slot_wait(rate / replicas, conc, service) if replicas else slot_wait(rate, conc, service)
+    decode = output_len * itl
+    return RateAnswer(rate, input_len, output_len, conc, per_replica, replicas, gpus, gpu.id, usd, itl_s=itl,
+                      ttft_s=ttft, utilization=wait.utilization, ttft_p50_s=ttft + wait.wait_p50_s,
+                      ttft_p99_s=ttft + wait.wait_p99_s, e2e_p50_s=ttft + decode + wait.wait_p50_s,
+                      e2e_p99_s=ttft + decode + wait.wait_p99_s)
 
 
 def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: TracedStep, tp: int,
