@@ -121,6 +121,12 @@ class RunResult:
     attention_backends: dict[str, int] = field(default_factory=dict)
     decode_steps_traced: int = 0
     decode_steps_full: int = 0
+    accum_steps_traced: int = 0
+    """Training: micro-batches traced (at most trace/accumulation.py's ACCUM_STEPS_TRACED) of
+    ``accum_steps_full``."""
+    accum_steps_full: int = 0
+    accum_last_ops: tuple[int, int] = (0, 0)
+    """[start, end) indices in ``trace.ops`` of the last traced micro-batch's forward, loss and backward."""
     module_params: dict[str, int] = field(default_factory=dict)
     """module path -> elements of the parameters it owns (a tied weight counted once, at its first
     owner): the planner's split of parameters per block and outside the blocks."""

@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from gpuplan.errors import TraceError
 from gpuplan.models.sources import Inputs, ModelSource
+from gpuplan.trace.accumulation import ACCUM_STEPS_TRACED
 from gpuplan.trace.adapt import adapt_model
 from gpuplan.trace.cuda_semantics import AttentionPolicy, CudaAttention, CudaAutocast
 from gpuplan.trace.modules import ModuleScope
@@ -378,7 +379,8 @@ class StepRunner:
         inputs = self.source.inputs(model, w)
         # on fake tensors a few decode steps are traced and the rest extrapolated (trace/decode.py)
         step = StepProgram(self.source, w, model, optimizer, inputs, semantics,
-                           decode_steps_limit=DECODE_STEPS_TRACED if self.fake else None)
+                           decode_steps_limit=DECODE_STEPS_TRACED if self.fake else None,
+                           accum_steps_limit=ACCUM_STEPS_TRACED if self.fake else None)
         if w.trains:
             step.warm_up()
         self._register_existing(recorder, model, optimizer, inputs)
@@ -401,6 +403,9 @@ class StepRunner:
             attention_backends=dict(attention.choices),
             decode_steps_traced=step.decode_steps_traced,
             decode_steps_full=max(0, w.new_tokens - 1) if w.mode == "generate" else 0,
+            accum_steps_traced=step.accum_steps_traced,
+            accum_steps_full=w.grad_accum if w.trains else 0,
+            accum_last_ops=step.accum_last_ops,
             module_params=module_params,
             module_param_sizes=module_param_sizes,
             trainable_params=trainable,
@@ -453,7 +458,7 @@ class StepProgram:
 
     def __init__(self, source: ModelSource, workload: Workload, model: nn.Module, optimizer: Any, inputs: Inputs,
                  semantics: Semantics, *, unwrapped: nn.Module | None = None,
-                 decode_steps_limit: int | None = None) -> None:
+                 decode_steps_limit: int | None = None, accum_steps_limit: int | None = None) -> None:
         self.source = source
         self.w = workload
         self.model = model
@@ -465,6 +470,10 @@ class StepProgram:
         inner = unwrapped if unwrapped is not None else model
         self.is_hf_lm = hasattr(inner, "config") and hasattr(inner, "get_output_embeddings")
         self.decode_steps_traced = 0
+        self.accum_steps_limit = accum_steps_limit
+        """Micro-batches to run at most (None: all ``grad_accum``; trace/accumulation.py)."""
+        self.accum_steps_traced = 0
+        self.accum_last_ops: tuple[int, int] = (0, 0)
 
     def warm_up(self) -> None:
         """Bring the optimizer to its steady state (state tensors exist, as in every step after
@@ -507,7 +516,11 @@ class StepProgram:
     def train_step(self, recorder: Recorder | None = None) -> None:
         record = recorder is not None
         rec = _phase_sink(recorder)
-        for _ in range(self.w.grad_accum):
+        steps = self.w.grad_accum
+        if self.accum_steps_limit is not None:
+            steps = min(steps, self.accum_steps_limit)
+        for index in range(steps):
+            first_op = len(rec.trace.ops)
             rec.enter("forward")
             with self.semantics.forward():
                 # Training keeps no KV cache (transformers turns it off under checkpointing; a cache
@@ -534,6 +547,9 @@ class StepProgram:
                     if p.grad is not None:
                         sid = rec.register(p.grad, category="gradients")
                         rec.set_storage_block(sid, rec.block_of(name))
+            if index == steps - 1:
+                self.accum_last_ops = (first_op, len(rec.trace.ops))
+        self.accum_steps_traced = steps
         if self.optimizer is not None:
             rec.enter("optimizer")
             self.optimizer.step()

@@ -21,7 +21,7 @@ __all__ = ["TracedStep", "peak_point", "trace_source", "trace_step"]
 if TYPE_CHECKING:
     from gpuplan.memory.allocator import AllocatorStats
     from gpuplan.models.sources import ModelSource
-    from gpuplan.trace.records import RawTrace, RunResult
+    from gpuplan.trace.records import OpRecord, RawTrace, RunResult
 
 
 
@@ -109,7 +109,7 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
         needed += extra
     notes.extend(trace_notes(run, workload))
     step = TracedStep(
-        ops=tuple(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full)),
+        ops=tuple(_accumulated(scale_decode_ops(run.trace.ops, run.decode_steps_traced, run.decode_steps_full), run)),
         tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
         params_count=run.params_count, param_bytes=run.param_bytes,
         block_counts={}, traced_blocks=dict(run.block_counts), rounded_peak_bytes=stats.peak_allocated_bytes,
@@ -188,7 +188,8 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
     notes.append("repeated blocks traced at " + ", ".join(f"{k}=3 and 2" for k in counts)
                  + " and scaled to " + ", ".join(f"{k}={n}" for k, n in counts.items()))
     return TracedStep(
-        ops=tuple(scale_decode_ops(scaler.scaled_ops(), run_a.decode_steps_traced, run_a.decode_steps_full)),
+        ops=tuple(_accumulated(scale_decode_ops(scaler.scaled_ops(), run_a.decode_steps_traced,
+                                                run_a.decode_steps_full), run_a)),
         tensor_peak_bytes=peak_bytes, tensor_components=components, peak_phase=peak_phase,
         params_count=int(params), param_bytes=int(param_bytes),
         block_counts=dict(counts), traced_blocks=dict(run_a.block_counts), rounded_peak_bytes=rounded,
@@ -203,6 +204,14 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
             _category_total(run_a, "optimizer_state"),
             {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
         trainable_params_count=_scaled_trainable(scaler, run_a, runs_b), notes=tuple(notes), run=run_a)
+
+
+def _accumulated(ops: Sequence[OpRecord], run: RunResult) -> list[OpRecord]:
+    """``ops`` (index for index those of ``run``) with the untraced micro-batches counted
+    (trace/accumulation.py)."""
+    from gpuplan.trace.accumulation import scale_accumulation_ops
+
+    return scale_accumulation_ops(ops, run.accum_last_ops, run.accum_steps_traced, run.accum_steps_full)
 
 
 def _scaled_trainable(scaler: Any, run_a: RunResult, runs_b: Mapping[str, RunResult]) -> int | None:
@@ -260,6 +269,10 @@ def _top_modules(run: RunResult, point: int, activation_bytes: int, containers: 
 def trace_notes(run: RunResult, workload: Workload) -> list[str]:
     """Assumptions a traced run makes that the user should read with the figures."""
     notes: list[str] = []
+    if run.accum_steps_full > run.accum_steps_traced > 0:
+        notes.append(f"gradient accumulation: {run.accum_steps_traced} of {run.accum_steps_full} micro-batches "
+                     "traced; each other one runs the ops of the last traced one and needs the same memory "
+                     "(the accumulated gradients are alive from the second on)")
     bounded = run.trace.worst_case_ops
     if bounded:
         ops = ", ".join(f"aten.{name} ×{count}" for name, count in sorted(bounded.items()))
