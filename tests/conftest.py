@@ -10,6 +10,7 @@ did. ``tests/test_sandbox.py`` proves a calibration planted in the home director
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.trace.cache import Lookup, TraceCache, decode_step, encode_step, use_trace_cache
+from gpuplan.trace.records import TracedStep
 from tests.fixtures.tiny_models import TINY_GPT2_LM
 
 # GPUPLAN_* variables of the test harness itself (scripts/test, the fuzz driver's knobs): kept; every
@@ -43,8 +46,8 @@ def sandbox_environment(root: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",  # a Hub id never reaches the network in a test (tests/models/test_hub.py)
         "TORCH_HOME": str(root / "torch"),
         "GPUPLAN_CALIBRATION": "off",
-        # each test traces afresh (a test that changes how tracing behaves must not read another
-        # test's stored answer); tests/trace/test_cache.py turns the trace cache on where it is tested
+        # no on-disk trace cache: tests/trace/test_cache.py turns it on where it is tested; traced steps
+        # are shared between tests in memory instead (SESSION_TRACES below)
         "GPUPLAN_CACHE": "off",
     }
 
@@ -85,6 +88,50 @@ def _user_directories_sandboxed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
         if name not in _SANDBOX:
             monkeypatch.delenv(name)
     yield
+
+
+class SessionTraces(TraceCache):
+    """The test session's traced steps, in memory, under trace/cache.py's own keys (the model's
+    config, the whole workload, the kernel class, library versions, gpuplan's source hash): a test
+    that traces what an earlier test traced reads that step back instead of tracing it again. Stored
+    encoded (trace/cache.py's codec), so each test decodes its own copy: no test sees another's
+    mutations. Never on disk, never the user's cache."""
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.devnull))
+        self.payloads: dict[str, bytes] = {}
+        self.hits = 0
+
+    def load(self, key: str) -> Lookup:
+        payload = self.payloads.get(key)
+        if payload is None:
+            return Lookup(None)
+        self.hits += 1
+        return Lookup(decode_step(payload))
+
+    def store(self, key: str, step: TracedStep) -> None:
+        with contextlib.suppress(TypeError):  # a field the codec does not store: not shared
+            self.payloads[key] = encode_step(step)
+
+
+SESSION_TRACES = SessionTraces()
+
+
+def _traces_afresh(item: pytest.Item) -> bool:
+    """Tests of tracing itself (tests/trace/, or marked ``fresh_trace``) trace every step they ask for."""
+    return item.get_closest_marker("fresh_trace") is not None or Path(str(item.path)).parent.name == "trace"
+
+
+@pytest.fixture(autouse=True)
+def _traced_steps_shared(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Library calls and in-process ``gpuplan`` commands (whose ``GPUPLAN_CACHE=off`` would turn any
+    cache off) trace through SESSION_TRACES; ``--no-cache`` still bypasses it."""
+    if _traces_afresh(request.node):
+        yield
+        return
+    monkeypatch.setattr(TraceCache, "default", classmethod(lambda cls: SESSION_TRACES))
+    with use_trace_cache(SESSION_TRACES):
+        yield
 
 
 @pytest.fixture(scope="session")

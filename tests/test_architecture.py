@@ -213,12 +213,14 @@ def _private() -> dict[tuple[str, str], int]:
     return found
 
 
-def _check(kind: str, found: set[tuple[str, ...]] | dict[tuple[str, str], int], allowed: frozenset) -> None:
+def _check(kind: str, found: set[tuple[str, ...]] | dict[tuple[str, str], int],
+           allowed: frozenset[tuple[str, ...]]) -> None:
     new = sorted(set(found) - allowed)
     gone = sorted(allowed - set(found))
     lines = []
     if new:
-        where = [f"  {entry}" + (f" (line {found[entry]})" if isinstance(found, dict) else "") for entry in new]
+        where = [f"  {entry}" + (f" (line {found[(entry[0], entry[1])]})" if isinstance(found, dict) else "")
+                 for entry in new]
         lines += [f"new {kind} (fix the import; see docs/architecture.md):", *where]
     if gone:
         lines += [f"fixed {kind}, delete from the allow-list in tests/test_architecture.py:"]

@@ -9,6 +9,7 @@ interface the live machine uses, and go through the same probe and rules.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,7 +22,7 @@ from gpuplan.compat.rules import diagnose
 FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.yaml"))
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
