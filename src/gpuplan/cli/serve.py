@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuplan.cli._workload import _int, add_json_argument, add_model_argument, positive_float
+from gpuplan.cli._workload import _int, add_cache_argument, add_json_argument, add_model_argument, positive_float
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 
 
@@ -52,6 +52,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
     add_output_arguments(parser)
     add_json_argument(parser)
+    add_cache_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
