@@ -1,0 +1,75 @@
+"""Cold and cached wall time (and CPU time) of every verb, each a whole command in a fresh process.
+
+"cold": an empty trace-cache directory (interpreter start, imports, the trace); "cached": the same
+command again, its traced steps read from the cache. Verbs that never trace (gpus, models, doctor,
+install, explain, calibrate) have no cached column. CPU is the child's user + system time: on a
+shared machine it moves less than wall time does, so both are printed with the load average.
+
+Targets (issue 19 item 4, issue 18 item 7): a cold ``estimate gpt2 --gpu A100-80GB-SXM`` under 5 s
+wall on an idle 2-core machine; ``--grad-accum 8`` at most one trace more than without it; a cached
+``plan`` or ``serve`` without importing torch.
+
+    python benchmarks/verb_speed.py [VERB ...]
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from table import print_table
+
+CASES: list[tuple[str, list[str]]] = [
+    ("estimate", ["estimate", "gpt2", "--gpu", "A100-80GB-SXM"]),
+    ("estimate", ["estimate", "gpt2", "--gpu", "A100-80GB-SXM", "--grad-accum", "8"]),
+    ("estimate", ["estimate", "gpt2", "--gpu", "A100-80GB-SXM", "--checkpointing", "selective", "--grad-accum", "8"]),
+    ("fit", ["fit", "gpt2", "--gpu", "T4", "--seq-len", "512", "--json"]),
+    ("fit", ["fit", "gpt2", "--gpu", "A100-40GB-PCIe:3g.20gb", "--seq-len", "512", "--json"]),
+    ("fit", ["fit", "gpt2", "--gpu", "T4", "--axis", "seq-len", "--json"]),
+    ("plan", ["plan", "gpt2", "--gpu", "H100-SXM", "--gpus", "8"]),
+    ("recommend", ["recommend", "gpt2", "--seq-len", "512"]),
+    ("serve", ["serve", "qwen2.5-0.5b", "--gpu", "L4"]),
+    ("gpus", ["gpus"]),
+    ("models", ["models"]),
+    ("doctor", ["doctor"]),
+    ("install", ["install", "--gpu", "RTX-4090"]),
+    ("explain", ["explain", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]),
+    ("calibrate", ["calibrate", "--json"]),
+]
+TRACES = {"estimate", "fit", "plan", "recommend", "serve"}
+
+
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall s, child CPU s, exit code) of ``gpuplan argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpuplan.cli.main", *argv], env=env, capture_output=True,
+                          check=False)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.returncode
+
+
+def main(verbs: list[str]) -> int:
+    rows = []
+    for verb, argv in CASES:
+        if verbs and verb not in verbs:
+            continue
+        with tempfile.TemporaryDirectory() as directory:
+            env = {**os.environ, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": directory}
+            cold_wall, cold_cpu, code = _run(argv, env)
+            cached = _run(argv, env) if verb in TRACES else None
+        rows.append((" ".join(argv)[:70], f"{cold_wall:.1f}", f"{cold_cpu:.1f}",
+                     "-" if cached is None else f"{cached[0]:.1f}", "-" if cached is None else f"{cached[1]:.1f}",
+                     str(code)))
+    print_table(("command", "cold wall s", "cold CPU s", "cached wall s", "cached CPU s", "exit"), rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
