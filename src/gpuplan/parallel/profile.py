@@ -232,7 +232,7 @@ def profile_from_step(
         middle_prefix=f"{container}.{MIDDLE}" if container and traced_layers >= TRACED_BLOCKS else None,
         block_re=re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None,
     )
-    params = _param_split(run, blocks)
+    params = _param_split(step, run, blocks)
     acts = _activation_split(run, blocks, workload, source.name)
     times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
     cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
@@ -334,8 +334,11 @@ class _ParamSplit:
     frozen_packed_bytes_per_param: float
 
 
-def _param_split(run: RunResult, b: _Blocks) -> _ParamSplit:
-    """Parameters by module: per block, outside the blocks, and the trainable/frozen split."""
+def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
+    """Parameters by module (per block, outside the blocks) from the traced run; bytes per parameter
+    and the trainable/frozen split from the step's full-depth counts (one rule: the trace's own
+    totals over its parameter count, so a 3-block run's embeddings do not stand for a third of
+    the model)."""
     pmap = run.module_params
     traced_params = sum(pmap.values())
     if b.block_re is not None:
@@ -349,16 +352,20 @@ def _param_split(run: RunResult, b: _Blocks) -> _ParamSplit:
         in_block = [(m, n) for m, n in pmap.items() if b.in_block(m) and n > 0]
         expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // b.traced_layers
         block_modules = max(1, len(in_block) // b.traced_layers)
-    trace = run.trace
-    by_cat = {
-        c: sum(s.size_bytes for s in trace.storages.values() if s.category == c)
-        for c in ("parameters", "gradients", "optimizer_state")
+    # parameters as the step holds them (buffers included: the storages' "parameters" category,
+    # live through the whole step, so the peak's component is the full-depth total)
+    n_full = max(step.params_count, 1)
+    param_storage = step.tensor_components.get("parameters", step.param_bytes)
+    per_param = {
+        "parameters": param_storage / n_full,
+        "gradients": step.gradient_bytes / n_full,
+        "optimizer_state": step.optimizer_state_bytes / n_full,
     }
     # the trainable/frozen split (PEFT): parameters only, as ZeRO's accounting counts them
-    n_run = max(run.params_count, 1)
-    trainable = run.params_count if run.trainable_params is None else min(run.trainable_params, run.params_count)
-    every_param_trains = trainable == run.params_count
-    frozen_packed = run.param_bytes - run.trainable_param_bytes - run.frozen_float_param_bytes
+    count = step.trainable_params_count
+    trainable = step.params_count if count is None else min(count, step.params_count)
+    every_param_trains = trainable == step.params_count
+    frozen_packed = step.param_bytes - step.trainable_param_bytes - step.frozen_float_param_bytes
     return _ParamSplit(
         params_count=outer_params + block_params * b.full_layers,
         block_params=block_params,
@@ -367,13 +374,13 @@ def _param_split(run: RunResult, b: _Blocks) -> _ParamSplit:
         block_modules=block_modules,
         embedding_params=sum(n for m, n in pmap.items() if "emb" in m or m.endswith(("wte", "wpe", "shared"))),
         largest_layer_params=max(pmap.values()) if pmap else 0,
-        per_param={c: v / n_run for c, v in by_cat.items()},
+        per_param=per_param,
         trainable=trainable,
-        traced_params=run.params_count,
-        trainable_fraction=1.0 if every_param_trains else trainable / n_run,
-        frozen_float_params_per_param=run.frozen_float_params / n_run,
-        frozen_float_bytes_per_param=run.frozen_float_param_bytes / n_run,
-        frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_run,
+        traced_params=step.params_count,
+        trainable_fraction=1.0 if every_param_trains else trainable / n_full,
+        frozen_float_params_per_param=step.frozen_float_params_count / n_full,
+        frozen_float_bytes_per_param=step.frozen_float_param_bytes / n_full,
+        frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_full,
     )
 
 

@@ -176,6 +176,14 @@ class TracedStep:
     trainable_params_count: int | None = None
     """Parameters that train at full depth (``requires_grad``: PEFT's adapters and modules to save), scaled
     from the traced blocks like ``params_count``; None where the trace has no split (weights-only steps)."""
+    trainable_param_bytes: int = 0
+    """Stored bytes of the trainable parameters at full depth (scaled like ``param_bytes``)."""
+    frozen_float_params_count: int = 0
+    """Frozen floating-point parameters at full depth (an engine may recast them to 16 bits); the
+    other frozen parameters (quantized packed weights) hold ``param_bytes`` less these bytes and the
+    trainable ones'. The planner's per-parameter figures are these full-depth totals over
+    ``params_count`` (a 3-block run's ratio weighs the embeddings as if they were a third of the model)."""
+    frozen_float_param_bytes: int = 0
     notes: tuple[str, ...] = ()
     run: RunResult | None = None
     """The traced run this record was made from (3 repeated blocks, or the whole model): what the

@@ -117,7 +117,8 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
         top_activation_modules=_top_modules(run, point, components.get("activations", 0), ()),
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), trainable_params_count=run.trainable_params,
-        notes=tuple(notes), run=run)
+        trainable_param_bytes=run.trainable_param_bytes, frozen_float_params_count=run.frozen_float_params,
+        frozen_float_param_bytes=run.frozen_float_param_bytes, notes=tuple(notes), run=run)
     return step
 
 
@@ -203,7 +204,11 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         optimizer_state_bytes=int(scaler.scale_scalar(
             _category_total(run_a, "optimizer_state"),
             {k: _category_total(r, "optimizer_state") for k, r in runs_b.items()})),
-        trainable_params_count=_scaled_trainable(scaler, run_a, runs_b), notes=tuple(notes), run=run_a)
+        trainable_params_count=_scaled_trainable(scaler, run_a, runs_b),
+        trainable_param_bytes=_scaled_count(scaler, run_a, runs_b, "trainable_param_bytes"),
+        frozen_float_params_count=_scaled_count(scaler, run_a, runs_b, "frozen_float_params"),
+        frozen_float_param_bytes=_scaled_count(scaler, run_a, runs_b, "frozen_float_param_bytes"),
+        notes=tuple(notes), run=run_a)
 
 
 def _accumulated(ops: Sequence[OpRecord], run: RunResult) -> list[OpRecord]:
@@ -220,6 +225,12 @@ def _scaled_trainable(scaler: Any, run_a: RunResult, runs_b: Mapping[str, RunRes
     if run_a.trainable_params is None or any(r.trainable_params is None for r in runs_b.values()):
         return None
     return int(scaler.scale_scalar(run_a.trainable_params, {k: r.trainable_params or 0 for k, r in runs_b.items()}))
+
+
+def _scaled_count(scaler: Any, run_a: RunResult, runs_b: Mapping[str, RunResult], name: str) -> int:
+    """A whole-run count of the trace record (``RunResult.<name>``) at full depth, affine in the
+    block count like ``params_count``."""
+    return int(scaler.scale_scalar(getattr(run_a, name), {k: getattr(r, name) for k, r in runs_b.items()}))
 
 
 def _top_modules(run: RunResult, point: int, activation_bytes: int, containers: Sequence[str], n: int = 10
