@@ -17,7 +17,9 @@ Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8
 """fp8: torchao float8 training (Float8Linear on bf16 parameters; trace/float8.py)."""
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
                     "paged-adamw-8bit", "none"]
-Checkpointing = Literal["none", "full", "selective"]
+Checkpointing = Literal["none", "full", "selective", "selective-op"]
+"""selective: save every matmul/conv/attention output, recompute the rest; selective-op: torchtitan's
+op-level SAC (its save list; every second ``aten.mm`` recomputed: trace/runner.py)."""
 Attention = Literal["auto", "eager", "sdpa-math", "sdpa-efficient", "flash"]
 OptimizerImpl = Literal["auto", "foreach", "fused", "for-loop"]
 ZeroGrad = Literal["set-to-none", "zeros"]
@@ -37,7 +39,7 @@ MODES: tuple[str, ...] = ("train", "infer", "generate")
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
                                 "paged-adamw-8bit", "none")
-CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective")
+CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective", "selective-op")
 ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa-math", "sdpa-efficient", "flash")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "for-loop")
 ZERO_GRADS: tuple[str, ...] = ("set-to-none", "zeros")

@@ -18,6 +18,7 @@ CASES = [
     {"mode": "train", "batch_size": 2, "seq_len": 32},
     {"mode": "train", "batch_size": 2, "seq_len": 32, "checkpointing": "full", "precision": "amp-bf16"},
     {"mode": "train", "batch_size": 2, "seq_len": 32, "checkpointing": "selective", "grad_accum": 2},
+    {"mode": "train", "batch_size": 2, "seq_len": 32, "checkpointing": "selective-op"},
     {"mode": "infer", "batch_size": 2, "seq_len": 32},
     {"mode": "generate", "batch_size": 2, "seq_len": 16, "new_tokens": 3},
 ]

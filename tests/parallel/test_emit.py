@@ -146,3 +146,17 @@ def test_torch_snippet_imports_only_what_it_uses(gpt2_ctx, name: str) -> None:  
                   "MixedPrecisionPolicy", "init_device_mesh", "PipelineStage", "Schedule1F1B",
                   "ScheduleInterleaved1F1B", "DDP", "torch"}
     assert (used & known_apis) - imported == set(), f"{name}: used but not imported\n{text}"
+
+
+def test_selective_op_checkpointing_emitted_or_refused(gpt2_ctx) -> None:  # type: ignore[no-untyped-def]
+    from gpuplan.errors import ConfigError
+
+    torch_lay = Layout(dp=4, tp=2, pp=4, micro_batch_size=1, grad_accum=8, checkpointing="selective-op")
+    assert "op-level SAC" in torch_snippet(single_layout_plan(gpt2_ctx, torch_lay))
+    # Megatron-LM has no op-level selective recompute: refused in one line naming what can run it
+    meg = Layout(
+        dp=4, tp=2, pp=4, micro_batch_size=1, grad_accum=8, sharding=MegatronDDP(), checkpointing="selective-op"
+    )
+    with pytest.raises(ConfigError, match="no op-level selective checkpointing") as err:
+        emit(single_layout_plan(gpt2_ctx, meg), "torchrun")
+    assert "\n" not in str(err.value)

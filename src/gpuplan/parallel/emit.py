@@ -160,6 +160,11 @@ def torch_snippet(p: Plan) -> str:
             "    #   from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper",
             "    #   block = checkpoint_wrapper(block)",
         ]
+        if lay.checkpointing == "selective-op":
+            lines += [
+                "    #   selective-op: checkpoint_wrapper(block, context_fn=..., preserve_rng_state=False) with",
+                "    #   torchtitan's op-level SAC policy (odd mm outputs, SDPA outputs, reduce-scatter saved)",
+            ]
     lines.append("    return model")
     if lay.pp > 1:
         sched = "ScheduleInterleaved1F1B" if lay.schedule == "interleaved" else "Schedule1F1B"
@@ -320,6 +325,8 @@ def engines_for(lay: Layout) -> tuple[str, ...]:
         # a ds_config (and accelerate's DeepSpeed plugin) carries ZeRO, offload and batching only:
         # tensor parallelism needs Megatron-DeepSpeed, pipelines a PipelineModule in user code.
         return ("deepspeed", "accelerate") if lay.tp == 1 and lay.pp == 1 else ()
+    if lay.engine == "megatron" and lay.checkpointing == "selective-op":
+        return ()  # Megatron-LM's --recompute-granularity selective recomputes the attention core only
     if lay.engine == "megatron":
         # accelerate's Megatron-LM plugin has no virtual-pipeline (interleaved) setting
         return ("torchrun",) if lay.pp > 1 and lay.schedule == "interleaved" else ("torchrun", "accelerate")
@@ -335,6 +342,11 @@ def refusal(lay: Layout, kind: str) -> str | None:
     what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
     if can:
         return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
+    if lay.engine == "megatron" and lay.checkpointing == "selective-op":
+        return (
+            f"no --emit value implements it: {what}, which has no op-level selective checkpointing "
+            "(torchtitan's); use --checkpointing selective (Megatron's) or full, or --fsdp for torch.distributed"
+        )
     if lay.ep > 1:
         return (
             f"no --emit value implements it: {what} with expert parallelism (ep={lay.ep}), which only "

@@ -241,6 +241,41 @@ def _selective_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
+# torchtitan's op-level selective AC (activation_checkpoint.mode "selective", selective_ac_option "op"):
+# pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py @ 004b3148a92b565ef0ce7a7bcc61e0159c7ec930,
+# ``_save_list`` and ``_custom_policy``: these ops' outputs are saved, except every second ``aten.mm``
+# (counted per checkpointed call, forward and recompute apart); everything else is recomputed.
+TORCHTITAN_OP_SAVE_LIST = frozenset({
+    "aten.mm.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "_c10d_functional.reduce_scatter_tensor.default",
+})
+
+
+def torchtitan_op_policy() -> Callable[..., Any]:
+    """A fresh policy for one checkpointed call (torchtitan makes one ``meta`` counter per call)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    mm_count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        name = str(func)
+        phase = "recompute" if ctx.is_recompute else "forward"
+        if name == "aten.mm.default":
+            mm_count[phase] += 1
+        save = name in TORCHTITAN_OP_SAVE_LIST and not (name == "aten.mm.default" and mm_count[phase] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def _torchtitan_op_contexts() -> Any:
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(torchtitan_op_policy())
+
+
 def apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
                         recompute: Callable[[], AbstractContextManager[None]]) -> None:
     """Wrap each block in non-reentrant checkpointing; ``recompute()`` (``Semantics.recompute``)
@@ -248,8 +283,11 @@ def apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
     torch.autocast."""
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
-    context_fn = (functools.partial(create_selective_checkpoint_contexts, _selective_policy)
-                  if mode == "selective" else None)
+    context_fn: Callable[[], Any] | None = None
+    if mode == "selective":
+        context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+    elif mode == "selective-op":
+        context_fn = _torchtitan_op_contexts
     for _, block in blocks:
         original = block.forward
 
