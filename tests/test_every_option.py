@@ -366,6 +366,24 @@ def test_plan_ep(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("comm", ["ring", "all-to-all", "hierarchical"])
+def test_plan_cp(tmp_path: Path, comm: str) -> None:
+    # plan --cp N --cp-comm C: context parallelism on a tiny Llama; the answer carries cp, its
+    # attention exchange and the time of the K/V exchange (tests/parallel/test_context_parallel.py)
+    cfg = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=256)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["plan", str(tmp_path / "config.json"), "--gpus", "8", "--gpu", "H100-SXM", "--cp", "4",
+                     "--cp-comm", comm, "--megatron", "--seq-len", "64", "--json"])
+    assert code == 0
+    result = json.loads(out.getvalue())
+    assert (result["parallelism"]["cp"], result["parallelism"]["cp_comm"]) == (4, comm)
+    assert result["time_parts_s"]["cp_comm"] >= 0
+
+
+@pytest.mark.slow
 def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path: Path) -> None:
     # --plot FILE.png and --html FILE (.svg, and fit, plan, recommend, serve: tests/report/test_plot.py)
     picture, page = tmp_path / "memory.png", tmp_path / "report.html"

@@ -18,6 +18,7 @@ from gpuplan.cli._workload import (
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+from gpuplan.parallel.layout import CP_COMMS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -45,6 +46,19 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     lay.add_argument("--pp", type=_int, default=None)
     lay.add_argument("--dp", type=_int, default=None)
     lay.add_argument("--ep", type=_int, default=None, help="expert-parallel ranks (MoE models; divides dp)")
+    lay.add_argument(
+        "--cp",
+        type=_int,
+        default=None,
+        help="context-parallel ranks (each sequence split over them); default: 1, searched when nothing fits",
+    )
+    lay.add_argument(
+        "--cp-comm",
+        default="ring",
+        choices=CP_COMMS,
+        help="context-parallel attention: ring (torchtitan, Megatron p2p), all-to-all (Ulysses, Megatron a2a), "
+        "hierarchical (Megatron a2a+p2p); default ring",
+    )
     shard = lay.add_mutually_exclusive_group()
     shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
@@ -131,6 +145,8 @@ def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workloa
         sequence_parallel=args.sequence_parallel,
         megatron=args.megatron,
         ep=args.ep,
+        cp=args.cp,
+        cp_comm=args.cp_comm,
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,
     )

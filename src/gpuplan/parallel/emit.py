@@ -165,6 +165,13 @@ def torch_snippet(p: Plan) -> str:
                 "    #   selective-op: checkpoint_wrapper(block, context_fn=..., preserve_rng_state=False) with",
                 "    #   torchtitan's op-level SAC policy (odd mm outputs, SDPA outputs, reduce-scatter saved)",
             ]
+    if lay.cp > 1:
+        lines += [
+            f"    # context parallelism over {lay.cp} ranks (ring attention, load-balanced causal chunks): torchtitan",
+            f"    #   --parallelism.context_parallel_degree {lay.cp}",
+            "    #   (torch.distributed.tensor.experimental.context_parallel around each step: the batch's",
+            "    #   sequence dimension sharded over the cp mesh dimension)",
+        ]
     lines.append("    return model")
     if lay.pp > 1:
         sched = "ScheduleInterleaved1F1B" if lay.schedule == "interleaved" else "Schedule1F1B"
@@ -176,7 +183,7 @@ def torch_snippet(p: Plan) -> str:
             f"N_MICROBATCHES = {lay.grad_accum}",
             "",
             "def build_schedule(my_chunks, num_stages, device, pp_group, loss_fn):",
-            "    # my_chunks: the (stage_index, module) pairs this rank runs; pp_group: mesh[\"pp\"].get_group()",
+            '    # my_chunks: the (stage_index, module) pairs this rank runs; pp_group: mesh["pp"].get_group()',
             "    stages = [PipelineStage(chunk, stage_index, num_stages, device, group=pp_group)",
             "              for stage_index, chunk in my_chunks]",
             f"    return {sched}(stages{'' if lay.schedule == 'interleaved' else '[0]'}, "
@@ -303,6 +310,9 @@ def megatron_args(p: Plan) -> list[str]:
         args.append(f"--num-experts {prof.experts} --moe-router-topk {prof.experts_per_token}")
     if lay.ep > 1:
         args.append(f"--expert-model-parallel-size {lay.ep}")
+    if lay.cp > 1:
+        cp_type = {"ring": "p2p", "all-to-all": "a2a", "hierarchical": "a2a+p2p"}[lay.cp_comm]
+        args.append(f"--context-parallel-size {lay.cp} --cp-comm-type {cp_type}")
     if lay.pp > 1 and lay.schedule == "interleaved":
         args.append(f"--num-layers-per-virtual-pipeline-stage {prof.layers // (lay.pp * lay.virtual_stages)}")
     if lay.checkpointing == "full":
@@ -327,6 +337,10 @@ def engines_for(lay: Layout) -> tuple[str, ...]:
         return ("deepspeed", "accelerate") if lay.tp == 1 and lay.pp == 1 else ()
     if lay.engine == "megatron" and lay.checkpointing == "selective-op":
         return ()  # Megatron-LM's --recompute-granularity selective recomputes the attention core only
+    if lay.cp > 1:
+        # Megatron-LM: --context-parallel-size (every --cp-comm-type); torch: torchtitan's ring
+        # (context_parallel_degree), with FSDP2 over dp·cp; no accelerate / DeepSpeed setting
+        return ("torchrun",) if lay.engine == "megatron" or lay.cp_comm == "ring" else ()
     if lay.engine == "megatron":
         # accelerate's Megatron-LM plugin has no virtual-pipeline (interleaved) setting
         return ("torchrun",) if lay.pp > 1 and lay.schedule == "interleaved" else ("torchrun", "accelerate")
@@ -342,6 +356,11 @@ def refusal(lay: Layout, kind: str) -> str | None:
     what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
     if can:
         return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
+    if lay.cp > 1:
+        return (
+            f"no --emit value implements it: {what} with {lay.cp_comm} context parallelism (cp={lay.cp}), "
+            "which only Megatron-LM's arguments express; use --megatron, or --cp-comm ring"
+        )
     if lay.engine == "megatron" and lay.checkpointing == "selective-op":
         return (
             f"no --emit value implements it: {what}, which has no op-level selective checkpointing "

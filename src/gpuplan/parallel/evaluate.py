@@ -225,7 +225,8 @@ def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
 
 def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     p = ctx.profile
-    scale = layout.micro_batch_size / p.micro_batch
+    # context parallelism: every rank holds the activations of its 1/cp of each sequence
+    scale = layout.micro_batch_size / p.micro_batch / layout.cp
     tp = layout.tp
     sp = layout.sequence_parallel and tp > 1
     rep = p.block_act_replicated_bytes
@@ -235,7 +236,8 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     transient = p.transient_bytes / tp
     p2p = 0.0
     if layout.pp > 1:
-        p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1)
+        p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1) / layout.cp
+    p2p += _cp_buffer_bytes(p, layout)
     # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
     # AMP); FSDP2's MixedPrecisionPolicy and DeepSpeed hold the compute copy in 16 bits already.
     casts = layout.fp32_weights_with_autocast
@@ -283,6 +285,58 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
         slack = p.allocator_slack_fraction * (rank.allocated_bytes - ctx.overhead_bytes)
         out.append(replace(rank, allocator_slack_bytes=int(slack)))
     return tuple(out)
+
+
+def _kv_chunk_bytes(p: ModelProfile, layout: Layout) -> float:
+    """Keys + values of one rank's sequence chunk in one block (its heads under TP)."""
+    head_dim = p.hidden / max(p.heads, 1)
+    kv_heads = max((p.kv_heads or p.heads) / layout.tp, 1.0)
+    return 2 * layout.micro_batch_size * p.seq_len / layout.cp * kv_heads * head_dim * p.compute_bytes
+
+
+def _cp_buffer_bytes(p: ModelProfile, layout: Layout) -> float:
+    """Context parallelism's receive buffers during one block's attention: ring / hierarchical hold
+    the K/V chunk being computed on and the one arriving; all-to-all holds the exchanged q, k, v and
+    output (the same bytes as the rank's own chunk, regrouped by head)."""
+    if layout.cp <= 1:
+        return 0.0
+    kv = _kv_chunk_bytes(p, layout)
+    if layout.cp_comm == "all-to-all":
+        q = layout.micro_batch_size * p.seq_len / layout.cp * p.hidden / layout.tp * p.compute_bytes
+        return 2 * q + kv
+    return 2 * kv
+
+
+def _cp_comm_s(ctx: Context, layout: Layout, attn_f: float, attn_b: float) -> float:
+    """Context-parallel communication of one block (forward + backward, + recompute under full
+    checkpointing) not hidden behind its attention kernels, from the one collectives model.
+
+    Ring: cp−1 K/V chunk transfers per forward, and K/V plus their gradients in backward, each
+    overlapped with the attention of the chunk in hand. All-to-all (Ulysses): q, k, v in and the
+    output back per forward (their gradients in backward), on the critical path. Hierarchical:
+    the all-to-all inside a node, the ring across nodes."""
+    cp, tp = layout.cp, layout.tp
+    if cp <= 1:
+        return 0.0
+    p, topo = ctx.profile, ctx.topology
+    kv = _kv_chunk_bytes(p, layout)
+    q = layout.micro_batch_size * p.seq_len / cp * p.hidden / tp * p.compute_bytes
+    forwards = 2 if layout.checkpointing == "full" else 1
+    inner = 1 if layout.cp_comm == "ring" else cp
+    if layout.cp_comm == "hierarchical":
+        inner = math.gcd(cp, max(1, topo.gpus_per_node // tp))
+    a2a = 0.0
+    if inner > 1:
+        g = group(topo, inner, tp)
+        a2a = 2 * all_to_all_s(g, q) + 2 * all_to_all_s(g, kv / 2)
+    ring_steps = cp // inner - 1
+    ring_f = ring_b = 0.0
+    if ring_steps > 0:
+        stride = tp * inner if tp * cp <= topo.gpus_per_node else topo.gpus_per_node
+        hop = p2p_s(_p2p_group(topo, stride), kv)
+        ring_f = max(0.0, ring_steps * hop - attn_f)
+        ring_b = max(0.0, 2 * ring_steps * hop - attn_b)
+    return forwards * (a2a + ring_f) + a2a + ring_b
 
 
 def _expert_split(p: ModelProfile, layout: Layout, rank_params: float, layers: float) -> tuple[float, float]:
@@ -384,6 +438,7 @@ class _Slot:
     """One micro-batch's hidden states (micro-batch · sequence · hidden · compute bytes)."""
     tp_s: float
     ep_s: float
+    cp_s: float
 
 
 def _slot(ctx: Context, layout: Layout) -> _Slot:
@@ -392,9 +447,12 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     scale = layout.micro_batch_size / p.micro_batch
     # Megatron-LM runs its own kernels (parallel/engine.py); the other engines run the traced program
     meg = p.megatron_time if isinstance(layout.sharding, MegatronDDP) else None
-    bf, bb = (meg.block if meg else p.block_time).at(scale, tp)
-    ff, fb = (meg.first if meg else p.first_time).at(scale, tp)
-    lf, lb = (meg.last if meg else p.last_time).at(scale, tp)
+    # tensor parallelism splits each op's work tp ways, context parallelism the tokens cp ways
+    # (load-balanced causal chunks: every rank has the same attention work)
+    split = tp * layout.cp
+    bf, bb = (meg.block if meg else p.block_time).at(scale, split)
+    ff, fb = (meg.first if meg else p.first_time).at(scale, split)
+    lf, lb = (meg.last if meg else p.last_time).at(scale, split)
     if layout.fp32_weights_with_autocast:
         # autocast re-casts every fp32 weight each micro-batch (work independent of the batch)
         cf, cb_ = p.block_cast_time.at(1.0, tp)
@@ -406,7 +464,7 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
     # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
     # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
-    act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes
+    act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / layout.cp
     recompute = layout.checkpointing == "full"
     per_block = 4 + (2 if recompute else 0)
     tp_s = layers * per_block * all_reduce_s(group(topo, tp, 1), act_bytes) if tp > 1 else 0.0
@@ -416,7 +474,9 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     a2a = _a2a_message_bytes(p, layout)
     ep_group = group(topo, ep, tp)
     ep_s = layers * (4 + (2 if recompute else 0)) * all_to_all_s(ep_group, a2a) if a2a else 0.0
-    return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, ep_s)
+    af, ab = p.block_attention_time.at(scale, split)
+    cp_s = layers * _cp_comm_s(ctx, layout, af, ab)
+    return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, ep_s, cp_s)
 
 
 def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
@@ -484,12 +544,14 @@ def _dp_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
     p, topo = ctx.profile, ctx.topology
     tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
     s = layout.sharding
-    if dp <= 1 or isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3):
+    # context-parallel ranks hold the same weights: their gradients are reduced with dp's (Megatron)
+    dp_cp = dp * layout.cp
+    if dp_cp <= 1 or isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3):
         return 0.0
     cb = p.compute_bytes
     stage_params, stage_dense, stage_expert = _stage_split(ctx, layout)
     grad_b = cb * p.trainable_fraction if isinstance(s, Zero) else p.grad_bytes_per_param
-    groups = ((group(topo, dp, tp), stage_dense), (group(topo, dp // ep, tp * ep), stage_expert))
+    groups = ((group(topo, dp_cp, tp), stage_dense), (group(topo, dp // ep, tp * ep), stage_expert))
     if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
         # updated parameters all-gathered after the step (allgather_bucket_size): after the step;
         # both cover the trainable parameters only (PEFT: the adapters)
@@ -537,14 +599,14 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     slot = _slot(ctx, layout)
     shard_exposed = _shard_exposed_s(ctx, layout, slot)
-    slot_s = slot.compute_s + slot.tp_s + slot.ep_s + shard_exposed
+    slot_s = slot.compute_s + slot.tp_s + slot.ep_s + slot.cp_s + shard_exposed
     # ---- pipeline -------------------------------------------------------------------------------
     m = layout.grad_accum
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
     bubble_slots = (pp - 1) / v if pp > 1 else 0.0
     pp_s = 0.0
     if pp > 1:
-        p2p_group = _p2p_group(topo, tp * dp)
+        p2p_group = _p2p_group(topo, tp * layout.cp * dp)
         # Megatron's scatter/gather optimisation (and SP) send 1/tp of the activation per TP rank.
         msg = slot.act_bytes / tp
         pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
@@ -558,6 +620,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         "tp_comm": m * slot.tp_s,
         "pp_comm": pp_s,
         "ep_comm": m * slot.ep_s,
+        "cp_comm": m * slot.cp_s,
         "shard_comm_exposed": m * shard_exposed,
         "dp_comm_exposed": dp_exposed,
         "optimizer": opt,

@@ -18,6 +18,11 @@ from typing import Literal
 from gpuplan.errors import LayoutError
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
+CP_COMMS: tuple[str, ...] = ("ring", "all-to-all", "hierarchical")
+"""How context-parallel ranks share attention: ring (K/V chunks passed around the ring, causal
+chunks load-balanced: torchtitan, Megatron ``--cp-comm-type p2p``), all-to-all (Ulysses: heads
+exchanged for sequence, Megatron ``a2a``), hierarchical (all-to-all inside a node, ring across:
+Megatron ``a2a+p2p``)."""
 ZeroStage = Literal[1, 2, 3]
 
 
@@ -137,9 +142,29 @@ class Layout:
     """Expert-parallel degree (MoE): each block's experts are split over groups of ``ep``
     consecutive data-parallel ranks (``ep`` divides ``dp``) and replicated over ``dp/ep`` groups;
     tokens reach their experts by an all-to-all (dispatch) and come back by another (combine)."""
+    cp: int = 1
+    """Context-parallel degree: each sample's sequence split over ``cp`` ranks (ranks tp → cp → dp → pp,
+    Megatron's order); the model is replicated over them and FSDP2 shards it over dp·cp."""
+    cp_comm: str = "ring"
+    """One of :data:`CP_COMMS`."""
 
     def __post_init__(self) -> None:
         s = self.sharding
+        if isinstance(self.cp, bool) or self.cp < 1:
+            raise LayoutError(
+                f"cp({self.cp!r}) must be a whole number of at least 1; use --cp 1 for no context parallelism"
+            )
+        if self.cp_comm not in CP_COMMS:
+            raise LayoutError(f"context-parallel communication {self.cp_comm!r} is not one of {', '.join(CP_COMMS)}")
+        if self.cp > 1 and not (isinstance(s, MegatronDDP) or (isinstance(s, FSDP2) and s.hsdp_shard is None)):
+            raise LayoutError(
+                f"context parallelism (cp={self.cp}) with {s.name} is not run by any engine gpuplan models; "
+                "torchtitan runs it with FSDP2 (--fsdp), Megatron-LM with its DDP (--megatron)"
+            )
+        if self.cp > 1 and self.ep > 1:
+            raise LayoutError(
+                f"context parallelism (cp={self.cp}) with expert parallelism (ep={self.ep}) is not modelled"
+            )
         if isinstance(self.ep, bool) or self.ep < 1 or self.dp % self.ep:
             raise LayoutError(
                 f"ep({self.ep}) must be at least 1 and divide dp({self.dp}) "
@@ -163,7 +188,7 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -180,7 +205,7 @@ class Layout:
         """Ranks that parameters/gradients/optimizer state are split over (1: replicated)."""
         s = self.sharding
         if isinstance(s, FSDP2):
-            return s.hsdp_shard or self.dp
+            return (s.hsdp_shard or self.dp) * self.cp
         return self.dp if isinstance(s, Zero) else 1
 
     # Read-only views of the sharding under the ``plan --json`` ``parallelism`` key names.
@@ -212,6 +237,8 @@ class Layout:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", s.name]
         if self.ep > 1:
             parts.insert(3, f"ep={self.ep}")
+        if self.cp > 1:
+            parts.insert(3, f"cp={self.cp}" + ("" if self.cp_comm == "ring" else f"({self.cp_comm})"))
         if isinstance(s, FSDP2) and not s.reshard_after_forward:
             parts.append("no-reshard")
         if isinstance(s, FSDP2) and s.hsdp_shard is not None:
@@ -259,6 +286,25 @@ def check_model(tp: int, pp: int, *, heads: int, kv_heads: int, layers: int, vir
         raise LayoutError(
             f"{layers} layers do not split into pp({pp})·chunks({virtual_stages}) = {chunks} stages "
             f"({layers} mod {chunks} = {layers % chunks})"
+        )
+
+
+def check_context(cp: int, cp_comm: str, *, seq_len: int, heads: int, tp: int) -> None:
+    """Context parallelism splits each sequence into 2·cp load-balanced causal chunks (torchtitan and
+    Megatron-LM both need the sequence to divide); Ulysses all-to-all also splits the heads cp ways."""
+    if cp < 1:
+        raise LayoutError(f"cp must be at least 1, got {cp}; use --cp 1 for no context parallelism")
+    if cp_comm not in CP_COMMS:
+        raise LayoutError(f"--cp-comm {cp_comm!r} is not one of {', '.join(CP_COMMS)}")
+    if cp > 1 and seq_len % (2 * cp):
+        raise LayoutError(
+            f"cp({cp}) needs the sequence length to split into 2·cp = {2 * cp} chunks "
+            f"({seq_len} mod {2 * cp} = {seq_len % (2 * cp)}); use a cp that divides seq_len/2"
+        )
+    if cp > 1 and cp_comm == "all-to-all" and heads and heads % (tp * cp):
+        raise LayoutError(
+            f"all-to-all context parallelism splits the {heads} heads over tp({tp})·cp({cp}) = {tp * cp} ranks "
+            f"({heads} mod {tp * cp} = {heads % (tp * cp)}); use --cp-comm ring or a cp that divides the heads"
         )
 
 

@@ -111,6 +111,8 @@ def plan(
     sequence_parallel: bool = True,
     megatron: bool | None = None,
     ep: int | None = None,
+    cp: int | None = None,
+    cp_comm: str = "ring",
     workload: Workload | None = None,
     max_alternatives: int = 5,
     checkpointing_fixed: bool | None = None,
@@ -121,7 +123,9 @@ def plan(
     Degrees left as None are searched. Activation checkpointing is the user's choice when
     ``checkpointing_fixed`` is True (default: when ``checkpointing=`` is passed): it is never
     overridden, and a layout that fits only with full checkpointing is shown as an alternative.
-    Otherwise, when nothing fits without it, full checkpointing is searched too. Example::
+    Otherwise, when nothing fits without it, full checkpointing is searched too. Context
+    parallelism (``cp``, its attention exchange ``cp_comm``: ring | all-to-all | hierarchical) is
+    the user's when given; left None, it is searched when nothing fits otherwise. Example::
 
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
@@ -129,6 +133,7 @@ def plan(
     from gpuplan.hardware import GPU, get_gpu
     from gpuplan.memory.overheads import overheads_for
     from gpuplan.models.sources import ModelSource, resolve_model
+    from gpuplan.perf.summary import seq_len_of
     from gpuplan.workload import make_workload
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
@@ -161,6 +166,9 @@ def plan(
         sequence_parallel=sequence_parallel,
         megatron=megatron,
         ep=ep,
+        cp=cp,
+        cp_comm=cp_comm,
+        seq_len=int(seq_len_of(source, w) or 0),
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=config_experts(cfg))
 
@@ -201,6 +209,11 @@ def plan(
         elif better:
             notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
             evals, prof, ctx = evals2, prof2, ctx2
+    if evals[0].per_gpu_peak_bytes > usable and cp is None:
+        evals_cp = search.rank(ctx, search_cp=True, checkpointing=prof.workload.checkpointing)
+        if evals_cp and evals_cp[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
+            notes.append("nothing fits with the whole sequence on each GPU: context-parallel layouts considered")
+            evals = evals_cp
     if evals[0].per_gpu_peak_bytes > usable:
         evals3 = search.rank(ctx, offload=True, checkpointing=prof.workload.checkpointing)
         if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
@@ -304,7 +317,14 @@ def _distinct(evals: list[Evaluation], n: int) -> list[Evaluation]:
         lay = e.layout
         s = lay.sharding
         # offloading parameters too is the same alternative as ZeRO-3 with the optimizer offloaded
-        key = (lay.dp, lay.tp, lay.pp, replace(s, offload_params=False) if isinstance(s, Zero) else s, lay.schedule)
+        key = (
+            lay.dp,
+            lay.tp,
+            lay.pp,
+            lay.cp,
+            replace(s, offload_params=False) if isinstance(s, Zero) else s,
+            lay.schedule,
+        )
         if key in seen:
             continue
         seen.add(key)

@@ -154,6 +154,9 @@ class ModelProfile:
     frozen_packed_bytes_per_param: float = 0.0
     """Frozen parameters that are not floating point (quantized packed weights, as traced) per
     parameter: every engine holds them as they are stored."""
+    block_attention_time: PhaseTime = PhaseTime(0.0, 0.0, 0.0)
+    """The attention kernels of one block (part of ``block_time``): what ring context parallelism
+    overlaps its K/V exchange with."""
     megatron_time: EngineTime | None = None
     """block/first/last times as Megatron-LM runs them (parallel/engine.py: fused scale-mask-softmax,
     its GEMM rate); None: the eager times stand for it."""
@@ -273,6 +276,7 @@ def profile_from_step(
         optimizer_temp_bytes_per_param=acts.opt_temp / max(run.params_count, 1),
         allocator_slack_fraction=max(0.0, acts.slack),
         block_time=times.block,
+        block_attention_time=times.attention,
         first_time=times.first,
         last_time=times.last,
         block_cast_time=times.cast_block,
@@ -456,6 +460,7 @@ def _activation_split(run: RunResult, b: _Blocks, workload: Workload, name: str)
 @dataclass(frozen=True, slots=True)
 class _TimeSplit:
     block: PhaseTime
+    attention: PhaseTime
     first: PhaseTime
     last: PhaseTime
     cast_block: PhaseTime
@@ -513,6 +518,7 @@ def _time_split(
         cast_outer = PhaseTime(0.0, 0.0, 0.0)
         blk, outer = train_ops, []
     block_time, block_mf, block_hf = subset_time(blk)
+    attention_time, _, _ = subset_time([op for op in blk if op.op_class == "attention"])
     first_ops = [op for op in outer if "emb" in op.module or op.module.endswith(("wte", "wpe", ".drop"))]
     last_ops = [op for op in outer if op not in first_ops]
     first_time, first_mf, first_hf = subset_time(first_ops)
@@ -530,6 +536,7 @@ def _time_split(
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
     return _TimeSplit(
         block=block_time,
+        attention=attention_time,
         first=first_time,
         last=last_time,
         cast_block=cast_block,

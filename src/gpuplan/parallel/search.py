@@ -16,6 +16,7 @@ from gpuplan.parallel.layout import (
     Zero,
     ZeroStage,
     check_batch,
+    check_context,
     check_degrees,
     check_experts,
     check_model,
@@ -47,6 +48,12 @@ class Constraints:
     """Megatron-LM layouts (16-bit weights, fp32 master in the optimizer): None searches them for
     tp > 1 or pp > 1; True: only them; False: never."""
     """Megatron sequence parallelism with tp > 1 (Korthikanti et al. 2022); off: the 2021 baseline."""
+    cp: int | None = None
+    """Context-parallel degree; None: 1, or searched when ``search_cp`` (the plan's escalation)."""
+    cp_comm: str = "ring"
+    search_cp: bool = False
+    seq_len: int = 0
+    """Tokens per sample (context parallelism splits them into 2·cp chunks)."""
 
 
 def divisors(n: int) -> list[int]:
@@ -64,9 +71,22 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int, experts:
                 f"ep({c.ep}) does not divide dp({c.dp}) ({c.dp} mod {c.ep} = {c.dp % c.ep}): experts are split "
                 "over groups of data-parallel ranks; use an ep that divides dp"
             )
-    if c.dp is not None and c.tp is not None and c.pp is not None:
+    if c.cp is not None:
+        check_context(c.cp, c.cp_comm, seq_len=c.seq_len, heads=heads, tp=c.tp or 1)
+        if c.cp > 1 and c.zero is not None:
+            raise LayoutError(
+                f"context parallelism (cp={c.cp}) with --zero {c.zero} is not run by any engine gpuplan models; "
+                "torchtitan runs it with FSDP2 (--fsdp), Megatron-LM with its DDP (--megatron)"
+            )
+    if c.dp is not None and c.tp is not None and c.pp is not None and c.cp in (None, 1):
         check_degrees(c.gpus, c.dp, c.tp, c.pp)
-    fixed = [(n, v) for n, v in (("dp", c.dp), ("tp", c.tp), ("pp", c.pp)) if v is not None]
+    if (
+        None not in (c.dp, c.tp, c.pp, c.cp)
+        and c.cp != 1
+        and (c.dp or 1) * (c.tp or 1) * (c.pp or 1) * (c.cp or 1) != c.gpus
+    ):
+        raise LayoutError(f"dp({c.dp})·tp({c.tp})·pp({c.pp})·cp({c.cp}) ≠ {c.gpus} GPUs")
+    fixed = [(n, v) for n, v in (("dp", c.dp), ("tp", c.tp), ("pp", c.pp), ("cp", c.cp)) if v is not None]
     prod = 1
     for _, v in fixed:
         if v < 1:
@@ -97,44 +117,68 @@ def candidates(
     for tp in tps:
         if (heads and heads % tp) or (kv_heads and kv_heads % tp and tp % kv_heads):
             continue
-        rest = c.gpus // tp
-        pps = [c.pp] if c.pp else [p for p in divisors(rest) if p <= layers and layers % p == 0]
-        for pp in pps:
-            if rest % pp:
+        for cp in _context_degrees(c, tp, heads):
+            yield from _layouts(c, tp, cp, heads=heads, layers=layers, gpus_per_node=gpus_per_node, experts=experts)
+
+
+def _context_degrees(c: Constraints, tp: int, heads: int) -> list[int]:
+    if c.cp is not None:
+        return [c.cp] if (c.gpus // tp) % c.cp == 0 else []
+    if not c.search_cp:
+        return [1]
+    a2a = c.cp_comm == "all-to-all"
+    return [
+        d
+        for d in divisors(c.gpus // tp)
+        if d > 1 and c.seq_len % (2 * d) == 0 and not (a2a and heads and heads % (tp * d))
+    ]
+
+
+def _layouts(
+    c: Constraints, tp: int, cp: int, *, heads: int, layers: int, gpus_per_node: int, experts: int
+) -> Iterator[Layout]:
+    rest = c.gpus // tp // cp
+    pps = [c.pp] if c.pp else [p for p in divisors(rest) if p <= layers and layers % p == 0]
+    for pp in pps:
+        if rest % pp:
+            continue
+        dp = rest // pp
+        if c.dp is not None and dp != c.dp:
+            continue
+        if c.global_batch % dp:
+            continue
+        if c.ep is not None:
+            eps = [c.ep] if dp % c.ep == 0 else []
+        else:  # MoE: every expert-parallel degree that splits both dp and the experts
+            eps = [e for e in divisors(dp) if experts and experts % e == 0] if experts else [1]
+        per_rank = c.global_batch // dp
+        mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
+        for m in mbs:
+            if per_rank % m:
                 continue
-            dp = rest // pp
-            if c.dp is not None and dp != c.dp:
-                continue
-            if c.global_batch % dp:
-                continue
-            if c.ep is not None:
-                eps = [c.ep] if dp % c.ep == 0 else []
-            else:  # MoE: every expert-parallel degree that splits both dp and the experts
-                eps = [e for e in divisors(dp) if experts and experts % e == 0] if experts else [1]
-            per_rank = c.global_batch // dp
-            mbs = [c.micro_batch] if c.micro_batch else [m for m in divisors(per_rank) if m <= MAX_MICRO_BATCH]
-            for m in mbs:
-                if per_rank % m:
-                    continue
-                ga = per_rank // m
-                for sched, v in _schedules(pp, layers, ga):
-                    for shard in _shardings(c, dp, tp, pp, gpus_per_node):
-                        for ep in eps:
-                            if ep > 1 and isinstance(shard, FSDP2) and shard.hsdp_shard is not None:
-                                continue  # not modelled (Layout refuses it)
-                            yield Layout(
-                                dp=dp,
-                                tp=tp,
-                                pp=pp,
-                                micro_batch_size=m,
-                                grad_accum=ga,
-                                schedule=sched,
-                                virtual_stages=v,
-                                checkpointing=c.checkpointing,
-                                sequence_parallel=tp > 1 and c.sequence_parallel,
-                                sharding=shard,
-                                ep=ep,
-                            )
+            ga = per_rank // m
+            for sched, v in _schedules(pp, layers, ga):
+                for shard in _shardings(c, dp, tp, pp, gpus_per_node, cp):
+                    for ep in eps:
+                        if ep > 1 and isinstance(shard, FSDP2) and shard.hsdp_shard is not None:
+                            continue  # not modelled (Layout refuses it)
+                        if cp > 1 and ep > 1:
+                            continue  # not modelled (Layout refuses it)
+                        yield Layout(
+                            dp=dp,
+                            tp=tp,
+                            pp=pp,
+                            micro_batch_size=m,
+                            grad_accum=ga,
+                            schedule=sched,
+                            virtual_stages=v,
+                            checkpointing=c.checkpointing,
+                            sequence_parallel=tp > 1 and c.sequence_parallel,
+                            sharding=shard,
+                            ep=ep,
+                            cp=cp,
+                            cp_comm=c.cp_comm,
+                        )
 
 
 def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
@@ -148,7 +192,12 @@ def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
     return out
 
 
-def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int) -> list[Sharding]:
+def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int, cp: int = 1) -> list[Sharding]:
+    if cp > 1:
+        # the engines that run context parallelism: Megatron-LM, and torchtitan with FSDP2 over dp·cp
+        megatron = [MegatronDDP()] if not c.fsdp and c.zero in (None, 0) and c.megatron is not False else []
+        fsdp = [FSDP2()] if not c.megatron and c.zero is None and c.fsdp is not False and pp == 1 else []
+        return [*megatron, *fsdp]
     opts: list[Sharding] = []
     if c.megatron:
         return [MegatronDDP()]
