@@ -418,7 +418,7 @@ def test_unbounded_inputs_are_read_no_further_than_a_limit(tmp_path: Path) -> No
 # ------------------------------------------------------------------------- seeded random driver ----
 
 SEED = int(os.environ.get("GPUPLAN_FUZZ_SEED", "20260901"))
-CALLS = int(os.environ.get("GPUPLAN_FUZZ_CALLS", "150"))
+CALLS = int(os.environ.get("GPUPLAN_FUZZ_CALLS", "300"))
 # Valid values (so that some calls get far enough to trace the tiny model) and hostile ones.
 VALUES: dict[str, tuple[str, ...]] = {
     "--mode": ("train", "infer", "generate", "decode", ""),
