@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.cli.main import main
 from gpuplan.hardware import resolve_gpu
@@ -194,3 +196,51 @@ def test_every_engine_implements_the_protocol(tiny_gpt2: str) -> None:
         assert r.settings.block_size == engine.block_size
     with pytest.raises(ConfigError, match="unknown --engine 'trtllm'"):
         get_engine("trtllm")
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("serve2-moe") / "tiny-qwen3-moe.json"
+    path.write_text(json.dumps({**TINY_QWEN3_MOE, "num_hidden_layers": 6, "num_experts_per_tok": 2}))
+    return str(path)
+
+
+EXPERT_BYTES = 6 * 16 * 3 * 64 * 256 * 2  # 6 MoE layers × 16 experts × (gate, up, down) 64 × 256, bf16
+
+
+def test_expert_parallel_weights_commands_and_all_to_all(tiny_moe: str) -> None:
+    tp_only = serve(tiny_moe, gpu="H100-SXM", tp=1, dp=2, **SMALL)
+    ep = serve(tiny_moe, gpu="H100-SXM", tp=1, dp=2, ep=2, **SMALL)
+    # the dense part stays whole on each DP rank; the experts split over the 2 EP ranks
+    assert tp_only.budget.weights_bytes - ep.budget.weights_bytes == EXPERT_BYTES // 2
+    assert "--data-parallel-size 2 --enable-expert-parallel" in ep.command
+    assert ep.decode.communication_s > 0 == tp_only.decode.communication_s
+    sglang = serve(tiny_moe, gpu="H100-SXM", engine="sglang", tp=1, dp=2, ep=2, **SMALL)
+    assert "--tp-size 2" in sglang.command and "--dp-size 2 --enable-dp-attention --ep-size 2" in sglang.command
+    assert ep.settings.to_dict()["expert_parallel_size"] == 2
+
+
+@settings(max_examples=80, deadline=None)
+@given(experts=st.integers(0, 1 << 40), tp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4, 8]),
+       pp=st.sampled_from([1, 2]))
+def test_more_ep_never_more_expert_weights_per_gpu(experts: int, tp: int, dp: int, pp: int) -> None:
+    from gpuplan.serve.capacity import expert_weights_per_gpu
+
+    sharded = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=1)
+    parallel = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=tp * dp)
+    wider = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=tp * dp * 2)
+    assert wider <= parallel <= sharded
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dp", "2", "--ep", "3"], "must be 1 (experts sharded by TP) or --tp × --dp = 2"),
+    (["--engine", "hf", "--dp", "2"], "--dp and --ep need a serving engine"),
+])
+def test_bad_parallel_layout_is_one_line_exit_2(tiny_moe: str, argv: list[str], message: str) -> None:
+    code, out, err = run(tiny_moe, "--gpu", "H100-SXM", *argv, *SMALL_ARGS)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_ep_on_a_dense_model_is_exit_2(tiny_llama: str) -> None:
+    code, out, err = run(tiny_llama, "--gpu", "H100-SXM", "--tp", "2", "--ep", "2", *SMALL_ARGS)
+    assert code == 2 and out == "" and "has no routed experts" in err and err.count("\n") == 1

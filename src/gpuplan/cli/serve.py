@@ -24,6 +24,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", required=True, metavar="GPU", help="catalog GPU (gpuplan gpus lists them)")
     parser.add_argument("--tp", type=_int, default=1, metavar="N", help="tensor-parallel size (default 1)")
     parser.add_argument("--pp", type=_int, default=1, metavar="N", help="pipeline-parallel size (default 1)")
+    parser.add_argument("--dp", type=_int, default=1, metavar="N",
+                        help="data-parallel attention ranks, each with --tp GPUs and its own KV cache (default 1)")
+    parser.add_argument("--ep", type=_int, default=1, metavar="N",
+                        help="expert parallelism for MoE models: 1 (experts split by TP) or --tp × --dp")
     parser.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine modelled (default vllm)")
     parser.add_argument("--max-model-len", type=_int, default=None, metavar="L",
                         help="longest sequence the engine accepts (default: the model's trained context)")
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if prices is not None and args.rate is None:
         raise ConfigError("--prices prices a target rate: add --rate R --input-len I --output-len O")
     check_output_paths(args)
-    result = serve(args.model, gpu=args.gpu, tp=args.tp, pp=args.pp, engine=args.engine,
+    result = serve(args.model, gpu=args.gpu, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, engine=args.engine,
                    max_model_len=args.max_model_len, context=args.context, concurrency=args.concurrency,
                    input_len=args.input_len, output_len=args.output_len, rate=args.rate,
                    gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,

@@ -69,7 +69,8 @@ def _gib(n: int) -> str:
 
 def render_serve(r: ServeResult) -> str:
     s, b = r.settings, r.budget
-    lines = [f"{r.model} on {s.tp * s.pp}× {r.gpu.id} (tp {s.tp}, pp {s.pp}) with {s.engine} {s.version}: "
+    layout = f"tp {s.tp}, pp {s.pp}" + (f", dp {s.dp}" if s.dp > 1 else "") + (f", ep {s.ep}" if s.ep > 1 else "")
+    lines = [f"{r.model} on {s.tp * s.pp * s.dp}× {r.gpu.id} ({layout}) with {s.engine} {s.version}: "
              + ("OK" if r.ok else "WOULD NOT START"),
              f"  {r.reason}",
              f"memory per GPU ({b.total_bytes / GIB:.2f} GiB; the engine may use {b.requested_bytes / GIB:.2f} GiB):"]

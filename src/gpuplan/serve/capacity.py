@@ -160,6 +160,8 @@ def serve(
     gpu: str | GPU,
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
+    ep: int = 1,
     engine: str = "vllm",
     max_model_len: int | None = None,
     context: int | None = None,
@@ -187,8 +189,14 @@ def serve(
     A caller sizing many GPUs (recommend) passes ``profiles``, a cache of profile-run traces keyed by their
     shape, and ``trace_compute_capability``, the kernel class whose trace stands for the GPU."""
     eng = engines.get_engine(engine)
-    for flag, count in (("--tp", tp), ("--pp", pp)):
+    for flag, count in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--ep", ep)):
         _positive(flag, count, MAX_PARALLEL)
+    if ep not in (1, tp * dp):
+        raise ConfigError(f"--ep {ep} must be 1 (experts sharded by TP) or --tp × --dp = {tp * dp}: vLLM's "
+                          "--enable-expert-parallel and SGLang's --ep-size spread the experts over every GPU of the "
+                          "instance")
+    if (dp > 1 or ep > 1) and not eng.paged:
+        raise ConfigError("--dp and --ep need a serving engine (--engine vllm or sglang)")
     for name, value in (("--max-model-len", max_model_len), ("--context", context), ("--concurrency", concurrency),
                         ("--input-len", input_len), ("--output-len", output_len),
                         ("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
@@ -203,6 +211,10 @@ def serve(
     if rate is not None and (input_len is None or output_len is None):
         raise ConfigError("--rate needs --input-len and --output-len (tokens in and out per request)")
     source = _decoder_source(model)
+    if ep > 1 and not source.config_dict.get("num_experts_per_tok") and not _text_get(source.config_dict,
+                                                                                        "num_experts_per_tok"):
+        raise ConfigError(f"--ep {ep}: {source.name} has no routed experts (num_experts_per_tok); expert "
+                          "parallelism applies to MoE models only; drop --ep")
     source, quantization, from_checkpoint = _checkpoint_quantization(source, quantization)
     target = resolve_gpu(gpu)
     assert target is not None
@@ -248,7 +260,7 @@ def serve(
     engines.check_utilization(utilization)
     settings = engines.EngineSettings(
         engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
-        eng.block_size, quantization, eng.paged, from_checkpoint)
+        eng.block_size, quantization, eng.paged, from_checkpoint, dp, ep)
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
     num_seqs = eng.profile_num_seqs(seqs)
@@ -266,7 +278,8 @@ def serve(
             profiles[key] = step
     rank_step = _rank_profile(source, settings, key, step, profiles, dtype=dtype, compute_capability=cc,
                               images=images, num_seqs=num_seqs)
-    budget = _budget(settings, config, step, rank_step, target, total, dtype)
+    expert_bytes = _expert_bytes(source, step, target) if ep > 1 else 0
+    budget = _budget(settings, config, step, rank_step, target, total, dtype, expert_bytes)
     assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
     asked = input_len + (output_len or 0) if input_len is not None else None
     context_used = context or asked or max_model_len
@@ -284,7 +297,7 @@ def serve(
 
     def step_at(b: int) -> PhaseTime:
         return decode_step(shape, target, tp, batch=b, context=decode_context,
-                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization)
+                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization, ep=ep)
 
     slo_conc = None
     if ttft_slo is not None or itl_slo is not None:
@@ -305,7 +318,7 @@ def serve(
     else:
         batch = max(1, min(max_conc, seqs))
     decode = step_at(batch)
-    first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization)
+    first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep)
     return ServeResult(
         model=source.name, gpu=target, settings=settings, budget=budget, kv=cost, ok=ok, reason=reason,
         context=context_used, concurrency=concurrency, kv_cache_tokens=kv_tokens, max_concurrency=max_conc,
@@ -383,28 +396,55 @@ def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dty
     return trace_source(ProfileRunSource(source, images=images), work, cc, fake=True, cuda=True)
 
 
-def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str) -> int:
+def _text_get(config: dict[str, Any], key: str) -> Any:
+    return text_config(config).get(key)
+
+
+def _expert_bytes(source: HFConfigSource, step: TracedStep, gpu: GPU) -> int:
+    """Bytes of the routed experts' weights in the traced 16-bit model (parallel/profile.py's split of the
+    step by module: the ``experts`` modules of a block × the blocks)."""
+    from gpuplan.parallel.profile import profile_from_step
+    from gpuplan.serve.profile import ProfileRunSource
+
+    work = Workload(mode="infer", batch_size=1, seq_len=1, precision="bf16")
+    prof = profile_from_step(step, ProfileRunSource(source), work, gpu)
+    params = prof.block_expert_params * prof.layers
+    return params * step.param_bytes // max(1, step.params_count)
+
+
+def expert_weights_per_gpu(expert_bytes: int, *, tp: int, pp: int, ep: int) -> int:
+    """Routed-expert weight bytes on one GPU: each expert split by TP (ep 1), or whole experts over ep ranks."""
+    return -(-expert_bytes // ((ep if ep > 1 else tp) * pp))
+
+
+def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str,
+                     expert_bytes: int = 0) -> int:
+    """Weights on one GPU: the dense part split by tp × pp, the routed experts by ep × pp with expert
+    parallelism (``expert_bytes`` of the 16-bit model; a quantized scheme scales both parts alike)."""
     weights = step.param_bytes if settings.quantization == "none" else quantized_weight_bytes(
         step.params_count, settings.quantization)
-    shards = settings.tp * settings.pp
+    experts = expert_bytes * weights // max(1, step.param_bytes)
+    dense = -(-(weights - experts) // (settings.tp * settings.pp))
     rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if engines.get_engine(settings.engine).paged else 0
-    return -(-weights // shards) + rope
+    return dense + expert_weights_per_gpu(experts, tp=settings.tp, pp=settings.pp, ep=settings.ep) + rope
 
 
 def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, rank_step: TracedStep,
-            gpu: GPU, total: int, dtype: str) -> budgets.Budget:
+            gpu: GPU, total: int, dtype: str, expert_bytes: int = 0) -> budgets.Budget:
     """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations)."""
     from gpuplan.memory.nccl import nccl_buffer_bytes
 
     eng = engines.get_engine(settings.engine)
-    weights = _weights_per_gpu(settings, config, step, dtype)
+    weights = _weights_per_gpu(settings, config, step, dtype, expert_bytes)
     activation = max(0, rank_step.rounded_peak_bytes - rank_step.param_bytes)
     non_torch = budgets.non_torch_bytes(gpu.compute_capability, gpu.vendor, gpu.arch)
     if eng.paged:
         # the TP group's communicator, created before the profile run: vLLM 0.10.0 sees it as non-torch
         # memory (its baseline snapshot precedes the distributed init)
-        non_torch += nccl_buffer_bytes(settings.tp, nvswitch="NVSwitch" in (gpu.interconnect or ""),
-                                       compute_capability=gpu.compute_capability)
+        nvswitch = "NVSwitch" in (gpu.interconnect or "")
+        non_torch += nccl_buffer_bytes(settings.tp, nvswitch=nvswitch, compute_capability=gpu.compute_capability)
+        if settings.ep > 1:  # the EP group's own communicator (all-to-all)
+            non_torch += nccl_buffer_bytes(settings.ep, nvswitch=nvswitch, compute_capability=gpu.compute_capability)
     hidden = int(text_config(config).get("hidden_size") or 0)
     graphs = eng.graph_bytes(settings, kv_layout(config).attention_layers, hidden, DTYPE_BYTES[dtype])
     context, _ = cuda_context_bytes(gpu.arch)
@@ -416,8 +456,11 @@ def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: st
     text = text_config(config)
     layers = int(text.get("num_hidden_layers") or 1)
     head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
+    top_k = int(text.get("num_experts_per_tok") or 0)
+    dense = int(text.get("first_k_dense_replace") or 0) + len(text.get("mlp_only_layers") or [])
     return ModelShape(step.params_count, step.param_bytes, layers, layout.attention_layers,
-                      int(text.get("hidden_size") or 0), layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype])
+                      int(text.get("hidden_size") or 0), layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype],
+                      max(0, layers - dense) if top_k else 0, top_k)
 
 
 def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], shape: ModelShape, gpu: GPU, tp: int,
@@ -447,12 +490,13 @@ def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: bu
     def step_at(b: int) -> PhaseTime:
         return decode_step(shape, gpu, settings.tp, batch=b, context=context,
                            kv_read_bytes=b * cost.sequence_bytes(context) * settings.pp,
-                           weight_quant=settings.quantization)
+                           weight_quant=settings.quantization, ep=settings.ep)
 
     conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
     if itl_slo is not None:
         conc = largest_batch(conc, lambda b: step_at(b).seconds <= itl_slo)
-    ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization).seconds
+    ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization,
+                   ep=settings.ep).seconds
     if conc == 0:
         return RateAnswer(rate, input_len, output_len, 0, 0.0, 0, 0, gpu.id, None, ttft_s=ttft)
     itl = step_at(conc).seconds
@@ -497,6 +541,14 @@ def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: Trace
             notes.append(f"--tp {tp} > {layout.kv_heads} KV heads: vLLM replicates each KV head on "
                          f"{tp // layout.kv_heads} ranks (every rank caches one head)")
     notes.extend(engines.get_engine(settings.engine).notes(settings))
+    if settings.dp > 1:
+        notes.append(f"--dp {settings.dp}: each data-parallel rank runs attention on {settings.tp} GPU(s) with its own "
+                     "KV cache; concurrency, the time line and a --rate answer's replicas are per DP rank")
+    if settings.ep > 1:
+        notes.append(f"--ep {settings.ep}: whole experts split over {settings.ep} ranks (weights per GPU: the dense "
+                     f"part / tp, the routed experts / ep, parallel/profile.py's split of the trace); a dispatch and a "
+                     "combine all-to-all per MoE layer in the step time (perf/collectives.py); expert load assumed "
+                     "balanced")
     if layout.sliding_layers:
         notes.append("sliding-window layers hold at most window − 1 + max_num_batched_tokens tokens per sequence "
                      "(vLLM SlidingWindowSpec), not the whole context")

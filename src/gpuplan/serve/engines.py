@@ -76,6 +76,10 @@ class EngineSettings:
     cuda_graphs: bool
     quantization_from_checkpoint: bool = False
     """The checkpoint's config states its quantization: the engine reads it, no --quantization flag."""
+    dp: int = 1
+    """Data-parallel attention ranks, each with its own KV cache and --tp GPUs."""
+    ep: int = 1
+    """Expert-parallel ranks (1: every expert sharded by TP; else tp × dp, the experts split over all GPUs)."""
 
     @property
     def version(self) -> str:
@@ -83,7 +87,8 @@ class EngineSettings:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.engine, "version": self.version, "tensor_parallel_size": self.tp,
-                "pipeline_parallel_size": self.pp, "max_model_len": self.max_model_len,
+                "pipeline_parallel_size": self.pp, "data_parallel_size": self.dp,
+                "expert_parallel_size": self.ep, "max_model_len": self.max_model_len,
                 "gpu_memory_utilization": self.gpu_memory_utilization, "kv_cache_dtype": self.kv_cache_dtype,
                 "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
                 "block_size": self.block_size, "quantization": self.quantization, "cuda_graphs": self.cuda_graphs}
@@ -207,6 +212,10 @@ class VLLM:
                 "--kv-cache-dtype", s.kv_cache_dtype]
         if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
+        if s.dp > 1:
+            args += ["--data-parallel-size", str(s.dp)]
+        if s.ep > 1:  # vLLM's EP group is every GPU of the instance: tp × dp
+            args += ["--enable-expert-parallel"]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -268,11 +277,16 @@ class SGLang:
         return _ok(name, kv, cost)
 
     def command(self, s: EngineSettings) -> str:
-        args = ["python", "-m", "sglang.launch_server", "--model-path", s.model_id, "--tp-size", str(s.tp),
+        # SGLang's --tp-size counts every GPU of the instance; --dp-size splits attention over them
+        args = ["python", "-m", "sglang.launch_server", "--model-path", s.model_id, "--tp-size", str(s.tp * s.dp),
                 "--context-length", str(s.max_model_len), "--mem-fraction-static", f"{s.gpu_memory_utilization:g}",
                 "--chunked-prefill-size", str(s.max_num_batched_tokens), "--max-running-requests", str(s.max_num_seqs)]
         if s.pp > 1:
             args += ["--pp-size", str(s.pp)]
+        if s.dp > 1:
+            args += ["--dp-size", str(s.dp), "--enable-dp-attention"]
+        if s.ep > 1:
+            args += ["--ep-size", str(s.ep)]
         if s.kv_cache_dtype == "fp8":
             args += ["--kv-cache-dtype", "fp8_e4m3"]
         if s.quantization != "none" and not s.quantization_from_checkpoint:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuplan.perf.collectives import all_reduce_s, intra_node_group
+from gpuplan.perf.collectives import all_reduce_s, all_to_all_s, intra_node_group
 from gpuplan.perf.efficiency import efficiency_for
 from gpuplan.perf.roofline import op_time
 from gpuplan.trace.records import OpRecord
@@ -34,6 +34,9 @@ class ModelShape:
     head_dim: int
     dtype: str
     dtype_bytes: int
+    moe_layers: int = 0
+    """MoE layers (0: dense); with expert parallelism each dispatches and combines its tokens all-to-all."""
+    experts_per_token: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +71,18 @@ def _all_reduces_s(shape: ModelShape, gpu: GPU, tp: int, tokens: int) -> float:
     return 2 * shape.layers * all_reduce_s(group, tokens * shape.hidden_size * shape.dtype_bytes)
 
 
+def _all_to_alls_s(shape: ModelShape, gpu: GPU, ep: int, tokens: int) -> float:
+    """Expert parallelism: per MoE layer a dispatch and a combine all-to-all of each rank's ``tokens`` ×
+    top-k hidden states (the one collectives model, perf/collectives.py)."""
+    if ep <= 1 or not shape.moe_layers:
+        return 0.0
+    group = intra_node_group(ep, gpu.intra_node_gb_per_s_per_direction or 0.0)
+    size = tokens * shape.experts_per_token * shape.hidden_size * shape.dtype_bytes
+    return 2 * shape.moe_layers * all_to_all_s(group, size)
+
+
 def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops: float, kv_read_bytes: int,
-           phase: str, weight_quant: str) -> PhaseTime:
+           phase: str, weight_quant: str, ep: int = 1) -> PhaseTime:
     precision = "bf16" if shape.dtype == "bfloat16" else "fp16"
     per_layer_weights = shape.weight_bytes_16bit // max(1, tp * shape.layers)
     per_layer_flops = 2 * shape.params_count * tokens // max(1, tp * shape.layers)
@@ -82,24 +95,25 @@ def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops
                             kv_read_bytes // shape.attention_layers + activations, activations, None,
                             shape.attention_layers))
     total, compute, memory = _ops_time(ops, gpu, precision, graph=phase == "decode", weight_quant=weight_quant)
-    comm = _all_reduces_s(shape, gpu, tp, tokens)
+    comm = _all_reduces_s(shape, gpu, tp, tokens) + _all_to_alls_s(shape, gpu, ep, tokens)
     return PhaseTime(total + comm, compute, memory, comm)
 
 
 def decode_step(shape: ModelShape, gpu: GPU, tp: int, *, batch: int, context: int, kv_read_bytes: int,
-                weight_quant: str = "none") -> PhaseTime:
+                weight_quant: str = "none", ep: int = 1) -> PhaseTime:
     """One decode step (one new token for each of ``batch`` sequences at ``context`` tokens);
     ``kv_read_bytes``: the KV the batch reads, per GPU."""
     flops = 4.0 * batch * context * shape.attention_heads * shape.head_dim * shape.attention_layers
     return _phase(shape, gpu, tp, tokens=batch, attention_flops=flops, kv_read_bytes=kv_read_bytes,
-                  phase="decode", weight_quant=weight_quant)
+                  phase="decode", weight_quant=weight_quant, ep=ep)
 
 
-def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none") -> PhaseTime:
+def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none",
+            ep: int = 1) -> PhaseTime:
     """The prompt's forward (time to first token, one request): causal attention is half the square."""
     flops = 2.0 * tokens * tokens * shape.attention_heads * shape.head_dim * shape.attention_layers
     return _phase(shape, gpu, tp, tokens=tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
-                  weight_quant=weight_quant)
+                  weight_quant=weight_quant, ep=ep)
 
 
 def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
