@@ -57,6 +57,7 @@ def _activation(source: HFConfigSource) -> int:
     return step.rounded_peak_bytes - step.param_bytes
 
 
+@pytest.mark.fresh_trace  # the second trace patches the workspace away: it must not come from the shared traces
 def test_sort_workspace_lives_with_the_sort_outputs(tiny_lm: HFConfigSource, monkeypatch: Any) -> None:
     # 256 requests × 8192 logits (n), fp16: at the sort live the fp16 logits (2n B), the sampler's float32
     # copy (4n), the sorted values and int64 indices (12n), the workspace (20n) and the decoder's hidden
