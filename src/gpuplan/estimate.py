@@ -186,6 +186,7 @@ def estimate(
     require_choice("CUDA module loading", cuda_module_loading, MODULE_LOADINGS)
     check_weight_quant(weight_quant, trains=work.trains)  # before the trace: fail fast
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+    work = with_stated_seq_len(source, work)
     target_gpu = resolve_gpu(gpu)
     cal = _check_calibration(calibration, target_gpu)
     cc = (target_gpu.compute_capability if target_gpu is not None and target_gpu.compute_capability
@@ -228,6 +229,19 @@ def estimate(
         min_required_bytes=mem.min_required_bytes, assumptions=tuple(assumptions), timing=timing,
         calibration=cal, quantized_weights=mem.quantized_weights,
     )
+
+
+def with_stated_seq_len(source: ModelSource, workload: Workload) -> Workload:
+    """``workload`` with the tokens per sample the trace will use written in (a token model run without
+    --seq-len: the model's default, models/sources.DEFAULT_SEQ_LEN_CAP), so the header and the JSON state
+    the length every figure is for instead of ``null``. The same step is traced: the source's rule
+    returns a given length as is."""
+    if workload.seq_len is not None:
+        return workload
+    from gpuplan.perf.summary import seq_len_of
+
+    seq = seq_len_of(source, workload)
+    return workload.with_(seq_len=seq) if seq else workload
 
 
 def _check_calibration(calibration: Calibration | None, gpu: GPU | None) -> Calibration | None:

@@ -11,7 +11,11 @@ MIB = 1024**2
 GIB = 1024**3
 GB = 10**9
 
-_BINARY_STEPS = (("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+TIB = 1024**4
+PIB = 1024**5
+
+_BINARY_STEPS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
+"""Largest first: a 1.6-million-GiB requirement (a typo's batch) prints as 1.55 PiB, not 1661405.46 GiB."""
 
 
 def bytes_to_gib(num_bytes: int | float) -> float:

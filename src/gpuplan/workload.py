@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from gpuplan.errors import ConfigError, require_choice
 
@@ -64,8 +64,11 @@ MAX_LORA_RANK = 1 << 16
 def _check_range(name: str, value: int, low: int, high: int, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be a whole number, got {value!r}")
-    if not low <= value <= high:
+    if value < low:
         raise ConfigError(f"{name} {value} is out of range: allowed {low}..{high}; {hint}")
+    if value > high:  # the low side's hint ("at least 1") would read as nonsense for a value that is too large
+        raise ConfigError(f"{name} {value:,} is out of range: allowed {low}..{high:,}; a larger value is a typo "
+                          "(an extra 0?)")
     return value
 
 
@@ -176,6 +179,23 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+DEFAULT_HALF: Final = "bf16"
+"""The 16-bit type of the default GPU class (sm_90, as estimate without --gpu assumes)."""
+
+
+def default_precision(mode: str, half: str | None = DEFAULT_HALF) -> Precision:
+    """The precision people run today on a GPU whose fast 16-bit type is ``half`` (GPU.half_precision):
+    training under autocast (``amp-bf16``; ``amp-fp16`` with a gradient scaler before Ampere), as the HF
+    Trainer's ``bf16=True`` / ``fp16=True`` and torch.amp do; inference and generation with the weights in that
+    type (``torch_dtype=torch.bfloat16``); fp32 where the GPU has no fast 16-bit type. The command line's
+    default when --precision is not given (the library's stays fp32: an explicit API)."""
+    if half not in ("bf16", "fp16"):
+        return "fp32"
+    if mode == "train":
+        return "amp-bf16" if half == "bf16" else "amp-fp16"
+    return "bf16" if half == "bf16" else "fp16"
 
 
 def make_workload(**fields: Any) -> Workload:

@@ -167,7 +167,7 @@ def test_nothing_fits_names_largest_gpu() -> None:
     assert r.max_batch_size == 0 and not r.ok
     assert r.techniques[-1].name == "cpu-offload" and not r.target_fits
     assert r.largest_gpu is not None and r.needed_bytes and r.needed_bytes > gpu.usable_memory_bytes
-    assert "largest catalog GPU" in str(r)
+    assert "GPU in the catalog is" in str(r)
     assert r.reason is not None and "\n" not in r.reason and r.largest_gpu in r.reason
 
 

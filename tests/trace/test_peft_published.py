@@ -7,15 +7,15 @@ torchtune's log_memory_stats, defined in the earlier README as torch.cuda.max_me
 * tune-8b-lora-4090-mem: LoRA, 16.2 GiB.
 * tune-8b-qlora-4090-mem: QLoRA (NF4 base), 7.4 GiB.
 
-The recipes' settings, reproduced as gpuplan flags (torchtune configs llama3_1/8B_lora_single_device
-and 8B_qlora_single_device of that time; the QLoRA config read at pytorch/torchtune 0b3e04a; the
-LoRA config's upstream text was not available at a commit of that time, so its model block is taken
-from copies of it — lora_attn_modules [q_proj, v_proj, output_proj], apply_lora_to_mlp True,
-rank 8, alpha 16 — treat the LoRA targets as unverified at 0031bfb): bf16 weights (dtype: bf16),
-activation checkpointing on, torch.optim.AdamW(fused=True) on the adapters only, LoRA rank 8,
-alpha 16, dropout 0, adapters on the attention projections (q, v, output; k too for QLoRA) and the
-MLP (apply_lora_to_mlp: True), not on the output head; QLoRA quantizes every linear layer but the
-output head to NF4; the loss is
+The recipes' settings, reproduced as gpuplan flags: torchtune configs
+recipes/configs/llama3_1/8B_lora_single_device.yaml and 8B_qlora_single_device.yaml read at the README's
+own commit, pytorch/torchtune 0031bfb080bd35ec533c412df883cf2bf7bf7fe4 (issue 19: an earlier version of
+this test took the LoRA targets from third-party copies of the config, q/v/output + MLP; the config at
+that commit says otherwise). Both: bf16 weights (dtype: bf16), activation checkpointing on,
+torch.optim.AdamW(fused=True) on the adapters only, LoRA rank 8, alpha 16, dropout 0, not on the output
+head (apply_lora_to_output: False). LoRA: lora_attn_modules [q_proj, v_proj], apply_lora_to_mlp False.
+QLoRA: lora_attn_modules [q_proj, v_proj, k_proj, output_proj], apply_lora_to_mlp True, every linear
+layer but the output head in NF4. The loss is
 ``loss: torchtune.modules.loss.CEWithChunkedOutputLoss`` (8 chunks) = ``--loss chunked-ce``.
 As CLI flags: ``TORCHTUNE_CLI`` below.
 
@@ -59,13 +59,13 @@ MEASURED_TOLERANCE = 0.15
 TORCHTUNE_FLAGS = dict(mode="train", batch_size=2, seq_len=2048, precision="bf16", checkpointing="full",
                        optimizer="adamw", optimizer_impl="fused", lora_rank=8, lora_alpha=16.0, lora_dropout=0.0,
                        loss="chunked-ce")
-LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_TARGETS = ("q_proj", "v_proj")
 QLORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TORCHTUNE_CLI = {
     "lora": "gpuplan estimate llama-3.1-8b --gpu RTX-4090 --mode train --batch-size 2 --seq-len 2048 "
             "--precision bf16 --checkpointing full --optimizer adamw --optimizer-impl fused --peft lora "
             "--lora-rank 8 --lora-alpha 16 --lora-dropout 0 --loss chunked-ce "
-            "--lora-targets q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            "--lora-targets q_proj,v_proj",
     "qlora": "gpuplan estimate llama-3.1-8b --gpu RTX-4090 --mode train --batch-size 2 --seq-len 2048 "
              "--precision bf16 --checkpointing full --optimizer adamw --optimizer-impl fused --peft qlora "
              "--lora-rank 8 --lora-alpha 16 --lora-dropout 0 --loss chunked-ce "

@@ -161,17 +161,26 @@ class FitResult:
             return None
         batch = self.target_batch_size or 1
         usable = format_bytes(self.gpu.usable_memory_bytes)
+        largest = f"; the largest {self.gpu.vendor.split()[0]} GPU in the catalog is {self.largest_gpu}" \
+            if self.largest_gpu else ""
         return (
             f"batch {batch} does not fit {self.gpu.id} ({usable} usable) even with every technique: it needs at "
-            f"least {format_bytes(self.needed_bytes or 0)}; the largest catalog GPU is {self.largest_gpu} "
+            f"least {format_bytes(self.needed_bytes or 0)}{largest} "
             "— try `gpuplan recommend` or `gpuplan plan` for multi-GPU layouts"
         )
 
     @property
     def ok(self) -> bool:
-        if self.target_batch_size is not None:
+        """The answer is yes: the largest batch as given, or — with a target, or batch 1 when nothing fits as
+        given — the technique ladder's last rung (CPU offload included) fits."""
+        if self.target_batch_size is not None or self.techniques:
             return bool(self.target_fits)
         return self.max_batch_size >= 1
+
+    @property
+    def answer(self) -> TechniqueStep | None:
+        """The rung that makes the target fit (None: no target, or nothing fits)."""
+        return self.techniques[-1] if self.techniques and self.target_fits else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,6 +197,8 @@ class FitResult:
             "exact_batch": self.exact_batch,
             "effective_batch_size": self.effective_batch_size,
             "target_fits": self.target_fits,
+            "fits": self.ok,
+            "answer": self.answer.to_dict() if self.answer is not None else None,
             "reason": self.reason,
             "techniques": [t.to_dict() for t in self.techniques],
             "traces": self.traces,
@@ -342,7 +353,8 @@ def _largest_batch(tracer: _Tracer, base: Workload, axis: _Axis = BATCH_AXIS) ->
 
     def confirmed(lo: int, hi: int | None) -> _Search:
         over = tracer.point(known[hi].workload) if hi is not None else None
-        return _Search(lo, tracer.point(known[lo].workload), over, slope)
+        at = tracer.point(known[lo].workload)
+        return _Search(lo, at, over, _per_step_bytes(known, lo, hi, slope))
 
     guess = 2 + int((usable - p2.need_bytes) // slope)
     last_fit: bool | None = None
@@ -369,6 +381,24 @@ def _largest_batch(tracer: _Tracer, base: Workload, axis: _Axis = BATCH_AXIS) ->
             guess = lo + 1
     lo, hi = bracket()
     return confirmed(lo, hi if hi == lo + 1 else None)
+
+
+def _per_step_bytes(known: dict[int, Point], lo: int, hi: int | None, first_slope: int) -> int:
+    """What one more sample (or seq-len step) costs where the answer is: the live tensor bytes between the
+    confirming traces at the answer and one step past it, else the slope of the line through the farthest
+    apart traced points. Not the first two traces' slope: at batch 1 and 2 the peak can sit in the optimizer
+    step, which no sample changes (a DeBERTa-v2-xlarge fit printed ~1 KiB per sample while its own table
+    stepped 0.65 GiB from 24 to 25; issue 19)."""
+    if hi is not None and hi > lo:
+        tensor_step = (known[hi].tensor_peak_bytes - known[lo].tensor_peak_bytes) // (hi - lo)
+        if tensor_step > 0:
+            return tensor_step
+    ends = sorted(known)
+    if len(ends) >= 2 and ends[-1] > ends[0]:
+        span = (known[ends[-1]].need_bytes - known[ends[0]].need_bytes) // (ends[-1] - ends[0])
+        if span > 0:
+            return span
+    return first_slope
 
 
 def accumulation_split(
@@ -484,7 +514,9 @@ def fit(
         )
     source = model if isinstance(model, SourceType) else resolve_model(model)
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
-    base = workload or Workload()
+    from gpuplan.estimate import with_stated_seq_len
+
+    base = with_stated_seq_len(source, workload or Workload())
     tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base)
     techniques: list[TechniqueStep] = []
@@ -495,7 +527,7 @@ def fit(
         techniques, target_fits, notes = _make_target_fit(tracer, base, target, search, exact_batch)
     largest = needed = None
     if not (target_fits if target is not None else search.batch >= 1):
-        largest, needed = _largest_gpu_and_need(techniques, search.over)
+        largest, needed = _largest_gpu_and_need(techniques, search.over, target_gpu)
     assumptions = [
         "memory affine in batch size (two traces), answer confirmed by tracing the reported batch and batch + 1",
         *tracer.assumptions,
@@ -680,10 +712,13 @@ def _offload_step(
     )
 
 
-def _largest_gpu_and_need(techniques: list[TechniqueStep], over_pt: Point | None) -> tuple[str, int]:
+def _largest_gpu_and_need(techniques: list[TechniqueStep], over_pt: Point | None, gpu: GPU) -> tuple[str, int]:
+    """The largest whole GPU of the user's vendor (a CUDA user on a MIG slice is sent to a CUDA GPU, not an
+    Apple SoC's unified memory) and the least any traced rung needed."""
     from gpuplan.hardware import all_gpus
 
-    largest = max(all_gpus(), key=lambda g: g.usable_memory_bytes)
+    same = [g for g in all_gpus() if not g.is_mig and g.vendor_key == gpu.vendor_key] or all_gpus()
+    largest = max(same, key=lambda g: g.usable_memory_bytes)
     pts = [t.point for t in techniques] or ([over_pt] if over_pt else [])
     need = min((p.need_bytes for p in pts), default=0)
     return largest.id, need

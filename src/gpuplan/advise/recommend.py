@@ -51,6 +51,9 @@ class Candidate:
     cost_per_million_usd: float | None = None
     """$ per million tokens (or samples) at ``throughput``."""
     purchase_usd: float | None = None
+    timed: bool = True
+    """False: the memory fits but the catalog documents no rate the step's ops run at on this GPU, so
+    it is listed (``untimed``) with the reason instead of ranked."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class Candidate:
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "cost_per_million_usd": self.cost_per_million_usd,
             "purchase_usd": self.purchase_usd,
+            "timed": self.timed,
         }
 
 
@@ -89,10 +93,13 @@ class Recommendation:
     largest_gpu: str | None = None
     needed_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    untimed: tuple[Candidate, ...] = ()
+    """GPUs the workload fits whose step time cannot be modelled (no documented rate): listed with the
+    reason, never ranked, and never the reason the whole ranking fails."""
 
     @property
     def ok(self) -> bool:
-        return bool(self.candidates_in)
+        return bool(self.candidates_in or self.untimed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +109,7 @@ class Recommendation:
             "recommendations": [c.to_dict() for c in self.candidates_in],
             "by_cost": [c.to_dict() for c in self.by_cost],
             "excluded": [c.to_dict() for c in self.candidates_out],
+            "untimed": [c.to_dict() for c in self.untimed],
             "per_gpu_fixed_bytes": self.per_gpu_fixed_bytes,
             "per_gpu_batch_bytes": self.per_gpu_batch_bytes,
             "trace_s": self.trace_s,
@@ -241,7 +249,9 @@ def recommend(
     if budget_usd is not None and budget_usd <= 0:
         raise ConfigError(f"--budget-usd {budget_usd} must be positive")
     source = model if isinstance(model, SourceType) else resolve_model(model)
-    w = workload or WorkloadType()
+    from gpuplan.estimate import with_stated_seq_len
+
+    w = with_stated_seq_len(source, workload or WorkloadType())
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
     t0 = time.perf_counter()
@@ -257,6 +267,7 @@ def recommend(
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
+    untimed: list[Candidate] = []
     for i, gpu in enumerate(catalog, 1):
         if progress is not None:
             progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
@@ -269,7 +280,15 @@ def recommend(
         if cls not in shardings:
             shardings[cls] = _Sharded(source, step, traced_w, cls)
         timer = _Timer(w, traced_w, gen, task, seq)
-        cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer, shardings[cls])
+        try:
+            cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer, shardings[cls])
+        except NoRateError as exc:  # the sharded layouts are sized by a timed evaluator
+            outs.append(Candidate(gpu, 0, False, _untimed_reason(exc, gpu) + "; sharded layouts are sized by "
+                                  "the timed planner, so none could be tried", timed=False))
+            continue
+        if not cand.timed:
+            untimed.append(cand)
+            continue
         if cand.fits and budget_usd is not None:
             cost = cand.cost_per_hour_usd if prices else cand.purchase_usd
             if cost is not None and cost > budget_usd:
@@ -303,7 +322,7 @@ def recommend(
     # the largest GPU that could have run it: right dtype, and a peer link when sharding was allowed
     usable_out = [c for c in outs if c.per_gpu_bytes > 0]
     shardable = [c for c in usable_out if max_gpus == 1 or c.gpu.intra_node_gb_per_s_per_direction]
-    if not ins and (shardable or usable_out):
+    if not ins and not untimed and (shardable or usable_out):
         big_out = max(shardable or usable_out, key=lambda c: c.gpu.usable_memory_bytes)
         largest = big_out.gpu.id
         needed = big_out.per_gpu_bytes
@@ -342,7 +361,13 @@ def recommend(
         by_cost=by_cost,
         largest_gpu=largest,
         needed_bytes=needed,
+        untimed=tuple(untimed),
     )
+
+
+def _untimed_reason(exc: NoRateError, gpu: GPU) -> str:
+    """The catalog's missing rate, said of this GPU in a list of GPUs."""
+    return str(exc).replace(f"{gpu.id} has", "has")
 
 
 def _dtype_ok(gpu: GPU, w: Workload) -> str | None:
@@ -431,7 +456,9 @@ def _best_count(
             try:
                 one_s, one = timer(step, gpu)
             except NoRateError as exc:
-                return Candidate(gpu, n, False, str(exc).replace(f"{gpu.id} has", "has"), per_gpu_bytes=need)
+                layout = "single GPU" if n == 1 else f"ZeRO-3 × {n}"
+                return Candidate(gpu, n, True, f"fits ({format_bytes(need)} per GPU of {format_bytes(usable)}) but "
+                                 + _untimed_reason(exc, gpu), layout, need, timed=False)
             t = max(one_s, sharded_s) if sharded_s is not None else one_s
             tp: Throughput = {"value": one["value"] * n * one_s / t, "unit": one["unit"]}
             cost_h = price_per_hour * n if price_per_hour is not None else None

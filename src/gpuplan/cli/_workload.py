@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gpuplan.extras import require_workload
 from gpuplan.workload import (
     ATTENTIONS,
     CHECKPOINTING,
@@ -116,7 +117,10 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
     g.add_argument("--image-size", type=_int, default=None, metavar="N", help="image side in pixels")
     g.add_argument("--new-tokens", type=_int, default=None, metavar="N",
                    help=f"tokens to generate (generate mode; default {_default('new_tokens')})")
-    g.add_argument("--precision", default="fp32", metavar="P", help="|".join(PRECISIONS))
+    g.add_argument("--precision", default=None, metavar="P",
+                   help="|".join(PRECISIONS) + " (default: what people run on the GPU: amp-bf16 for training, bf16 "
+                        "weights for inference where it has bf16; amp-fp16 / fp16 on Volta and Turing; fp32 "
+                        "without fast 16-bit math)")
     g.add_argument("--optimizer", default=None, metavar="O",
                    help="|".join(OPTIMIZERS) + f" (train mode; default {_default('optimizer')})")
     g.add_argument("--checkpointing", default=None, metavar="C",
@@ -193,12 +197,26 @@ def ignored_flag_notes(args: argparse.Namespace) -> list[str]:
     return notes
 
 
+def precision_for(args: argparse.Namespace) -> str:
+    """--precision left out: what people run on the verb's --gpu (workload.default_precision); without one
+    (recommend, estimate without --gpu), on the default GPU class, sm_90, as the trace assumes."""
+    from gpuplan.workload import default_precision
+
+    name = getattr(args, "gpu", None)
+    if not isinstance(name, str) or not name:
+        return default_precision(args.mode)
+    from gpuplan.hardware import resolve_gpu
+
+    gpu = resolve_gpu(name)  # an unknown name is its own one-line error, as it would be a moment later
+    return default_precision(args.mode, gpu.half_precision if gpu is not None else "bf16")
+
+
 def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     """The workload the flags describe. Notes for flags the mode ignores go to ``args.notes`` when main()
     set it (printed after the answer), else straight to stderr; never to stdout."""
     fields: dict[str, Any] = dict(
         mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size,
-        precision=args.precision, grad_accum=args.grad_accum, attention=args.attention,
+        precision=args.precision or precision_for(args), grad_accum=args.grad_accum, attention=args.attention,
         load_in=getattr(args, "load_in", "none"),
     )
     for field in MODE_ONLY_FLAGS:  # given ones only: Workload holds the defaults
@@ -211,6 +229,7 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     if notes:  # the workload echoed in --json is the one modelled: an ignored value is not in it
         ignored = {f for f, modes in MODE_ONLY_FLAGS.items() if workload.mode not in modes}
         workload = Workload(**{k: v for k, v in fields.items() if k not in ignored or k in overrides})
+    require_workload(workload)  # a missing optional package stops here, before any tracing
     pending = getattr(args, "notes", None)
     if isinstance(pending, list):  # main() prints them once the verb has answered (an error stays one line)
         pending.extend(notes)

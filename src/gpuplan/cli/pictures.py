@@ -34,19 +34,18 @@ def check_output_paths(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)
     if args.html is not None:
         parent = Path(args.html).parent
+        if args.html.strip() == "-":  # not a file named '-': stdout already holds the answer (or the JSON)
+            raise ConfigError("--html - would mix the page into stdout, which holds the answer; give a file name "
+                              "(--html report.html)")
         if "\x00" in args.html:
             raise ConfigError(f"--html {args.html!r}: a path cannot hold a NUL character; pick another path")
         if not parent.is_dir():
             raise ConfigError(f"--html {args.html!r}: folder {str(parent)!r} does not exist; create it or pick "
                               "another path")
     if args.plot is not None or args.html is not None:
-        try:
-            import matplotlib  # noqa: F401  (the optional extra is there)
-        except ImportError:
-            from gpuplan.report.plot import INSTALL_HINT
+        from gpuplan.extras import PLOT, require
 
-            raise ConfigError(f"--plot and --html draw with matplotlib, which is not installed; run: "
-                              f"{INSTALL_HINT}") from None
+        require(PLOT)
 
 
 def estimate_timeline(est: Estimate) -> MemoryTimeline | None:

@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not args.allow_remote:
         raise ConfigError(f"--host {args.host} is reachable from other machines; the page runs traces for anyone "
                           "who can reach it: use 127.0.0.1, or add --allow-remote if that is what you want")
+    from gpuplan.extras import UI, require
+
+    require(*UI)
     try:
         import uvicorn
 

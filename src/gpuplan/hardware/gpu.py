@@ -183,6 +183,18 @@ class GPU:
         return self.supports("bf16")
 
     @property
+    def half_precision(self) -> str | None:
+        """The 16-bit type people compute in on this GPU: 'bf16' where it has bf16, else 'fp16' where fp16 runs
+        at least as fast as fp32 (Volta/Turing tensor cores, P100), else None (fp32: e.g. GTX 1080 Ti, whose
+        fp16 rate is 1/64 of fp32)."""
+        if self.has_bf16:
+            return "bf16"
+        fp16, fp32 = self.peak_tflops("fp16"), self.peak_tflops("fp32")
+        if self.supports("fp16") and (fp16 is None or fp32 is None or fp16 >= fp32):
+            return "fp16"
+        return None
+
+    @property
     def has_tf32(self) -> bool:
         return self.supports("tf32")
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gpuplan.errors import MissingDependencyError, ModelSourceError, one_line
+from gpuplan.extras import GGUF
 from gpuplan.models.files import WeightsSummary
 
 GGUF_MAGIC: Final = b"GGUF"
@@ -35,8 +36,7 @@ def _require_gguf() -> Any:
     try:
         import gguf
     except ImportError as exc:
-        raise MissingDependencyError(
-            "reading .gguf files needs the 'gguf' package: pip install 'gpuplan[hub]'") from exc
+        raise MissingDependencyError(GGUF.message()) from exc
     return gguf
 
 

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gpuplan.errors import MissingDependencyError, ModelSourceError, UnknownModelError, did_you_mean, one_line
+from gpuplan.errors import (
+    GpuplanError,
+    MissingDependencyError,
+    ModelSourceError,
+    UnknownModelError,
+    did_you_mean,
+    one_line,
+)
+from gpuplan.extras import HUB
 from gpuplan.models.files import CONFIG_MAX_BYTES, WeightsSummary, read_config_json, read_safetensors_headers
 
 HUB_ID: Final = re.compile(
@@ -70,14 +78,21 @@ def _require_hub() -> Any:
     try:
         import huggingface_hub
     except ImportError as exc:
-        raise MissingDependencyError("Hub ids need the 'huggingface_hub' package: pip install 'gpuplan[hub]' "
-                                     "(or pass the model's config.json)") from exc
+        raise MissingDependencyError(HUB.message() + " (or pass the model's config.json)") from exc
     return huggingface_hub
 
 
+DEFAULT_REVISION: Final = "main"
+"""The branch the Hub serves when no revision is given: ``ORG/NAME@main`` is ``ORG/NAME``."""
+
+
 def _download_hint(repo: str, revision: str | None) -> str:
-    rev = f" --revision {revision}" if revision else ""
-    return f"`huggingface-cli download {repo} config.json{rev}`"
+    # `hf` is the command current huggingface_hub installs (huggingface-cli is gone from it)
+    rev = f" --revision {revision}" if revision and revision != DEFAULT_REVISION else ""
+    return f"`hf download {repo} config.json{rev}`"
+
+
+LOGIN_HINT: Final = "set HF_TOKEN or run `hf auth login`"
 
 
 def cached_config(repo: str, revision: str | None, cache_dir: Path) -> Path | None:
@@ -121,23 +136,33 @@ def fetch_config(repo: str, revision: str | None, cache_dir: Path) -> Path:
     except errors.GatedRepoError:
         raise ModelSourceError(
             f"{shown} is a gated repo: accept its terms on https://huggingface.co/{repo} and give gpuplan a token "
-            "(set HF_TOKEN or run `huggingface-cli login`), or pass a config.json path") from None
+            f"({LOGIN_HINT}), or pass a config.json path") from None
     except errors.RepositoryNotFoundError:
         raise UnknownModelError(
-            f"no Hugging Face repo {repo!r} (or it is private: set HF_TOKEN or run `huggingface-cli login`); "
+            f"no Hugging Face repo {repo!r} (or it is private: {LOGIN_HINT}); "
             "check the id on https://huggingface.co, or pass a config.json path") from None
     except errors.RevisionNotFoundError:
         raise ModelSourceError(f"{repo} has no revision {revision!r}; give a branch, tag or commit of the repo "
                                "after @, or drop @ for main") from None
+    except errors.LocalEntryNotFoundError as exc:  # the download could not reach the Hub (a subclass of the next)
+        raise _unreachable(shown, repo, revision, cache_dir, exc) from None
     except errors.EntryNotFoundError:
         raise ModelSourceError(f"{shown} has no config.json (a GGUF-only repo? download the .gguf file and pass its "
                                "path); pass the model's config.json") from None
-    except (OSError, ValueError) as exc:  # no network, DNS, timeouts, TLS, bad response: httpx errors are OSError
-        raise ModelSourceError(
-            f"{shown}: not in the Hugging Face cache {cache_dir} and the Hub cannot be reached "
-            f"({type(exc).__name__}: {one_line(exc, 80)}); run {_download_hint(repo, revision)} "
-            "or pass a config.json path") from None
+    except GpuplanError:
+        raise
+    except Exception as exc:
+        # client's own exception types (httpx, httpx2, requests) differ between huggingface_hub versions, and
+        # none of them is OSError in every version; whatever the Hub call raised is one line, never a traceback
+        raise _unreachable(shown, repo, revision, cache_dir, exc) from None
     return Path(path)
+
+
+def _unreachable(shown: str, repo: str, revision: str | None, cache_dir: Path, exc: BaseException) -> ModelSourceError:
+    return ModelSourceError(
+        f"{shown}: not in the Hugging Face cache {cache_dir} and the Hub cannot be reached "
+        f"({type(exc).__name__}: {one_line(exc, 80)}); run {_download_hint(repo, revision)} "
+        "(or set HF_HUB_OFFLINE=1 to skip the Hub), or pass a config.json path")
 
 
 def _catalog_entry(repo: str) -> Any:
@@ -167,6 +192,8 @@ def resolve_hub_id(spec: str) -> HubModel:
     if match is None:
         raise UnknownModelError(f"{spec!r} is not a Hugging Face Hub id ORG/NAME[@REVISION]")
     repo, revision = match.group("repo"), match.group("revision")
+    if revision == DEFAULT_REVISION:
+        revision = None  # the default branch: the same cache entry, catalog entry and download as no revision
     cache_dir = hub_cache_dir()
     try:
         config = cached_config(repo, revision, cache_dir)

@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------- Hugging Face ----
 
+DEFAULT_SEQ_LEN_CAP = 2048
+"""The longest default --seq-len: a model's trained context when shorter, else 2048 tokens — the
+fine-tuning default of LLaMA-Factory (``cutoff_len``) and the length most public training rows use; the
+full context of a long-context model (8K-128K) is a choice, never a default that decides "does not fit"."""
+
 _TASK_AUTO_CLASS = {
     "causal-lm": "AutoModelForCausalLM",
     "masked-lm": "AutoModelForMaskedLM",
@@ -70,9 +75,9 @@ def _require_transformers() -> Any:
         import transformers
     except ImportError as exc:
         from gpuplan.errors import MissingDependencyError
+        from gpuplan.extras import TRANSFORMERS
 
-        raise MissingDependencyError(
-            "this model needs the 'transformers' package: pip install 'gpuplan[torch]'") from exc
+        raise MissingDependencyError(TRANSFORMERS.message()) from exc
     return transformers
 
 
@@ -202,12 +207,13 @@ class HFConfigSource(ModelSource):
         return None
 
     def default_seq_len(self) -> int:
+        """Tokens per sample when --seq-len is not given: the model's context, at most DEFAULT_SEQ_LEN_CAP."""
         if self._default_seq_len:
-            return self._default_seq_len
+            return min(self._default_seq_len, DEFAULT_SEQ_LEN_CAP)
         context = self._trained_context()
         if context is None:
             return 512
-        return max(1, min(self._usable_positions(context[1]), 2048))
+        return max(1, min(self._usable_positions(context[1]), DEFAULT_SEQ_LEN_CAP))
 
     def _usable_positions(self, trained: int) -> int:
         """Positions a sequence may use: RoBERTa-type tables keep their first rows for padding."""
@@ -442,8 +448,9 @@ def _require_torchvision() -> Any:
         import torchvision
     except ImportError as exc:
         from gpuplan.errors import MissingDependencyError
+        from gpuplan.extras import TORCHVISION
 
-        raise MissingDependencyError("torchvision models need torchvision: pip install 'gpuplan[vision]'") from exc
+        raise MissingDependencyError(TORCHVISION.message()) from exc
     return torchvision
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import MissingDependencyError, UnknownModelError, did_you_mean
+from gpuplan.extras import TIMM
 from gpuplan.models.base import TIMM_PREFIX, Inputs, ModelSource
 from gpuplan.workload import Workload
 
@@ -24,7 +25,7 @@ def _require_timm() -> Any:
     try:
         import timm
     except ImportError as exc:
-        raise MissingDependencyError("timm: models need the 'timm' package: pip install 'gpuplan[vision]'") from exc
+        raise MissingDependencyError(TIMM.message()) from exc
     return timm
 
 

@@ -80,7 +80,8 @@ def render_fit(r: FitResult) -> str:
     if not r.ok and r.largest_gpu:
         lines.append(
             f"needs at least {format_bytes(r.needed_bytes or 0)}; {r.gpu.id} has {usable}; the largest "
-            f"catalog GPU is {r.largest_gpu} — try `gpuplan recommend` for multi-GPU layouts"
+            f"{r.gpu.vendor.split()[0]} GPU in the catalog is {r.largest_gpu} — try `gpuplan recommend` for "
+            "multi-GPU layouts"
         )
     if r.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
@@ -186,9 +187,12 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
         )
     )
     if not r.candidates_in:
-        lines.append("(nothing fits)")
+        lines.append("(nothing fits)" if not r.untimed else "(nothing that fits can be timed)")
     elif len(shown) < len(r.candidates_in):
         lines.append(f"({len(shown)} of {len(r.candidates_in)} that fit shown: --top {len(r.candidates_in)} shows all)")
+    if r.untimed:
+        lines += ["", f"fit but not ranked ({len(r.untimed)} GPUs: the catalog documents no rate to time them):"]
+        lines += [f"  {c.gpu.id}: {c.reason}" for c in r.untimed]
     if r.by_cost:
         lines += ["", f"cheapest per million {per} (your --prices):"]
         cost_rows = [

@@ -141,7 +141,8 @@ def render_plan(p: Plan) -> str:
         ]
         lines.append(table(alt_rows, ["alternative", "step", "per GPU", "why not"], "lrrl"))
     lines.append("")
-    lines.append(f"{p.layouts_considered} layouts in {p.search_s:.3f} s (trace {p.trace_s:.1f} s)")
+    plural = "layout" if p.layouts_considered == 1 else "layouts"
+    lines.append(f"{p.layouts_considered} {plural} in {p.search_s:.3f} s (trace {p.trace_s:.1f} s)")
     lines.append("assumptions:")
     lines.extend(f"  - {a}" for a in p.assumptions)
     return "\n".join(lines)

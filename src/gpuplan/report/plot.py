@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.extras import PLOT
+from gpuplan.report.labels import label
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PLOT_SUFFIXES: tuple[str, ...] = (".png", ".svg")
-INSTALL_HINT = "pip install 'gpuplan[plot]'"
+INSTALL_HINT = PLOT.install
 
 # traced categories, bottom of the stack first (the JSON contract's names)
 TRACE_CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_state", "activations", "temporaries",
@@ -134,7 +136,7 @@ def _timeline_axes(ax: Axes, tl: MemoryTimeline, peak_bytes: int, usable: int | 
     div, unit = _scale(top)
     xs = list(range(len(tl.phases)))
     cats = [c for c in TRACE_CATEGORIES if any(tl.live_bytes.get(c, ()))]
-    ax.stackplot(xs, *[[v / div for v in tl.live_bytes[c]] for c in cats], labels=cats,
+    ax.stackplot(xs, *[[v / div for v in tl.live_bytes[c]] for c in cats], labels=[label(c) for c in cats],
                  colors=[COLORS[c] for c in cats], linewidth=0)
     start = 0
     for i in range(1, len(tl.phases) + 1):  # shade each run of one phase
@@ -172,7 +174,7 @@ def _component_bar(ax: Axes, data: Mapping[str, Any], usable: int | None, gpu_la
     div, unit = _scale(max(total, 1))
     bottom = 0.0
     for name, value in comps.items():
-        ax.bar([0], [value / div], bottom=bottom, color=COLORS.get(name, "#999999"), label=name, width=0.6)
+        ax.bar([0], [value / div], bottom=bottom, color=COLORS.get(name, "#999999"), label=label(name), width=0.6)
         bottom += value / div
     ax.set_title(_peak_text("total", total).replace(" (", "\n("), fontsize=8)
     _limit_line(ax, usable, total, div, gpu_label)
@@ -189,21 +191,25 @@ def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()
     """Memory and step time against batch size (the traced points, the affine model, the largest
     batch that fits) and, with a target batch, the technique ladder."""
     ladder = list(data.get("techniques") or [])
-    fig = _figure(13.0 if ladder else 9.0, 4.6)
-    axes = fig.subplots(1, 3 if ladder else 2)
-    fig.suptitle(f"{plain(data['model'])} on {data['gpu']}: largest batch {data['max_batch_size']}")
     # the batch search's points: the workload as given (the ladder's rungs change other fields)
     same = ("grad_accum", "precision", "optimizer", "checkpointing")
     points = {int(p["batch_size"]): p for p in [*probes, data.get("max_batch"), data.get("max_batch_plus_one")]
               if p and all(p[k] == data["workload"][k] for k in same)}
     usable = int(data["gpu_usable_memory_bytes"])
     batches = sorted(points)
+    panels = len(batches) > 1 or not ladder  # one traced batch is a dot, not a curve: the ladder says it all
+    fig = _figure((13.0 if ladder else 9.0) if panels else 6.5, 4.6)
+    fig.suptitle(f"{plain(data['model'])} on {data['gpu']}: {fit_headline(data)}")
+    if not panels:
+        _ladder_axes(fig.subplots(1, 1), ladder, usable)
+        return fig
+    axes = fig.subplots(1, 3 if ladder else 2)
     top = max([usable, *(int(points[b]["min_required_bytes"]) for b in batches)])
     div, unit = _scale(top)
     mem, tim = axes[0], axes[1]
-    for fits, color, label in ((True, FIT_COLOR, "traced, fits"), (False, MISS_COLOR, "traced, does not fit")):
+    for fits, color, legend in ((True, FIT_COLOR, "traced, fits"), (False, MISS_COLOR, "traced, does not fit")):
         bs = [b for b in batches if bool(points[b]["fits"]) is fits]
-        mem.scatter(bs, [int(points[b]["min_required_bytes"]) / div for b in bs], color=color, label=label, zorder=3)
+        mem.scatter(bs, [int(points[b]["min_required_bytes"]) / div for b in bs], color=color, label=legend, zorder=3)
     if len(batches) > 1:
         mem.plot(batches, [int(points[b]["min_required_bytes"]) / div for b in batches], color="#777777",
                  linewidth=1, zorder=2)
@@ -230,6 +236,18 @@ def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()
     if ladder:
         _ladder_axes(axes[2], ladder, usable)
     return fig
+
+
+def fit_headline(data: Mapping[str, Any]) -> str:
+    """What fit answered, as its text says it: the rung that makes the target fit, else the largest batch."""
+    answer = data.get("answer")
+    if answer:
+        batch = answer["effective_batch_size"]
+        return (f"batch {batch} fits as given" if answer["technique"] == "as-given"
+                else f"batch {batch} fits with {str(answer['technique']).replace('-', ' ')}")
+    if data["max_batch_size"]:
+        return f"largest batch {data['max_batch_size']}"
+    return f"batch {data.get('target_batch_size') or 1} does not fit"
 
 
 def _ladder_axes(ax: Axes, ladder: Sequence[Mapping[str, Any]], usable: int) -> None:
@@ -286,7 +304,7 @@ def plan_figure(data: Mapping[str, Any]) -> Figure:
         vals = [(int(r["total_bytes"]) - sum(int(r[p]) for p in RANK_PARTS)) if part == "working" else int(r[part])
                 for _, r in rows]
         mem.barh(ys, [v / div for v in vals], left=left, color=COLORS[part], height=0.6,
-                 label="activations or step temporaries" if part == "working" else part)
+                 label="activations or step temporaries" if part == "working" else label(part))
         left = [a + v / div for a, v in zip(left, vals, strict=True)]
     mem.axvline(usable / div, color=LIMIT_COLOR, linestyle="--", linewidth=1.2,
                 label=f"usable {format_bytes(usable)}")
@@ -387,7 +405,7 @@ def serve_figure(data: Mapping[str, Any]) -> Figure:
         value = int(data.get(part) or 0)
         if value:
             mem.bar([0], [value / div], bottom=bottom, color=SERVE_COLORS[part], width=0.6,
-                    label=part.removesuffix("_bytes").replace("_", " "))
+                    label=label(part))
             bottom += value / div
     mem.axhline(total / div, color=LIMIT_COLOR, linestyle="--", linewidth=1.2, label=_peak_text("GPU", total))
     mem.axhline(budget / div, color=MISS_COLOR, linestyle=":", linewidth=1.2, label=_peak_text("engine budget", budget))
@@ -403,7 +421,7 @@ def serve_figure(data: Mapping[str, Any]) -> Figure:
     for key, color in (("compute_s", "#4c72b0"), ("memory_s", "#dd8452"), ("communication_s", "#55a868")):
         ms = [float(step.get(key) or 0.0) * 1e3 for _, step in steps]
         if any(ms):
-            tim.barh(ys, ms, left=left, color=color, height=0.6, label=key.removesuffix("_s"))
+            tim.barh(ys, ms, left=left, color=color, height=0.6, label=label(key))
             left = [a + v for a, v in zip(left, ms, strict=True)]
     tim.set_yticks(ys, [f"{name} ({step.get('tokens') or step.get('batch')} "
                         f"{'tokens' if name == 'prefill' else 'sequences'})" for name, step in steps], fontsize=8)

@@ -5,22 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gpuplan.report.labels import label
 from gpuplan.units import GIB, KIB, MIB, format_bytes, format_count, format_flops, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.estimate import Estimate
 
-_COMPONENT_LABELS = {
-    "parameters": "parameters",
-    "gradients": "gradients",
-    "optimizer_state": "optimizer state",
-    "activations": "activations",
-    "temporaries": "temporaries",
-    "kv_cache": "KV cache",
-    "workspaces": "cuBLAS workspaces",
-    "allocator_overhead": "allocator slack",
-    "cuda_context": "CUDA context",
-}
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str], align: str = "") -> str:
@@ -70,8 +60,12 @@ def render_estimate(est: Estimate) -> str:
         shape += f", +{w.new_tokens} tokens"
     if w.grad_accum > 1:
         shape += f", grad-accum {w.grad_accum}"
+    kernels = "/".join(sorted(est.step.attention_backends))  # the SDPA kernel(s) the target GPU runs
+    # a checkpoint without config.json is its stored tensors (bf16, GGUF blocks...): no precision is applied
+    weights_only = not est.step.ops and est.step.peak_phase == "setup"
     lines = [
-        f"{est.model} — {w.mode}, {shape}, {w.precision}"
+        f"{est.model} — {w.mode}, {shape}, {'weights as stored' if weights_only else w.precision}"
+        + (f", {kernels} attention" if kernels else "")
         + (f", {w.optimizer}" if w.mode == "train" else "")
         + (f", checkpointing {w.checkpointing}" if w.checkpointing != "none" else ""),
         f"parameters: {format_count(est.params_count)}   FLOPs/step: {format_flops(est.flops_per_step)}   "
@@ -81,7 +75,7 @@ def render_estimate(est: Estimate) -> str:
     total = est.total_required_bytes or 1
     shown = [(k, v) for k, v in est.components.items() if v > 0 or k in ("parameters", "activations")]
     unit, scale = table_unit([v for _, v in shown], fit_smallest=False)
-    rows = [[_COMPONENT_LABELS[k], _in(v, scale), f"{100 * v / total:.1f}%"] for k, v in shown]
+    rows = [[label(k), _in(v, scale), f"{100 * v / total:.1f}%"] for k, v in shown]
     lines.append(table(rows, ["component", unit, "share"]))
     lines += [
         "",

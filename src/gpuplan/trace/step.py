@@ -55,6 +55,9 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
         if found.step is not None:
             return found.step
         note = found.note
+    from gpuplan.extras import require_workload
+
+    require_workload(workload)  # a missing optional package is one line before the model is built
     step = _trace_source(source, workload, cc, fake=fake, cuda=cuda, scale=scale)
     if cache is not None and key is not None:
         cache.store(key, step)
