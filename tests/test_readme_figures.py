@@ -44,7 +44,7 @@ def test_regenerate_runs_the_command_and_check_finds_a_stale_figure(tmp_path: Pa
     assert calls == [("estimate", "config.json", "--gpu", "T4", "--seq-len", "16")]
     body = new.split("```text\n")[1].split("```")[0].splitlines()
     assert body[0] == "$ gpuplan estimate config.json --gpu T4 --seq-len 16"
-    assert body[1].startswith("config — train, batch 1, seq 16, amp-fp16") and body[-1] == "..." and len(body) == 5
+    assert body[1].startswith("config.json — train, batch 1, seq 16, amp-fp16") and body[-1] == "..." and len(body) == 5
     assert new.startswith("intro\n") and new.endswith("```\nafter\n")
     assert readme_figures.stale(new, run) == []
     edited = new.replace(body[2], body[2] + " 198.0 ms")

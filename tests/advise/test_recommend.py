@@ -25,7 +25,7 @@ def cnn_rec() -> Recommendation:
 
 
 def test_every_catalog_gpu_is_in_or_out_with_a_reason(cnn_rec: Recommendation) -> None:
-    ids = [c.gpu.id for c in (*cnn_rec.candidates_in, *cnn_rec.candidates_out)]
+    ids = [c.gpu.id for c in (*cnn_rec.candidates_in, *cnn_rec.untimed, *cnn_rec.candidates_out)]
     assert sorted(ids) == sorted(g.id for g in all_gpus() if not g.is_mig)
     for c in cnn_rec.candidates_out:
         assert c.reason  # why it is out, e.g. no documented fp32 rate in the catalog
@@ -246,7 +246,8 @@ def test_top_k_is_honoured(cnn_rec: Recommendation, capsys: pytest.CaptureFixtur
     assert len(_table_rows(render_recommendation(cnn_rec, top=3))) == 3
     assert len(_table_rows(render_recommendation(cnn_rec))) == len(cnn_rec.candidates_in)
     monkeypatch.setenv("GPUPLAN_CALIBRATION", "off")
-    code, out, _ = _recommend_cli(capsys, CNN, "--batch-size", "32", "--image-size", "64", "--top", "2")
+    code, out, _ = _recommend_cli(capsys, CNN, "--batch-size", "32", "--image-size", "64", "--precision", "fp32",
+                                  "--top", "2")
     assert code == 0 and len(_table_rows(out)) == 2
     assert f"(2 of {len(cnn_rec.candidates_in)} that fit shown" in out
 

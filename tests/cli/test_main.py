@@ -225,7 +225,9 @@ def test_ignored_flag_values_are_still_checked() -> None:
 
 def test_workload_defaults_come_from_workload(capsys: Capture) -> None:
     args = _verb_parser("estimate").parse_args(["gpt2"])
-    assert _workload.workload_from_args(args) == gpuplan.Workload()
+    # every default is Workload's but --precision, which is what people run on the GPU (issue 18 item 4):
+    # no --gpu is the sm_90 class, bf16 autocast
+    assert _workload.workload_from_args(args) == gpuplan.Workload(precision="amp-bf16")
     assert capsys.readouterr().err == ""
 
 

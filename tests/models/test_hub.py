@@ -77,19 +77,19 @@ def test_revisions_branch_tag_and_commit(cache: Path) -> None:
         assert isinstance(source, HFConfigSource) and source.config_dict["hidden_size"] == hidden, spec
     with pytest.raises(ModelSourceError) as info:
         resolve_model("acme/tiny@v3")
-    assert "huggingface-cli download acme/tiny config.json --revision v3" in _one_line(info)
+    assert "hf download acme/tiny config.json --revision v3" in _one_line(info)
 
 
 def test_not_cached_offline_says_what_to_download(cache: Path) -> None:
     with pytest.raises(ModelSourceError) as info:
         resolve_model("acme/never-downloaded")
     text = _one_line(info)
-    assert "huggingface-cli download acme/never-downloaded config.json" in text
+    assert "hf download acme/never-downloaded config.json" in text
     assert "HF_HUB_OFFLINE" in text and "config.json path" in text and str(cache) in text and "no such path" in text
     with pytest.raises(ModelSourceError, match=r"built in: mistralai/Mixtral-8x7B-v0\.1"):
         resolve_model("mistralai/Mixtral-8x22B-v0.1")
     code, out, err = _cli("estimate", "acme/never-downloaded", "--json")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "huggingface-cli download" in err
+    assert code == 2 and out == "" and err.count("\n") == 1 and "hf download" in err
 
 
 def test_a_catalog_model_needs_no_cache(cache: Path) -> None:
@@ -196,11 +196,11 @@ def _hub_error(cls: type[Exception]) -> Exception:
 
 
 @pytest.mark.parametrize(("raised", "error", "words"), [
-    ("GatedRepoError", ModelSourceError, ("gated", "HF_TOKEN", "huggingface-cli login")),
+    ("GatedRepoError", ModelSourceError, ("gated", "HF_TOKEN", "hf auth login")),
     ("RepositoryNotFoundError", UnknownModelError, ("no Hugging Face repo", "HF_TOKEN")),
     ("RevisionNotFoundError", ModelSourceError, ("no revision",)),
     ("RemoteEntryNotFoundError", ModelSourceError, ("has no config.json", ".gguf")),
-    ("OSError", ModelSourceError, ("cannot be reached", "huggingface-cli download acme/x config.json")),
+    ("OSError", ModelSourceError, ("cannot be reached", "hf download acme/x config.json")),
 ])
 def test_each_way_the_hub_refuses_is_one_line(cache: Path, monkeypatch: pytest.MonkeyPatch, raised: str,
                                               error: type[Exception], words: tuple[str, ...]) -> None:

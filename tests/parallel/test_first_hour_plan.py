@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.fixtures.plans import single_layout_plan
+
 from gpuplan.parallel.layout import Layout, Zero
 from gpuplan.report.plan import render_plan
-from tests.fixtures.plans import single_layout_plan
 
 
 def test_item8_one_layout_is_singular(gpt2_ctx: Any) -> None:

@@ -28,6 +28,7 @@ from gpuplan.cli.pictures import estimate_timeline
 from gpuplan.errors import ConfigError
 from gpuplan.estimate import estimate
 from gpuplan.report import plot
+from gpuplan.report.labels import label
 from tests.fixtures.tiny_models import TINY_GPT2
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -93,8 +94,9 @@ def test_estimate_picture_peak_equals_json_peak(train_est: Any, tmp_path: Path) 
     _, svg = _render_both(fig, tmp_path, "estimate")
     area, bar = fig.axes
     assert "live tensor memory" in area.get_ylabel() and area.get_xlabel() == "op of the traced step"
-    stacks = [c for c in area.collections if isinstance(c, PolyCollection) and c.get_label() in plot.COLORS]
-    drawn = [c.get_label() for c in stacks]
+    words = {label(k): k for k in plot.COLORS}  # legends say words, the JSON keys stay keys (issue 18 item 8)
+    stacks = [c for c in area.collections if isinstance(c, PolyCollection) and c.get_label() in words]
+    drawn = [words[c.get_label()] for c in stacks]
     assert drawn == [c for c in plot.TRACE_CATEGORIES if any(timeline.live_bytes[c])]
     assert {"parameters", "gradients", "optimizer_state", "activations"} <= set(drawn)
     phases = {t.get_text() for t in area.texts}
@@ -108,7 +110,7 @@ def test_estimate_picture_peak_equals_json_peak(train_est: Any, tmp_path: Path) 
     assert unit in area.get_ylabel()
     # the component bar sums to the JSON components; the GPU's usable memory is named
     assert _bytes_in(texts, "total") == sum(data["components"].values())
-    assert [c.get_label() for c in bar.containers] == [k for k, v in data["components"].items() if v]
+    assert [c.get_label() for c in bar.containers] == [label(k) for k, v in data["components"].items() if v]
     bar_div, _ = plot._scale(sum(data["components"].values()))
     assert sum(p.get_height() for p in bar.patches) * bar_div == pytest.approx(sum(data["components"].values()))
     assert any(f"{data['gpu']} usable" in t for t in texts)
@@ -124,7 +126,7 @@ def test_estimate_picture_of_a_scaled_generate_step(tmp_path: Path) -> None:
     fig = plot.estimate_figure(data, timeline)
     _, svg = _render_both(fig, tmp_path, "generate")
     area = fig.axes[0]
-    assert "kv_cache" in [c.get_label() for c in area.collections]
+    assert "KV cache" in [c.get_label() for c in area.collections]
     assert {"prefill", "decode"} <= {t.get_text() for t in area.texts}
     texts = _svg_texts(svg)
     # the full model's peak is a line with the JSON figure; the area is the traced run's shape

@@ -311,7 +311,6 @@ def plan_figure(data: Mapping[str, Any]) -> Figure:
     mem.set_yticks(ys, [name for name, _ in rows], fontsize=8)
     mem.set_xlabel(f"memory per GPU ({unit})")
     mem.set_title(_peak_text("per-GPU peak", int(data["per_gpu_peak_bytes"])), fontsize=9)
-    mem.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=3, frameon=False)
     ys = list(range(len(layouts)))[::-1]
     left = [0.0] * len(layouts)
     for group in [*TIME_GROUPS, "other"]:
@@ -322,7 +321,10 @@ def plan_figure(data: Mapping[str, Any]) -> Figure:
     tim.set_yticks(ys, [f"{name}: {lay}" for name, lay, _, _ in layouts], fontsize=7)
     tim.set_xlabel("step time (ms)")
     tim.set_title(f"step time {float(data['step_time_s']) * 1e3:.4g} ms (best)", fontsize=9)
-    tim.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=3, frameon=False)
+    # legends below the figure, in space the constrained layout reserves: never under an axis title
+    for ax, where in ((mem, "outside lower left"), (tim, "outside lower right")):
+        handles, labels = ax.get_legend_handles_labels()
+        fig.legend(handles, labels, loc=where, ncol=3, fontsize=7, frameon=False)
     return fig
 
 
