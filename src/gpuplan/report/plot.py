@@ -322,9 +322,10 @@ def plan_figure(data: Mapping[str, Any]) -> Figure:
     tim.set_xlabel("step time (ms)")
     tim.set_title(f"step time {float(data['step_time_s']) * 1e3:.4g} ms (best)", fontsize=9)
     # legends below the figure, in space the constrained layout reserves: never under an axis title
-    for ax, where in ((mem, "outside lower left"), (tim, "outside lower right")):
-        handles, labels = ax.get_legend_handles_labels()
-        fig.legend(handles, labels, loc=where, ncol=3, fontsize=7, frameon=False)
+    mem_handles, mem_labels = mem.get_legend_handles_labels()
+    fig.legend(mem_handles, mem_labels, loc="outside lower left", ncol=3, fontsize=7, frameon=False)
+    tim_handles, tim_labels = tim.get_legend_handles_labels()
+    fig.legend(tim_handles, tim_labels, loc="outside lower right", ncol=3, fontsize=7, frameon=False)
     return fig
 
 
