@@ -1,6 +1,10 @@
 """Fit the cost model's shared factors on the public throughput rows, print residuals and the
 leave-one-family-out check, and (``--write``) store them in ``perf/data/arch_factors.json``.
 
+The per-generation fit on the public benchmark matrices (``fit_generations``, ``op_table``) lives
+here too and is driven by ``scripts/accuracy.py``, which writes each generation's own factors
+(``architectures.<arch>.fitted``) over these shared ones.
+
     .venv/bin/python scripts/calibrate_fit.py [--csv PATH] [--write]
 
 A developer script, not part of the installed package. The published rows come from
@@ -204,6 +208,218 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_factors(fitted, res, lofo, loss)
         print(f"\nwrote {FACTORS_FILE}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-generation fit on the public benchmark matrices (scripts/accuracy.py drives it).
+#
+# A row's step time is step_time's sum, rewritten so the fitted factors can change without re-walking
+# the trace: each kernel's compute time at factor 1 (op_time with the fitted factors set to 1), its
+# memory time and GPU gap (priors, fixed), its phase, and which fitted factors divide its compute
+# (an exponent vector). ``table_time`` is then step_time's arithmetic: per op max(compute / Π factors,
+# memory) + gap, per phase the longer of the GPU sum and the eager CPU dispatch (launch × kernels).
+# ``check_table`` proves it equals step_time on the row.
+
+GEN_FACTORS: tuple[str, ...] = ("tensor_core_matmul", "conv_tensor_core", "conv_backward", "conv_backward_16bit",
+                                "fp32_matmul")
+"""Factors fitted per GPU generation (the launch overhead is the host CPU's: shared)."""
+GEN_GRIDS: dict[str, list[float]] = {
+    "tensor_core_matmul": [x / 100 for x in range(40, 99)],
+    "conv_tensor_core": [x / 100 for x in range(20, 101, 2)],
+    "conv_backward": [x / 100 for x in range(20, 101, 2)],
+    "conv_backward_16bit": [x / 100 for x in range(10, 101, 2)],
+    "fp32_matmul": [x / 100 for x in range(40, 99)],
+    "launch_overhead_s": [x * 1e-6 for x in range(2, 41)],
+}
+
+
+@dataclass(frozen=True)
+class OpTable:
+    base_s: Any
+    """(n,) compute seconds of one execution at fitted factors 1"""
+    memory_s: Any
+    gap_s: Any
+    count: Any
+    phase: Any
+    """(n,) phase index"""
+    exps: Any
+    """(n, len(GEN_FACTORS)) 1 where the factor divides the op's compute"""
+    kernels_by_phase: Any
+    """(phases,) kernel launches per phase (what eager dispatch pays for)"""
+    const_by_phase: Any
+    """(phases,) GPU seconds of the ops no fitted factor touches (memory-bound, attention), summed"""
+
+
+def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
+    import numpy as np
+
+    from gpuplan.perf.roofline import launches_kernel, op_time, rate_key
+
+    unit = eff.with_(**dict.fromkeys(GEN_FACTORS, 1.0))
+    phases: dict[str, int] = {}
+    base, mem, gap, cnt, ph, ex = [], [], [], [], [], []
+    kernels: dict[int, float] = {}
+    const: dict[int, float] = {}
+    for op in step.ops:
+        if not launches_kernel(op):
+            continue
+        t = op_time(op, gpu, workload.precision, unit)
+        p = phases.setdefault(op.phase, len(phases))
+        e = [0.0] * len(GEN_FACTORS)
+        if op.flops > 0 and op.op_class in ("matmul", "conv", "attention"):
+            _, tensor = rate_key(op, workload.precision, gpu)
+            if op.op_class == "attention":
+                e[4] = 0.0 if tensor else 1.0
+            else:
+                e[0 if tensor else 4] = 1.0
+                if op.op_class == "conv":
+                    e[1] = 1.0
+                    if op.phase == "backward":
+                        e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
+        kernels[p] = kernels.get(p, 0.0) + op.count
+        if not any(e):
+            const[p] = const.get(p, 0.0) + t.total_s * op.count
+            continue
+        base.append(t.compute_s)
+        mem.append(t.memory_s)
+        gap.append(t.overhead_s)
+        cnt.append(op.count)
+        ph.append(p)
+        ex.append(e)
+    n = len(phases)
+    return OpTable(np.array(base), np.array(mem), np.array(gap), np.array(cnt, dtype=float),
+                   np.array(ph, dtype=int), np.array(ex).reshape(len(base), len(GEN_FACTORS)),
+                   np.array([kernels.get(i, 0.0) for i in range(n)]), np.array([const.get(i, 0.0) for i in range(n)]))
+
+
+def table_time(t: OpTable, factors: Any, launch_s: float) -> float:
+    """Step seconds of a table at ``factors`` (array in GEN_FACTORS order) and the eager launch cost."""
+    import numpy as np
+
+    frac = np.exp(t.exps @ np.log(factors))
+    per_op = (np.maximum(t.base_s / frac, t.memory_s) + t.gap_s) * t.count
+    gpu_by_phase = np.bincount(t.phase, weights=per_op, minlength=len(t.kernels_by_phase)) + t.const_by_phase
+    return float(np.maximum(gpu_by_phase, launch_s * t.kernels_by_phase).sum())
+
+
+def factor_vector(eff: Any) -> Any:
+    import numpy as np
+
+    return np.array([getattr(eff, f) for f in GEN_FACTORS])
+
+
+def check_table(step: Any, workload: Any, gpu: Any, eff: Any) -> float:
+    """Relative difference between table_time and step_time on one row (0 up to rounding)."""
+    from gpuplan.perf.step_time import step_time
+
+    ref = step_time(step, gpu, workload, efficiency=eff).total_s
+    return table_time(op_table(step, workload, gpu, eff), factor_vector(eff), eff.launch_overhead_s) / ref - 1
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One public row in the generation fit: its table, generation, measured step seconds and the
+    step seconds the fit does not touch (exposed multi-GPU communication)."""
+
+    row_id: str
+    arch: str
+    table: OpTable
+    measured_s: float
+    fixed_s: float = 0.0
+
+
+class Batch:
+    """Many rows' tables stacked, so one numpy pass times them all (what makes a refit per
+    cross-validation fold affordable)."""
+
+    def __init__(self, rows: Sequence[FitRow]) -> None:
+        import numpy as np
+
+        self.rows = list(rows)
+        self.archs = sorted({r.arch for r in rows})
+        self.arch_of_row = np.array([self.archs.index(r.arch) for r in rows], dtype=int)
+        offsets = np.cumsum([0] + [len(r.table.kernels_by_phase) for r in rows])
+        self.row_of_op = np.concatenate([np.full(len(r.table.base_s), i, dtype=int) for i, r in enumerate(rows)])
+        self.slot_of_op = np.concatenate([r.table.phase + offsets[i] for i, r in enumerate(rows)]).astype(int)
+        self.row_of_slot = np.concatenate([np.full(len(r.table.kernels_by_phase), i, dtype=int)
+                                           for i, r in enumerate(rows)])
+        self.base_s = np.concatenate([r.table.base_s for r in rows])
+        self.memory_s = np.concatenate([r.table.memory_s for r in rows])
+        self.gap_s = np.concatenate([r.table.gap_s for r in rows])
+        self.count = np.concatenate([r.table.count for r in rows])
+        self.exps = np.concatenate([r.table.exps for r in rows])
+        self.kernels = np.concatenate([r.table.kernels_by_phase for r in rows])
+        self.const = np.concatenate([r.table.const_by_phase for r in rows])
+        self.fixed_s = np.array([r.fixed_s for r in rows])
+        self.log_measured = np.log(np.array([r.measured_s for r in rows]))
+        self.n_slots = len(self.kernels)
+
+    def times(self, factors_by_arch: dict[str, Any], launch_s: float) -> Any:
+        """Step seconds of every row; ``factors_by_arch`` maps each generation to a GEN_FACTORS array."""
+        import numpy as np
+
+        logf = np.log(np.array([factors_by_arch[a] for a in self.archs]))[self.arch_of_row]  # (rows, F)
+        frac = np.exp((self.exps * logf[self.row_of_op]).sum(axis=1))
+        per_op = (np.maximum(self.base_s / frac, self.memory_s) + self.gap_s) * self.count
+        gpu = np.bincount(self.slot_of_op, weights=per_op, minlength=self.n_slots) + self.const
+        slot = np.maximum(gpu, launch_s * self.kernels)
+        return np.bincount(self.row_of_slot, weights=slot, minlength=len(self.rows)) + self.fixed_s
+
+    def loss(self, factors_by_arch: dict[str, Any], launch_s: float) -> float:
+        import numpy as np
+
+        return float(((np.log(self.times(factors_by_arch, launch_s)) - self.log_measured) ** 2).sum())
+
+
+def fit_generations(rows: Sequence[FitRow], caps: dict[str, float], start: dict[str, float],
+                    shrink: float = 2.0, rounds: int = 6) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Per-generation factors: first one shared set over every row (coordinate descent over
+    GEN_GRIDS, large-GEMM fraction capped at the highest generation cap), then each generation's own
+    set with a penalty ``shrink`` × Σ log²(own / shared) that pulls a generation with few rows to the
+    shared values (a generation with no row keeps them). The large-GEMM fraction of a generation is
+    capped at ``caps[arch]`` (public GEMM benchmarks). Returns (per-generation, shared)."""
+    import numpy as np
+
+    batch = Batch(rows)
+    top = max(caps.values())
+    shared = dict(start)
+
+    def vec(d: dict[str, float]) -> Any:
+        return np.array([d[f] for f in GEN_FACTORS])
+
+    def shared_loss(d: dict[str, float]) -> float:
+        return batch.loss(dict.fromkeys(batch.archs, vec(d)), d["launch_overhead_s"])
+
+    for _ in range(rounds):
+        before = dict(shared)
+        for name, grid in GEN_GRIDS.items():
+            grid = [g for g in grid if name != "tensor_core_matmul" or g <= top]
+            losses = {g: shared_loss({**shared, name: g}) for g in grid}
+            if max(losses.values()) - min(losses.values()) > 1e-12:
+                shared[name] = min(grid, key=lambda g: losses[g])
+        if shared == before:
+            break
+    launch = shared["launch_overhead_s"]
+    own: dict[str, dict[str, float]] = {}
+    for arch in batch.archs:
+        mine = Batch([r for r in rows if r.arch == arch])
+        cap = caps.get(arch, top)
+        cur = {f: min(shared[f], cap) if f == "tensor_core_matmul" else shared[f] for f in GEN_FACTORS}
+
+        def loss(d: dict[str, float], mine: Batch = mine, arch: str = arch) -> float:
+            penalty = shrink * sum(math.log(d[f] / shared[f]) ** 2 for f in GEN_FACTORS)
+            return mine.loss({arch: vec(d)}, launch) + penalty
+
+        for _ in range(rounds):
+            before = dict(cur)
+            for name in GEN_FACTORS:
+                grid = [g for g in GEN_GRIDS[name] if name != "tensor_core_matmul" or g <= cap]
+                losses = {g: loss({**cur, name: g}) for g in grid}
+                cur[name] = min(grid, key=lambda g: losses[g])
+            if cur == before:
+                break
+        own[arch] = cur
+    return own, shared
 
 
 if __name__ == "__main__":

@@ -28,8 +28,10 @@ class Efficiency:
     """Achievable fractions of peak, and fixed per-kernel costs."""
 
     tensor_core_matmul: float
-    """Large matmul on tensor cores (fp16, bf16, tf32): fraction of the dense peak. FITTED. A GEMM of
-    a given shape reaches this times its shape efficiency (perf/gemm_shape.py)."""
+    """Large matmul on tensor cores (fp16, bf16, tf32): fraction of the dense peak. FITTED per
+    generation (scripts/accuracy.py on the public matrices), never above what public GEMM benchmarks
+    reach on that generation (``gemm_cap`` in arch_factors.json). A GEMM of a given shape reaches this
+    times its shape efficiency (perf/gemm_shape.py)."""
     fp32_matmul: float
     """Plain fp32 matmul/conv on CUDA cores (TF32 off): fraction of the fp32 peak. FITTED."""
     attention_fused: float
@@ -118,12 +120,16 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
     fitted = data["fitted"]
     out: dict[str, Efficiency] = {}
     for key, a in data["architectures"].items():
+        # a generation's own fit (scripts/accuracy.py on the public matrices) overrides the shared one;
+        # its large-GEMM fraction never exceeds what public GEMM benchmarks reach on it (gemm_cap)
+        own = {**fitted, **a.get("fitted", {})}
+        tensor_core = own["tensor_core_matmul"] if "fitted" in a else fitted["tensor_core_matmul"] * a["gemm_scale"]
         out[key] = Efficiency(
-            tensor_core_matmul=min(0.98, fitted["tensor_core_matmul"] * a["gemm_scale"]),
-            conv_tensor_core=fitted["conv_tensor_core"],
-            conv_backward=float(fitted.get("conv_backward", 1.0)),
-            conv_backward_16bit=float(fitted.get("conv_backward_16bit", fitted.get("conv_backward", 1.0))),
-            fp32_matmul=fitted["fp32_matmul"],
+            tensor_core_matmul=min(float(a.get("gemm_cap", 0.98)), tensor_core),
+            conv_tensor_core=own["conv_tensor_core"],
+            conv_backward=float(own.get("conv_backward", 1.0)),
+            conv_backward_16bit=float(own.get("conv_backward_16bit", own.get("conv_backward", 1.0))),
+            fp32_matmul=own["fp32_matmul"],
             attention_fused=a["attention_fused"],
             bandwidth=a["bandwidth"],
             launch_overhead_s=fitted["launch_overhead_s"],
