@@ -257,10 +257,12 @@ def render(data: dict[str, Any]) -> str:
 
     rows = data["rows"]
     lines = [BEGIN, "", "## Public benchmark matrices: cross-validated step time (issue 17)", "",
-             f"{data['summary']}", "", f"Held-out residuals (the LOSO columns and the intervals): {data['validation']}.", "",
+             f"{data['summary']}", "",
+             f"Held-out residuals (the LOSO columns and the intervals): {data['validation']}.", "",
              "Error = modelled throughput / measured − 1 (equivalently measured step time / modelled − 1). "
              "LOSO: leave one source out (a source is one published table: refit the per-generation factors "
              "without it, predict it). LOGO: leave one GPU model out. Fitted: all rows in the fit. "
+             "With the shipped factors (no refit) the three columns coincide: no public row was fitted on. "
              "80%: the interval `perf/uncertainty.interval` gives a 1 s estimate of that cell "
              "(from the LOSO residuals; thin cells pooled, see the basis).", ""]
 
@@ -297,7 +299,10 @@ def render(data: dict[str, Any]) -> str:
     lines += ["", f"Interval coverage on held-out sources: {100 * cov['share']:.1f}% of {cov['rows']} rows "
               "(each row's interval built from the other sources' residuals, perf/uncertainty's pooling). "
               f"Median interval over the rows: ×{widths['median_low']:.2f} to ×{widths['median_high']:.2f}.", ""]
-    lines += ["### Factors per generation (fitted on every row; GEMM fraction capped)", "",
+    shipped = str(data["validation"]).startswith("shipped")
+    title = ("as shipped in perf/data/arch_factors.json: not refitted on these rows" if shipped
+             else "fitted on every row; GEMM fraction capped")
+    lines += [f"### Factors per generation ({title})", "",
               f"GEMM caps: {GEMM_CAPS_SOURCE}.", "",
               "| generation | large GEMM | conv | conv backward | conv backward 16-bit | fp32 CUDA-core | rows |",
               "|---|---:|---:|---:|---:|---:|---:|"]

@@ -1,0 +1,116 @@
+"""The public benchmark matrices (src/gpuplan/perf/data/public/*.csv), their cross-validated residuals
+(perf/data/residuals.json) and the generated section of docs/accuracy.md, all written by
+scripts/accuracy.py from published tables cited row by row (repository, file, commit)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+from types import ModuleType
+
+from gpuplan.cli.main import build_parser
+from gpuplan.hardware import get_gpu
+from gpuplan.perf.calibration import CASES
+from gpuplan.perf.efficiency import arch_key
+from gpuplan.perf.uncertainty import FAMILIES, load_residuals
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC = ROOT / "src" / "gpuplan" / "perf" / "data" / "public"
+COLUMNS = ["id", "source", "repo", "file", "commit", "gpu", "gpu_count", "model", "mode", "precision", "batch_size",
+           "seq_len", "image_size", "flags", "quantity", "unit", "value", "framework", "stack_year", "family",
+           "command", "reproducible", "exclude_reason"]
+# issue 17 acceptance: interval coverage 75-85% on held-out sources; median interval no wider than x1.35
+# either side. (Its per-family bar, leave-one-source-out median |error| <= 12% and worst <= 35%, does not
+# hold yet for the training families: docs/accuracy.md states the residuals.)
+COVERAGE = (0.75, 0.85)
+WIDTH = 1.35
+
+
+def _rows() -> list[dict[str, str]]:
+    out = []
+    for path in sorted(PUBLIC.glob("*.csv")):
+        with path.open(encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            assert reader.fieldnames == COLUMNS, path
+            out += list(reader)
+    return out
+
+
+def _accuracy_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("accuracy_script", ROOT / "scripts" / "accuracy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_row_is_cited_and_costable_or_excluded_with_a_reason() -> None:
+    rows = _rows()
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert re.fullmatch(r"[0-9a-f]{40}", r["commit"]) and r["repo"] and r["file"], r["id"]
+        assert float(r["value"]) > 0 and r["stack_year"], r["id"]
+        if r["reproducible"] == "true":
+            assert r["exclude_reason"] == "" and r["family"] in FAMILIES, r["id"]
+            get_gpu(r["gpu"])  # a catalog GPU
+        else:
+            assert r["reproducible"] == "false" and r["exclude_reason"], r["id"]
+
+
+def test_commands_are_gpuplan_invocations_the_cli_accepts() -> None:
+    """The command stored with each costed row parses with gpuplan's own argument parser and names the
+    row's GPU, batch and precision. (bert-base-qa / bert-large-qa are perf/calibration.model_source
+    configs, BERT with the SQuAD head: the CLI catalog has the masked-LM heads only.)"""
+    parsers = {verb: build_parser(verb) for verb in ("estimate", "plan")}
+    for r in _rows():
+        if r["reproducible"] != "true":
+            continue
+        argv = shlex.split(r["command"])
+        assert argv[0] == "gpuplan", r["id"]
+        ns = parsers[argv[1]].parse_args(argv[1:])
+        assert ns.gpu == r["gpu"] and str(ns.batch_size) == r["batch_size"] and ns.precision == r["precision"], r["id"]
+
+
+def test_matrices_cover_300_rows_and_the_generations() -> None:
+    """Issue 17: >= 300 public rows; the costed ones span Volta, Turing, Ampere (data centre and
+    consumer), Ada, Hopper and both Blackwell kinds (no public CDNA row gpuplan expresses yet)."""
+    rows = [r for r in _rows() if r["reproducible"] == "true"]
+    assert len(rows) >= 300
+    archs = {arch_key(get_gpu(r["gpu"]).arch) for r in rows}
+    assert {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-gb20x"} <= archs
+    ampere = {get_gpu(r["gpu"]).compute_capability for r in rows if arch_key(get_gpu(r["gpu"]).arch) == "ampere"}
+    assert {(8, 0), (8, 6)} <= ampere  # data centre GA100 and consumer GA102
+
+
+def test_residuals_cover_every_costed_row() -> None:
+    """Every expressible public row is either in residuals.json or listed as pending (not costed in
+    the run that wrote it); every residual belongs to an expressible row or a calibration.py row."""
+    data = load_residuals()
+    costed = {r["id"] for r in _rows() if r["reproducible"] == "true"}
+    done = {r["id"] for r in data["rows"]}
+    assert costed <= done | set(data["pending"])
+    assert done - costed <= {c.row_id for c in CASES}
+
+
+def test_docs_section_is_what_the_script_renders() -> None:
+    """docs/accuracy.md's generated section equals scripts/accuracy.py's rendering of residuals.json
+    (regenerate with `python scripts/accuracy.py --render-only` after a refit)."""
+    script = _accuracy_script()
+    text = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    section = script.BEGIN + text.split(script.BEGIN, 1)[1].split(script.END, 1)[0] + script.END + "\n"
+    assert section == script.render(load_residuals())
+
+
+def test_interval_covers_75_to_85_percent_of_held_out_sources() -> None:
+    """Each row's 80% interval built from the other sources' leave-one-source-out residuals (the
+    pooling rule of perf/uncertainty) contains that row's own held-out residual 75-85% of the time."""
+    share, n = _accuracy_script().coverage(load_residuals()["rows"])
+    assert COVERAGE[0] <= share <= COVERAGE[1], (share, n)
+
+
+def test_median_interval_is_no_wider_than_1_35_either_side() -> None:
+    widths = _accuracy_script().interval_widths(load_residuals()["rows"])
+    assert widths["median_low"] <= WIDTH and widths["median_high"] <= WIDTH, widths
