@@ -223,14 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 GEN_FACTORS: tuple[str, ...] = ("tensor_core_matmul", "conv_tensor_core", "conv_backward", "conv_backward_16bit",
                                 "fp32_matmul")
 """Factors fitted per GPU generation (the launch overhead is the host CPU's: shared)."""
-GEN_GRIDS: dict[str, list[float]] = {
-    "tensor_core_matmul": [x / 100 for x in range(40, 99)],
-    "conv_tensor_core": [x / 100 for x in range(20, 101, 2)],
-    "conv_backward": [x / 100 for x in range(20, 101, 2)],
-    "conv_backward_16bit": [x / 100 for x in range(10, 101, 2)],
-    "fp32_matmul": [x / 100 for x in range(40, 99)],
-    "launch_overhead_s": [x * 1e-6 for x in range(2, 41)],
-}
+GEN_GRIDS: dict[str, list[float]] = {k: v for k, v in GRIDS.items() if k != "gemm_k_half"}
+"""The shared fit's grids (the K-loop cost stays a shared prior here)."""
 
 
 @dataclass(frozen=True)
