@@ -191,7 +191,9 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
     elif len(shown) < len(r.candidates_in):
         lines.append(f"({len(shown)} of {len(r.candidates_in)} that fit shown: --top {len(r.candidates_in)} shows all)")
     if r.untimed:
-        lines += ["", f"fit but not ranked ({len(r.untimed)} GPUs: the catalog documents no rate to time them):"]
+        n = len(r.untimed)
+        lines += ["", f"fit but not ranked ({n} GPU{'' if n == 1 else 's'}: the catalog documents no rate to time "
+                  f"{'it' if n == 1 else 'them'}):"]
         lines += [f"  {c.gpu.id}: {c.reason}" for c in r.untimed]
     if r.by_cost:
         lines += ["", f"cheapest per million {per} (your --prices):"]
