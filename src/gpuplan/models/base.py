@@ -55,6 +55,16 @@ class ModelSource(ABC):
         """Repeated-block counts of the full model by config key; empty: not scalable."""
         return {}
 
+    def block_paths(self) -> dict[str, str]:
+        """Module path of the repeated blocks each ``layer_counts`` key counts, when the source knows it
+        (empty: the tracer finds them by their count)."""
+        return {}
+
+    def op_repeats(self, workload: Workload) -> dict[str, int]:
+        """Module path prefix -> how many times the real program runs the traced ops under it (a diffusion
+        pipeline's denoiser: once per step); empty: every op runs once."""
+        return {}
+
     @abstractmethod
     def build(self, workload: Workload, layers: Mapping[str, int] | None = None) -> nn.Module:
         """The module, built on the current default device; ``layers`` overrides block counts."""

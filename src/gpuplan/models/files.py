@@ -36,15 +36,22 @@ SAFETENSORS_DTYPE_BITS: Final[Mapping[str, int]] = {
 """Bits per element of each dtype name the safetensors format defines."""
 
 
-def read_config_json(path: Path) -> dict[str, Any]:
-    """A Hugging Face config.json as a dict with a string ``model_type``."""
-    hint = "pass a Hugging Face config.json"
+def read_json_object(path: Path, hint: str = "pass a Hugging Face config.json") -> dict[str, Any]:
+    """A JSON object from a user's config file (bounded read, one-line errors): a diffusers
+    ``model_index.json`` or a component's ``config.json``, which have no ``model_type``."""
     what = f"config file {str(path)!r}"
     text = read_user_text(path, what=what, limit_bytes=CONFIG_MAX_BYTES, error=ModelSourceError,
                           hint=f" for a config.json; {hint}")
     config = parse_user_json(text, what=what, error=ModelSourceError)
     if not isinstance(config, dict):
         raise ModelSourceError(f"{path} holds a JSON {type(config).__name__}, not an object; {hint}")
+    return config
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """A Hugging Face config.json as a dict with a string ``model_type``."""
+    hint = "pass a Hugging Face config.json"
+    config = read_json_object(path, hint)
     model_type = config.get("model_type")
     if model_type is None:
         raise ModelSourceError(f"{path} has no 'model_type'; {hint}")

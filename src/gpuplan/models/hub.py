@@ -102,6 +102,14 @@ def cached_config(repo: str, revision: str | None, cache_dir: Path) -> Path | No
     return Path(found) if isinstance(found, str) else None
 
 
+def cached_file(repo: str, filename: str, revision: str | None, cache_dir: Path) -> Path | None:
+    """The cached ``filename`` of ``repo`` at ``revision``, if the cache holds it (a diffusers repo's
+    ``model_index.json`` and component configs)."""
+    hub = _require_hub()
+    found = hub.try_to_load_from_cache(repo, filename, cache_dir=str(cache_dir), revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
 def cached_weights(snapshot: Path) -> WeightsSummary | None:
     """Headers of the safetensors weights a cached snapshot holds completely (every shard the index
     names), else None: a partial download would undercount."""
@@ -119,19 +127,20 @@ def cached_weights(snapshot: Path) -> WeightsSummary | None:
     return read_safetensors_headers(snapshot)
 
 
-def fetch_config(repo: str, revision: str | None, cache_dir: Path) -> Path:
-    """Download ``config.json`` alone into the cache; one line for each way the Hub can refuse."""
+def fetch_config(repo: str, revision: str | None, cache_dir: Path, filename: str = "config.json") -> Path:
+    """Download ``filename`` (``config.json``, or a diffusers repo's ``model_index.json`` and component configs)
+    alone into the cache; one line for each way the Hub can refuse."""
     hub = _require_hub()
     from huggingface_hub import errors
 
     shown = repo + (f"@{revision}" if revision else "")
     try:
-        url = hub.hf_hub_url(repo, "config.json", revision=revision)
+        url = hub.hf_hub_url(repo, filename, revision=revision)
         meta = hub.get_hf_file_metadata(url, timeout=DOWNLOAD_TIMEOUT_S)
         if meta.size is not None and meta.size > CONFIG_MAX_BYTES:
-            raise ModelSourceError(f"{shown}: its config.json is {meta.size:,} bytes, more than the "
+            raise ModelSourceError(f"{shown}: its {filename} is {meta.size:,} bytes, more than the "
                                    f"{CONFIG_MAX_BYTES:,} gpuplan reads; download it yourself and pass its path")
-        path = hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=str(cache_dir),
+        path = hub.hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache_dir),
                                    etag_timeout=DOWNLOAD_TIMEOUT_S)
     except errors.GatedRepoError:
         raise ModelSourceError(
@@ -147,7 +156,7 @@ def fetch_config(repo: str, revision: str | None, cache_dir: Path) -> Path:
     except errors.LocalEntryNotFoundError as exc:  # the download could not reach the Hub (a subclass of the next)
         raise _unreachable(shown, repo, revision, cache_dir, exc) from None
     except errors.EntryNotFoundError:
-        raise ModelSourceError(f"{shown} has no config.json (a GGUF-only repo? download the .gguf file and pass its "
+        raise ModelSourceError(f"{shown} has no {filename} (a GGUF-only repo? download the .gguf file and pass its "
                                "path); pass the model's config.json") from None
     except GpuplanError:
         raise
@@ -215,5 +224,5 @@ def resolve_hub_id(spec: str) -> HubModel:
     return HubModel(read_config_json(config), snapshot=config.parent)
 
 
-__all__ = ["HUB_ID", "HubModel", "cached_config", "cached_weights", "fetch_config", "hub_cache_dir", "hub_offline",
-           "is_hub_id", "resolve_hub_id"]
+__all__ = ["HUB_ID", "HubModel", "cached_config", "cached_file", "cached_weights", "fetch_config", "hub_cache_dir",
+           "hub_offline", "is_hub_id", "resolve_hub_id"]

@@ -694,6 +694,11 @@ def resolve_model(spec: str) -> ModelSource:
     path = Path(spec)
     # Precedence, for input that could be read two ways: an existing path; timm:NAME; a factory
     # (the only form with ':'); a model file by its suffix; a Hub id ORG/NAME; a catalog name; torchvision.
+    if (path.is_dir() and (path / "model_index.json").is_file()) or (path.name == "model_index.json"
+                                                                      and path.is_file()):
+        from gpuplan.models.pipeline import PipelineSource, read_pipeline_folder
+
+        return PipelineSource(read_pipeline_folder(path if path.is_dir() else path.parent))
     if spec.startswith(TIMM_PREFIX) and not path.exists():
         from gpuplan.models.timm import TimmSource
 
@@ -731,6 +736,11 @@ def resolve_model(spec: str) -> ModelSource:
 
         # timm publishes its models as timm/ARCH.TAG, with a config.json transformers cannot read
         return TimmSource(TIMM_PREFIX + spec.split("/", 1)[1])
+    from gpuplan.models.pipeline import resolve_hub_pipeline
+
+    pipeline = resolve_hub_pipeline(spec) if is_hub_id(spec) else None
+    if pipeline is not None:  # a diffusers repo: model_index.json cached, or a shipped pipeline's Hub id
+        return pipeline
     if is_hub_id(spec):  # the cached config first; the catalog entry of that id when nothing is cached
         found = resolve_hub_id(spec)
         if found.catalog is not None:
@@ -749,10 +759,16 @@ def resolve_model(spec: str) -> ModelSource:
     if entry is not None:
         return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
                               kind="catalog")
+    from gpuplan.models.pipeline import catalog_pipeline, is_catalog_pipeline, pipeline_names
+
+    if is_catalog_pipeline(spec):
+        from gpuplan.models.pipeline import PipelineSource
+
+        return PipelineSource(catalog_pipeline(spec))
     tv = torchvision_names()
     if spec in tv:
         return TorchvisionSource(spec)
-    choices = _catalog_names() + tv
+    choices = _catalog_names() + list(pipeline_names()) + tv
     raise UnknownModelError(
         f"unknown model {spec!r}{did_you_mean(spec, choices)} (MODEL is a catalog name, a Hub id ORG/NAME, "
         "timm:NAME, a config.json, a .safetensors or .gguf file, or path/to/file.py:factory)")

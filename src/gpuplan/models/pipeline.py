@@ -1,0 +1,430 @@
+"""Diffusion and video pipelines as a MODEL: a diffusers ``model_index.json`` and each component's config.
+
+A pipeline is several models run in sequence: text encoders (transformers classes), a denoiser
+(a diffusers transformer or UNet) run once per sampling step, and a VAE that decodes the latents.
+gpuplan builds each component from its config with the real ``diffusers`` / ``transformers`` class
+(on fake tensors when tracing: never a weight) and runs the pipeline's own program around them —
+the calls diffusers' pipeline ``__call__`` makes, with the shapes it makes them with — as one
+:class:`PipelineModule`, so the ordinary tracer records the whole generation (trace/runner.py).
+
+The denoiser is traced for one sampling step; the memory peak of a step is the same at every step,
+and the time of the others is its ops counted ``steps`` (× 2 where classifier-free guidance runs a
+second pass) times (:meth:`PipelineSource.op_repeats`).
+
+Pipelines modelled (``model_index.json`` ``_class_name``): FluxPipeline, StableDiffusion3Pipeline,
+StableDiffusionXLPipeline, WanPipeline, HunyuanVideoPipeline. Shipped configs (``pipelines/NAME/``)
+carry their provenance in ``gpuplan.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from gpuplan.errors import ConfigError, ModelSourceError, UnknownModelError, did_you_mean, one_line
+from gpuplan.models.base import Inputs, ModelSource
+from gpuplan.models.files import read_json_object
+from gpuplan.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+_PACKAGE: Final = "gpuplan.models"
+_FOLDER: Final = "pipelines"
+_SKIPPED_SUFFIXES: Final = ("Tokenizer", "TokenizerFast", "Scheduler", "ImageProcessor", "FeatureExtractor")
+"""model_index.json entries that hold no weights (tokenizers, schedulers, processors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """How one diffusers pipeline class runs its components (its ``__call__``), in the numbers it uses."""
+
+    pipeline_class: str
+    denoiser: str
+    """Component name of the denoiser (``transformer`` or ``unet``)."""
+    video: bool
+    default_steps: int
+    default_height: int
+    default_width: int
+    default_frames: int | None
+    guidance: str
+    """none | batch (CFG doubles the batch of one pass) | sequential (a second, unconditional pass)."""
+    pixel_multiple: int
+    """Height and width must be multiples of this (VAE factor × patch size)."""
+    temporal_factor: int = 1
+    """Frames must be ``temporal_factor·k + 1`` (the video VAE's causal compression)."""
+    stacks: tuple[tuple[str, str], ...] = ()
+    """(config key of the denoiser, module path) of its repeated blocks, traced at 3 and 2 and scaled."""
+    latents_fp32: bool = False
+    """The pipeline keeps the latents in float32 between steps (Wan, HunyuanVideo)."""
+
+
+FAMILIES: Final[Mapping[str, Family]] = {
+    f.pipeline_class: f for f in (
+        # FluxPipeline.__call__ defaults (diffusers 0.42): 28 steps, 1024², guidance embedded (no second pass)
+        Family("FluxPipeline", "transformer", False, 28, 1024, 1024, None, "none", 16,
+               stacks=(("num_layers", "transformer_blocks"), ("num_single_layers", "single_transformer_blocks"))),
+        # StableDiffusion3Pipeline: 28 steps, guidance 7.0 > 1: prompt and negative in one batch of 2B
+        Family("StableDiffusion3Pipeline", "transformer", False, 28, 1024, 1024, None, "batch", 16),
+        # StableDiffusionXLPipeline: 50 steps, guidance 5.0 (batch of 2B)
+        Family("StableDiffusionXLPipeline", "unet", False, 50, 1024, 1024, None, "batch", 8),
+        # WanPipeline: 50 steps, 480×832, 81 frames, guidance 5.0 as a second transformer call
+        Family("WanPipeline", "transformer", True, 50, 480, 832, 81, "sequential", 16, temporal_factor=4,
+               stacks=(("num_layers", "blocks"),), latents_fp32=True),
+        # HunyuanVideoPipeline: 50 steps, 720×1280, 129 frames, embedded guidance (true_cfg_scale 1: no 2nd pass)
+        Family("HunyuanVideoPipeline", "transformer", True, 50, 720, 1280, 129, "none", 16, temporal_factor=4,
+               stacks=(("num_layers", "transformer_blocks"), ("num_single_layers", "single_transformer_blocks")),
+               latents_fp32=True),
+    )
+}
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    name: str
+    library: str
+    class_name: str
+    config: Mapping[str, Any]
+
+    @property
+    def role(self) -> str:
+        if self.name.startswith("text_encoder"):
+            return "text_encoder"
+        return "vae" if self.name == "vae" else "denoiser"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    name: str
+    pipeline_class: str
+    components: tuple[Component, ...]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.pipeline_class]
+
+    def component(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+
+def _parse_index(name: str, index: Mapping[str, Any], read_config: Any,
+                 provenance: Mapping[str, Any] | None = None) -> PipelineSpec:
+    cls = index.get("_class_name")
+    if cls not in FAMILIES:
+        raise ModelSourceError(f"{name}: pipeline class {cls!r} is not one gpuplan models "
+                               f"(supported: {', '.join(sorted(FAMILIES))})")
+    components = []
+    for comp, entry in sorted(index.items()):
+        if comp.startswith("_") or not isinstance(entry, list) or len(entry) != 2 or entry[0] is None:
+            continue
+        library, class_name = entry
+        if not isinstance(class_name, str) or class_name.endswith(_SKIPPED_SUFFIXES):
+            continue
+        if library not in ("diffusers", "transformers"):
+            raise ModelSourceError(f"{name}: component {comp} comes from {library!r}; gpuplan builds diffusers and "
+                                   "transformers components only")
+        components.append(Component(comp, library, class_name, read_config(comp)))
+    spec = PipelineSpec(name, str(cls), tuple(components), dict(provenance or {}))
+    if spec.family.denoiser not in spec.names or "vae" not in spec.names:
+        raise ModelSourceError(f"{name}: model_index.json lacks the {spec.family.denoiser} or the vae")
+    return spec
+
+
+def read_pipeline_folder(path: Path) -> PipelineSpec:
+    """A diffusers folder: ``model_index.json`` and ``COMPONENT/config.json`` for each component."""
+    index = read_json_object(path / "model_index.json")
+
+    def read(comp: str) -> dict[str, Any]:
+        config = path / comp / "config.json"
+        if not config.is_file():
+            raise ModelSourceError(f"{path}: component {comp} has no {comp}/config.json; download the pipeline's "
+                                   "config files (model_index.json and every */config.json)")
+        return read_json_object(config)
+
+    return _parse_index(str(path), index, read)
+
+
+@functools.cache
+def pipeline_names() -> tuple[str, ...]:
+    folder = resources.files(_PACKAGE).joinpath(_FOLDER)
+    return tuple(sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("_")))
+
+
+def _read_resource(name: str, *parts: str) -> Any:
+    node = resources.files(_PACKAGE).joinpath(_FOLDER, name, *parts)
+    return json.loads(node.read_text(encoding="utf-8"))
+
+
+def catalog_pipeline(name: str) -> PipelineSpec:
+    """A shipped pipeline by catalog name (or its Hub id, case-insensitive)."""
+    key = name.lower()
+    for known in pipeline_names():
+        meta = _read_resource(known, "gpuplan.json")
+        if key == known or key == str(meta.get("hf_id", "")).lower():
+            return _parse_index(known, _read_resource(known, "model_index.json"),
+                                lambda comp, k=known: _read_resource(k, comp, "config.json"), meta)
+    raise UnknownModelError(f"unknown pipeline {name!r}{did_you_mean(name, list(pipeline_names()))}")
+
+
+def is_catalog_pipeline(name: str) -> bool:
+    try:
+        catalog_pipeline(name)
+    except UnknownModelError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------ shapes ----
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The generation's sizes, checked against what the pipeline can take."""
+
+    batch: int
+    height: int
+    width: int
+    frames: int | None
+    steps: int
+
+    @property
+    def latent_height(self) -> int:
+        return self.height // 8
+
+    @property
+    def latent_width(self) -> int:
+        return self.width // 8
+
+    @property
+    def latent_frames(self) -> int:
+        return 1 if self.frames is None else (self.frames - 1) // 4 + 1
+
+
+def shape_of(spec: PipelineSpec, workload: Workload) -> Shape:
+    """The workload's sizes for this pipeline (its defaults where not given), or one-line errors."""
+    fam = spec.family
+    height = workload.image_size or fam.default_height
+    width = workload.image_width or (workload.image_size if workload.image_size else fam.default_width)
+    for what, value in (("height", height), ("width", width)):
+        if value % fam.pixel_multiple:
+            low = value - value % fam.pixel_multiple
+            raise ConfigError(f"--image-size {what} {value} is not a multiple of {fam.pixel_multiple} "
+                              f"({spec.name}: VAE factor 8 × patch size); use {low or fam.pixel_multiple} or "
+                              f"{low + fam.pixel_multiple}")
+    frames = workload.frames
+    if fam.video:
+        frames = frames or fam.default_frames
+        assert frames is not None
+        if (frames - 1) % fam.temporal_factor:
+            k = (frames - 1) // fam.temporal_factor
+            raise ConfigError(f"--frames {frames}: {spec.name}'s video VAE takes {fam.temporal_factor}·k + 1 frames; "
+                              f"use {fam.temporal_factor * k + 1} or {fam.temporal_factor * (k + 1) + 1}")
+    elif frames is not None:
+        raise ConfigError(f"--frames applies to video pipelines; {spec.name} makes images (drop --frames)")
+    steps = workload.steps or fam.default_steps
+    return Shape(workload.batch_size, height, width, frames, steps)
+
+
+# ----------------------------------------------------------------------------------- source ----
+
+class PipelineSource(ModelSource):
+    """A diffusers pipeline: its components built from their configs, run as the pipeline runs them."""
+
+    kind = "pipeline"
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.task = "text-to-video" if spec.family.video else "text-to-image"
+
+    @property
+    def denoiser(self) -> str:
+        return self.spec.family.denoiser
+
+    @property
+    def generates(self) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "pipeline_class": self.spec.pipeline_class,
+                "components": [c.name for c in self.spec.components]}
+
+    def layer_counts(self) -> dict[str, int]:
+        cfg = self.spec.component(self.denoiser).config
+        return {f"{self.denoiser}.{key}": int(cfg[key]) for key, _ in self.spec.family.stacks if key in cfg}
+
+    def block_paths(self) -> dict[str, str]:
+        return {f"{self.denoiser}.{key}": f"{self.denoiser}.{path}" for key, path in self.spec.family.stacks}
+
+    def check_workload(self, workload: Workload) -> Shape:
+        """Every pipeline-specific refusal, before any trace (one line each)."""
+        shape = shape_of(self.spec, workload)
+        unknown = [n for n in workload.quantize_components if n not in self.spec.names]
+        if unknown:
+            raise ConfigError(f"--quantize-components {','.join(unknown)}: {self.name} has no such component "
+                              f"(components: {', '.join(self.spec.names)})")
+        if workload.mode == "generate":
+            raise ConfigError(f"{self.name} is a diffusion pipeline: use --mode infer (a generation of --steps "
+                              "denoising steps) or --mode train")
+        if workload.trains and workload.offload != "none":
+            raise ConfigError(f"--offload {workload.offload} is diffusers' inference offload; with --mode train use "
+                              "--offload none")
+        return shape
+
+    def op_repeats(self, workload: Workload) -> dict[str, int]:
+        """Ops of the denoiser run once per step (twice with sequential guidance): module prefix -> count."""
+        if workload.trains:
+            return {}
+        shape = shape_of(self.spec, workload)
+        # a second (unconditional) pass is traced as it runs, so both passes are in the traced ops already
+        return {self.denoiser: shape.steps, "scheduler": shape.steps}
+
+    def workload_notes(self, workload: Workload) -> tuple[str, ...]:
+        shape = shape_of(self.spec, workload)
+        fam = self.spec.family
+        size = f"{shape.height}×{shape.width}" + (f", {shape.frames} frames" if shape.frames else "")
+        if workload.trains:
+            return (f"{self.name}: one training step of the {self.denoiser} at {size}, batch {shape.batch} "
+                    f"(flow-matching / noise-prediction MSE loss as diffusers' training scripts compute it)",)
+        guidance = {"none": "no classifier-free guidance pass (guidance embedded or off)",
+                    "batch": "classifier-free guidance: prompt and negative prompt in one batch of 2×",
+                    "sequential": "classifier-free guidance: a second, unconditional pass per step"}[fam.guidance]
+        return (f"{self.name}: text encoders → {shape.steps} {self.denoiser} steps → VAE decode at {size}, "
+                f"batch {shape.batch}; {guidance}; the {self.denoiser} is traced for one step (its peak is every "
+                "step's) and its time counted for all",)
+
+    # -- building ---------------------------------------------------------------------------
+    def build(self, workload: Workload, layers: Mapping[str, int] | None = None) -> nn.Module:
+        shape = self.check_workload(workload)
+        skip = set()
+        if workload.trains:
+            if workload.cache_text_embeddings:
+                skip |= {c.name for c in self.spec.components if c.role == "text_encoder"}
+            if workload.cache_latents:
+                skip.add("vae")
+        modules = {}
+        for comp in self.spec.components:
+            if comp.name in skip:
+                continue
+            overrides = {k.split(".", 1)[1]: v for k, v in (layers or {}).items() if k.startswith(comp.name + ".")}
+            modules[comp.name] = build_component(self.name, comp, overrides)
+        from gpuplan.models.pipeline_program import PipelineModule
+
+        return PipelineModule(self.spec, modules, workload, shape)
+
+    def inputs(self, module: nn.Module, workload: Workload) -> Inputs:
+        return module.make_inputs()  # type: ignore[no-any-return, operator]
+
+    def loss(self, module: nn.Module, output: Any, inputs: Inputs, workload: Workload) -> torch.Tensor:
+        return output  # type: ignore[no-any-return]  # the pipeline module's training forward returns the loss
+
+
+def build_component(pipeline: str, comp: Component, overrides: Mapping[str, Any]) -> nn.Module:
+    """One component from its config with its library's own class (on the current default device/dtype)."""
+    cfg = {k: v for k, v in comp.config.items() if not k.startswith("_")}
+    cfg.update(overrides)
+    try:
+        if comp.library == "transformers":
+            import transformers
+
+            cls = getattr(transformers, comp.class_name, None)
+            model_type = cfg.pop("model_type", None)
+            for key in ("transformers_version", "_name_or_path", "architectures", "torch_dtype", "dtype"):
+                cfg.pop(key, None)
+            if cls is None or not isinstance(model_type, str):
+                raise ModelSourceError(f"{pipeline}: transformers has no class {comp.class_name!r} (or the config has "
+                                       "no model_type)")
+            hf_config = transformers.AutoConfig.for_model(model_type, **cfg)
+            return cls(hf_config)  # type: ignore[no-any-return]
+        diffusers = _require_diffusers()
+        cls = getattr(diffusers, comp.class_name, None)
+        if cls is None:
+            raise ModelSourceError(f"{pipeline}: diffusers {diffusers.__version__} has no class {comp.class_name!r}")
+        return cls.from_config(cfg)  # type: ignore[no-any-return]
+    except ModelSourceError:
+        raise
+    except Exception as exc:
+        raise ModelSourceError(f"{pipeline}: cannot build {comp.name} ({comp.class_name}) from its config: "
+                               f"{type(exc).__name__}: {one_line(exc, 200)}") from exc
+
+
+def _require_diffusers() -> Any:
+    try:
+        import diffusers
+    except ImportError as exc:
+        from gpuplan.errors import MissingDependencyError
+
+        raise MissingDependencyError("diffusion pipelines need the 'diffusers' package: "
+                                     "pip install 'gpuplan[diffusion]'") from exc
+    return diffusers
+
+
+def resolve_pipeline(spec: str) -> PipelineSource | None:
+    """A catalog pipeline name or a diffusers folder, else None."""
+    path = Path(spec)
+    if path.is_dir() and (path / "model_index.json").is_file():
+        return PipelineSource(read_pipeline_folder(path))
+    if path.name == "model_index.json" and path.is_file():
+        return PipelineSource(read_pipeline_folder(path.parent))
+    if is_catalog_pipeline(spec):
+        return PipelineSource(catalog_pipeline(spec))
+    return None
+
+
+def resolve_hub_pipeline(spec: str) -> PipelineSource | None:
+    """A Hub id naming a diffusers repo: its cached ``model_index.json`` and component configs, else the shipped
+    pipeline published under that id, else (network allowed, nothing cached) the config files alone downloaded;
+    None when the repo is not a pipeline (no model_index.json): the caller reads it as a transformers model."""
+    from gpuplan.models import hub
+
+    match = hub.HUB_ID.match(spec)
+    if match is None:
+        return None
+    repo, revision = match.group("repo"), match.group("revision")
+    cache_dir = hub.hub_cache_dir()
+    try:
+        index = hub.cached_file(repo, "model_index.json", revision, cache_dir)
+    except ValueError:
+        return None  # not a valid repo id: the transformers path says why
+    if index is None and revision is None:
+        for known in pipeline_names():
+            if str(_read_resource(known, "gpuplan.json").get("hf_id", "")).lower() == repo.lower():
+                return PipelineSource(catalog_pipeline(known))
+    if index is None:
+        if hub.hub_offline() or hub.cached_file(repo, "config.json", revision, cache_dir) is not None:
+            return None
+        try:
+            index = hub.fetch_config(repo, revision, cache_dir, filename="model_index.json")
+        except ModelSourceError:
+            return None  # no model_index.json (or no network): the config.json path gives its own answer
+    snapshot = index.parent
+    for comp, entry in read_json_object(index).items():
+        if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], str)
+                and not entry[1].endswith(_SKIPPED_SUFFIXES) and not comp.startswith("_")
+                and not (snapshot / comp / "config.json").is_file()):
+            if hub.hub_offline():
+                raise ModelSourceError(f"{spec}: {comp}/config.json is not in the Hugging Face cache (HF_HUB_OFFLINE "
+                                       f"is set); run `huggingface-cli download {repo} --include '*.json'`")
+            hub.fetch_config(repo, revision, cache_dir, filename=f"{comp}/config.json")
+    return PipelineSource(read_pipeline_folder(snapshot))
+
+
+def component_names(spec: PipelineSpec) -> Sequence[str]:
+    return spec.names
+
+
+__all__ = ["FAMILIES", "Component", "Family", "PipelineSource", "PipelineSpec", "Shape", "build_component",
+           "catalog_pipeline", "component_names", "is_catalog_pipeline", "pipeline_names", "read_pipeline_folder",
+           "resolve_hub_pipeline", "resolve_pipeline", "shape_of"]
