@@ -421,3 +421,108 @@ def test_serve_option(tiny_gpt2: str, flags: list[str], check: Any) -> None:
                      "16", *flags, "--json"])
     assert code == 0
     assert check(json.loads(out.getvalue()))
+
+
+# ---------------------------------------------------------------- diffusion / video pipelines ----
+
+PIPELINES = Path(__file__).parent / "fixtures" / "pipelines"
+
+
+@pytest.fixture(scope="module")
+def tiny_flux(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/fixtures/pipelines/tiny-flux with 2 + 2 transformer blocks: traced whole (one trace per case)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("pipes") / "tiny-flux"
+    shutil.copytree(PIPELINES / "tiny-flux", folder)
+    config = folder / "transformer" / "config.json"
+    cfg = json.loads(config.read_text())
+    config.write_text(json.dumps({**cfg, "num_layers": 2, "num_single_layers": 2}))
+    return str(folder)
+
+
+PIPE = ["--mode", "infer", "--image-size", "64", "--precision", "bf16", "--gpu", "H100-SXM"]
+
+
+@pytest.fixture(scope="module")
+def flux_base(tiny_flux: str) -> dict[str, Any]:
+    return estimate_json(tiny_flux, *PIPE)
+
+
+def _component(result: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in result["pipeline"]["components"] if c["name"] == name)
+
+
+@pytest.mark.slow
+def test_pipeline_steps_scale_time_not_memory(tiny_flux: str, flux_base: dict[str, Any]) -> None:
+    more = estimate_json(tiny_flux, *PIPE, "--steps", "56")
+    assert flux_base["pipeline"]["steps"] == 28 and more["pipeline"]["steps"] == 56  # FluxPipeline's default 28
+    assert more["tensor_peak_bytes"] == flux_base["tensor_peak_bytes"]
+    assert more["time"]["by_phase_s"]["denoise"] == pytest.approx(2 * flux_base["time"]["by_phase_s"]["denoise"],
+                                                                 rel=0.02)
+    assert more["step_time_s"] > flux_base["step_time_s"]
+
+
+@pytest.mark.slow
+def test_pipeline_image_size_h_by_w(tiny_flux: str, flux_base: dict[str, Any]) -> None:
+    wide = estimate_json(tiny_flux, *PIPE, "--image-size", "64x128")
+    assert (wide["pipeline"]["height"], wide["pipeline"]["width"]) == (64, 128)
+    assert wide["workload"]["image_width"] == 128
+    assert wide["pipeline"]["phase_peak_bytes"]["vae_decode"] > flux_base["pipeline"]["phase_peak_bytes"]["vae_decode"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offload", ["none", "model", "sequential", "group"])
+def test_pipeline_offload(offload: str, tiny_flux: str, flux_base: dict[str, Any]) -> None:
+    result = estimate_json(tiny_flux, *PIPE, "--offload", offload)
+    p = result["pipeline"]
+    assert p["offload"] == offload == result["workload"]["offload"]
+    weights = sum(c["bytes"] for c in p["components"])
+    if offload == "none":
+        assert result["host_memory_bytes"] == 0 and result["tensor_peak_bytes"] == flux_base["tensor_peak_bytes"]
+    else:
+        assert 0 < result["host_memory_bytes"] <= weights
+        assert result["tensor_peak_bytes"] < flux_base["tensor_peak_bytes"]
+        assert p["transfer_bytes"] >= weights - _component(result, "transformer")["bytes"]
+        assert result["pipeline"]["offload_transfer_s"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--vae-tiling", "--vae-slicing"])
+def test_pipeline_vae_flags(flag: str, tiny_flux: str) -> None:
+    result = estimate_json(tiny_flux, *PIPE, "--batch-size", "2", flag)
+    assert result["workload"][flag.removeprefix("--").replace("-", "_")] is True
+    assert result["pipeline"]["phase_peak_bytes"]["vae_decode"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("flags", "component"), [
+    (["--load-in-4bit"], "transformer"),
+    (["--load-in-8bit", "--quantize-components", "transformer,text_encoder_2"], "text_encoder_2"),
+    (["--weight-quant", "int8"], "transformer"),
+    (["--weight-quant", "fp8-storage", "--quantize-components", "transformer,vae"], "vae"),
+])
+def test_pipeline_quantized_components(flags: list[str], component: str, tiny_flux: str,
+                                       flux_base: dict[str, Any]) -> None:
+    result = estimate_json(tiny_flux, *PIPE, *flags)
+    assert _component(result, component)["bytes"] < _component(flux_base, component)["bytes"]
+    assert _component(result, "text_encoder")["bytes"] == _component(flux_base, "text_encoder")["bytes"]
+    assert _component(result, component)["parameters"] == _component(flux_base, component)["parameters"]
+
+
+@pytest.mark.slow
+def test_pipeline_video_frames() -> None:
+    result = estimate_json(str(PIPELINES / "tiny-wan"), "--mode", "infer", "--image-size", "32", "--frames", "9",
+                           "--steps", "2")
+    assert result["pipeline"]["frames"] == 9 and result["workload"]["frames"] == 9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--cache-latents"], ["--cache-text-embeddings"],
+                                   ["--cache-latents", "--cache-text-embeddings", "--peft", "lora"]])
+def test_pipeline_training_caches(flags: list[str], tiny_flux: str) -> None:
+    result = estimate_json(tiny_flux, "--mode", "train", "--image-size", "64", "--precision", "bf16", *flags)
+    names = {c["name"] for c in result["pipeline"]["components"]}
+    assert ("vae" in names) != ("--cache-latents" in flags)
+    assert ("text_encoder_2" in names) != ("--cache-text-embeddings" in flags)
+    assert result["components"]["optimizer_state"] > 0

@@ -42,7 +42,7 @@ def workload_values() -> dict[str, list[str]]:
 
     flags = {"--mode": w.MODES, "--precision": w.PRECISIONS, "--optimizer": w.OPTIMIZERS,
              "--checkpointing": w.CHECKPOINTING, "--attention": w.ATTENTIONS, "--optimizer-impl": w.OPTIMIZER_IMPLS,
-             "--zero-grad": w.ZERO_GRADS, "--loss": w.LOSSES}
+             "--zero-grad": w.ZERO_GRADS, "--loss": w.LOSSES, "--offload": w.PIPELINE_OFFLOADS}
     return {flag: sorted(values) for flag, values in flags.items()}
 
 

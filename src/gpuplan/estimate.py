@@ -27,6 +27,7 @@ from gpuplan.workload import MODULE_LOADINGS, Workload, make_workload
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
+    from gpuplan.memory.pipeline_offload import PipelinePlacement
     from gpuplan.memory.weight_quant import QuantizedWeights
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.summary import Throughput, Timing
@@ -105,6 +106,14 @@ class Estimate:
     """The calibration applied (context and/or step-time factor), if any."""
     quantized_weights: QuantizedWeights | None = None
     """Weight-only quantization counted in the memory figures (``weight_quant``), if any."""
+    pipeline: PipelinePlacement | None = None
+    """A diffusion pipeline's components: where each lives under the offload mode, host RAM, weight traffic."""
+    component_params: dict[str, int] | None = None
+    """A pipeline's parameters per component (full depth)."""
+    offload_transfer_s: float | None = None
+    """Seconds the host link adds to the generation for offloaded weights (included in ``step_time_s``)."""
+    pipeline_shape: dict[str, int | None] | None = None
+    """A pipeline's generation as modelled: steps, height, width, frames (its defaults filled in)."""
 
     @property
     def tensor_peak_bytes(self) -> int:
@@ -184,8 +193,13 @@ def estimate(
         raise ConfigError(f"pass either workload= or workload fields ({', '.join(fields)}), not both")
     work = workload if workload is not None else make_workload(**fields)
     require_choice("CUDA module loading", cuda_module_loading, MODULE_LOADINGS)
-    check_weight_quant(weight_quant, trains=work.trains)  # before the trace: fail fast
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+    pipeline_shape = None
+    if source.kind == "pipeline":  # per component, inside the trace (trace/pipeline.py)
+        work, weight_quant = _pipeline_weight_quant(source.name, work, weight_quant)
+        shape = source.check_workload(work)  # type: ignore[attr-defined]
+        pipeline_shape = {"steps": shape.steps, "height": shape.height, "width": shape.width, "frames": shape.frames}
+    check_weight_quant(weight_quant, trains=work.trains)  # before the trace: fail fast
     work = with_stated_seq_len(source, work)
     target_gpu = resolve_gpu(gpu)
     cal = _check_calibration(calibration, target_gpu)
@@ -204,10 +218,17 @@ def estimate(
     step = trace_source(source, work, cc, fake=True, cuda=True)
     assumptions.extend([*refusals_first, *peft_notes(work, step),
                         *(optimizer_notes(work.optimizer) if work.trains else [])])
-    mem = memory_on_gpu(step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
+    placement = component_params = None
+    gpu_step = step
+    if source.kind == "pipeline":
+        placement, component_params = _pipeline_placement(source, step, work)
+        gpu_step = _offloaded(step, placement)
+        assumptions.extend(_placement_notes(placement))
+    mem = memory_on_gpu(gpu_step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
                         cuda_context_bytes=cal.cuda_context_bytes if cal else None, weight_quant=weight_quant)
     assumptions.extend(mem.notes)
     timing = None
+    offload_s: float | None = None
     if target_gpu is not None:
         from gpuplan.perf.roofline import NoRateError
         from gpuplan.perf.summary import summarize_source
@@ -219,15 +240,18 @@ def estimate(
             assumptions.append(f"no step time: {exc}")
         else:
             assumptions.extend(timing.notes(target_gpu, work.batch_size))
+            if placement is not None and placement.transfer_bytes:
+                timing, offload_s = _with_transfer(timing, placement, target_gpu)
     if cal is not None:
         assumptions.append(cal.describe())
     return Estimate(
         model=source.name, workload=work, params_count=step.params_count,
         peak_allocated_bytes=mem.peak_allocated_bytes, peak_reserved_bytes=mem.peak_reserved_bytes,
-        total_required_bytes=mem.total_required_bytes, components=mem.components, peak_phase=step.peak_phase,
-        flops_per_step=step.flops, step=step, gpu=target_gpu, fits=mem.fits, headroom_bytes=mem.headroom_bytes,
+        total_required_bytes=mem.total_required_bytes, components=mem.components, peak_phase=gpu_step.peak_phase,
+        flops_per_step=step.flops, step=gpu_step, gpu=target_gpu, fits=mem.fits, headroom_bytes=mem.headroom_bytes,
         min_required_bytes=mem.min_required_bytes, assumptions=tuple(assumptions), timing=timing,
-        calibration=cal, quantized_weights=mem.quantized_weights,
+        calibration=cal, quantized_weights=mem.quantized_weights, pipeline=placement,
+        component_params=component_params, offload_transfer_s=offload_s, pipeline_shape=pipeline_shape,
     )
 
 
@@ -242,6 +266,93 @@ def with_stated_seq_len(source: ModelSource, workload: Workload) -> Workload:
 
     seq = seq_len_of(source, workload)
     return workload.with_(seq_len=seq) if seq else workload
+
+
+def _pipeline_placement(source: ModelSource, step: TracedStep, work: Workload
+                        ) -> tuple[PipelinePlacement, dict[str, int]]:
+    """Where the pipeline's weights live under ``work.offload`` (memory/pipeline_offload.py), and its
+    parameters per component (the denoiser's scaled to full depth like ``params_count``)."""
+    from gpuplan.memory.pipeline_offload import place
+
+    denoiser = str(getattr(source, "denoiser", "transformer"))
+    run = step.run
+    weights = dict(run.child_weights) if run is not None else {}
+    component_bytes = {k: v for k, v in step.child_param_bytes.items() if k in weights and v}
+    counts: dict[str, int] = {}
+    for path, n in (run.module_params.items() if run is not None else ()):
+        top = path.split(".", 1)[0]
+        if top != denoiser and top in component_bytes:
+            counts[top] = counts.get(top, 0) + n
+    counts[denoiser] = step.params_count - sum(counts.values())
+    calls = 0
+    if not work.trains:
+        repeats = source.op_repeats(work)
+        passes = 2 if getattr(getattr(source, "spec", None), "family", None) is not None and \
+            source.spec.family.guidance == "sequential" else 1  # type: ignore[attr-defined]
+        calls = repeats.get(denoiser, 1) * passes
+    placement = place(offload=work.offload, denoiser=denoiser, phase_peaks=step.phase_peaks,
+                      component_bytes=component_bytes, child_weights=weights, denoiser_calls=calls)
+    return placement, {k: counts.get(k, 0) for k in component_bytes}
+
+
+def _offloaded(step: TracedStep, placement: PipelinePlacement) -> TracedStep:
+    """The traced step as the GPU sees it under offload: every peak lowered by the weights left on the host
+    (``--offload none``: unchanged)."""
+    if placement.offload == "none":
+        return step
+    from dataclasses import replace
+
+    saved = max(0, step.tensor_peak_bytes - placement.tensor_peak_bytes)
+    live = placement.tensor_peak_bytes - placement.weight_bytes_at_peak
+    return replace(step, tensor_peak_bytes=placement.tensor_peak_bytes, peak_phase=placement.peak_phase,
+                   tensor_components={**dict.fromkeys(step.tensor_components, 0),
+                                      "parameters": placement.weight_bytes_at_peak, "activations": max(0, live)},
+                   rounded_peak_bytes=max(0, step.rounded_peak_bytes - saved),
+                   reserved_peak_bytes=max(0, step.reserved_peak_bytes - saved),
+                   min_reserved_bytes=max(0, step.min_reserved_bytes - saved))
+
+
+def _placement_notes(placement: PipelinePlacement) -> list[str]:
+    if placement.offload == "none":
+        return ["every component resident on the GPU (--offload none); --offload model|sequential|group trade "
+                "GPU memory for host RAM and weight copies"]
+    return [f"--offload {placement.offload}: GPU peak in {placement.peak_phase} with "
+            f"{placement.weight_bytes_at_peak / 2**30:.2f} GiB of weights there; host RAM holds up to "
+            f"{placement.host_memory_bytes / 2**30:.2f} GiB of weights; {placement.transfer_bytes / 2**30:.1f} GiB "
+            "copied host → GPU per generation"
+            + (" (overlapped with compute by CUDA streams)" if placement.overlapped else " (not overlapped)")]
+
+
+def _with_transfer(timing: Timing, placement: PipelinePlacement, gpu: GPU) -> tuple[Timing, float]:
+    """The generation's time with the offloaded weights' copies (group offloading hides them behind the
+    denoiser's compute where they fit under it)."""
+    from dataclasses import replace
+
+    from gpuplan.memory.pipeline_offload import transfer_time_s
+
+    copy_s = transfer_time_s(placement.transfer_bytes, gpu.pcie_gb_per_s_per_direction)
+    st = timing.time
+    added = max(0.0, copy_s - st.by_phase_s.get("denoise", 0.0)) if placement.overlapped else copy_s
+    total = st.total_s + added
+    new_st = replace(st, total_s=total, by_phase_s={**st.by_phase_s, "offload_transfer": added},
+                     breakdown_s={**st.breakdown_s, "offload_transfer": added})
+    scale = st.total_s / total if total else 1.0
+    return replace(timing, time=new_st, samples_per_s=timing.samples_per_s * scale,
+                   throughput={"value": timing.throughput["value"] * scale, "unit": timing.throughput["unit"]}), added
+
+
+def _pipeline_weight_quant(name: str, work: Workload, weight_quant: str) -> tuple[Workload, Any]:
+    """A pipeline's ``--weight-quant`` applies to its quantized components in the trace, not to the whole step."""
+    if weight_quant == "none":
+        return work, weight_quant
+    if weight_quant not in ("int8", "fp8-storage"):
+        raise ConfigError(f"--weight-quant {weight_quant}: {name} is a diffusion pipeline, whose components take "
+                          "--weight-quant int8 (torchao weight-only) or fp8-storage (diffusers layerwise casting), "
+                          "or --load-in-4bit / --load-in-8bit")
+    if work.trains:
+        raise ConfigError(f"--weight-quant {weight_quant} applies to --mode infer; for training use --load-in-4bit "
+                          "with --peft lora (QLoRA)")
+    return work.with_(component_quant=weight_quant), "none"
 
 
 def _check_calibration(calibration: Calibration | None, gpu: GPU | None) -> Calibration | None:

@@ -32,6 +32,12 @@ Peft = Literal["none", "lora", "qlora", "dora"]
 bitsandbytes NF4 base (double quantization, bf16 compute)."""
 LoadIn = Literal["none", "4bit", "8bit"]
 """Base weights quantized at load (bitsandbytes): 4bit = NF4 + double quantization, 8bit = LLM.int8."""
+PipelineOffload = Literal["none", "model", "sequential", "group"]
+"""diffusers' inference offload of a pipeline: none, enable_model_cpu_offload (model),
+enable_sequential_cpu_offload (sequential), block-level group offloading with streams (group)."""
+ComponentQuant = Literal["none", "int8", "fp8-storage"]
+"""Weight format of a pipeline's quantized components besides bitsandbytes (--load-in-4bit/8bit): torchao int8
+weight-only (int8) or diffusers' layerwise casting (fp8-storage: fp8 weights, upcast to 16 bits layer by layer)."""
 ModuleLoading = Literal["lazy", "eager"]
 """CUDA module loading: lazy (CUDA >= 11.7, the default) or eager (older stacks)."""
 
@@ -48,6 +54,10 @@ WEIGHT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "int4")
 MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
 LOAD_INS: tuple[str, ...] = ("none", "4bit", "8bit")
 PEFTS: tuple[str, ...] = ("none", "lora", "qlora", "dora")
+PIPELINE_OFFLOADS: tuple[str, ...] = ("none", "model", "sequential", "group")
+COMPONENT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8-storage")
+MAX_STEPS = 10_000
+MAX_FRAMES = 4096
 ALL_LINEAR = "all-linear"
 """``lora_targets`` value: every linear layer but the output head (PEFT's own shorthand)."""
 
@@ -111,6 +121,26 @@ class Workload:
     every linear layer but the output head."""
     train_modules: tuple[str, ...] = ()
     """Modules trained whole beside the adapters (PEFT's modules_to_save, e.g. embed_tokens, lm_head)."""
+    # -- diffusion / video pipelines (models/pipeline.py); other models ignore these --
+    steps: int | None = None
+    """Denoising steps of one generation (None: the pipeline's default)."""
+    frames: int | None = None
+    """Video frames (None: the pipeline's default; images have none)."""
+    image_width: int | None = None
+    """Image width in pixels when it differs from ``image_size`` (the height): --image-size HxW."""
+    offload: PipelineOffload = "none"
+    vae_tiling: bool = False
+    """The VAE decodes tile by tile (``vae.enable_tiling()``)."""
+    vae_slicing: bool = False
+    """The VAE decodes one sample of the batch at a time (``vae.enable_slicing()``)."""
+    quantize_components: tuple[str, ...] = ()
+    """Pipeline components the quantization flags apply to; () is the denoiser alone."""
+    component_quant: ComponentQuant = "none"
+    """--weight-quant int8 | fp8-storage of a pipeline's quantized components."""
+    cache_latents: bool = False
+    """Training: latents were computed beforehand (the VAE is neither run nor resident)."""
+    cache_text_embeddings: bool = False
+    """Training: prompt embeddings were computed beforehand (the text encoders are neither run nor resident)."""
 
     def __post_init__(self) -> None:
         require_choice("mode", self.mode, MODES)
@@ -131,6 +161,7 @@ class Workload:
                      "pass how many tokens to generate")
         _check_range("grad accumulation", self.grad_accum, 1, MAX_GRAD_ACCUM, "use 1 for no accumulation")
         self._check_peft()
+        self._check_pipeline()
         if self.mode != "train" and self.grad_accum != 1:
             raise ConfigError(f"--grad-accum {self.grad_accum} applies to --mode train only, not {self.mode}")
 
@@ -150,6 +181,19 @@ class Workload:
         if ALL_LINEAR in self.lora_targets and len(self.lora_targets) > 1:
             raise ConfigError(f"LoRA targets {','.join(self.lora_targets)}: {ALL_LINEAR!r} stands alone "
                               "(it already names every linear layer)")
+
+    def _check_pipeline(self) -> None:
+        require_choice("offload", self.offload, PIPELINE_OFFLOADS)
+        require_choice("component weight quantization", self.component_quant, COMPONENT_QUANTS)
+        if self.steps is not None:
+            _check_range("steps", self.steps, 1, MAX_STEPS, "pass the denoising steps of one generation")
+        if self.frames is not None:
+            _check_range("frames", self.frames, 1, MAX_FRAMES, "pass the video's frame count")
+        if self.image_width is not None:
+            _check_range("image width", self.image_width, 8, MAX_IMAGE_SIZE, "pass the image width in pixels")
+        names = self.quantize_components
+        if isinstance(names, str) or not all(isinstance(n, str) and n.strip() for n in names):
+            raise ConfigError(f"quantize components must be a tuple of component names, got {names!r}")
 
     @property
     def uses_peft(self) -> bool:

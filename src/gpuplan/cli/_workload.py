@@ -18,6 +18,7 @@ from gpuplan.workload import (
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PEFTS,
+    PIPELINE_OFFLOADS,
     PRECISIONS,
     ZERO_GRADS,
     Workload,
@@ -109,12 +110,16 @@ MODE_ONLY_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str = "train") -> None:
+def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str = "train",
+                           pipelines: bool = True) -> None:
+    """The workload flags; ``pipelines=False`` leaves out the diffusion-pipeline group (measure runs real steps
+    of one model, and its ``--steps`` counts timed steps)."""
     g = parser.add_argument_group("workload")
     g.add_argument("--mode", default=default_mode, choices=MODES)
     g.add_argument("--batch-size", type=_int, default=1, metavar="N", help="micro-batch per forward (default 1)")
     g.add_argument("--seq-len", type=_int, default=None, metavar="N", help="tokens per sample (default: model's)")
-    g.add_argument("--image-size", type=_int, default=None, metavar="N", help="image side in pixels")
+    g.add_argument("--image-size", type=_image_size, default=None, metavar="H[xW]",
+                   help="image side in pixels, or height x width (pipelines: 1024x768)")
     g.add_argument("--new-tokens", type=_int, default=None, metavar="N",
                    help=f"tokens to generate (generate mode; default {_default('new_tokens')})")
     g.add_argument("--precision", default=None, metavar="P",
@@ -135,11 +140,55 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
                    help="|".join(LOSSES) + f" (train mode; default {_default('loss')}; chunked-ce: torchtune's "
                         "chunked LM head + fp32 cross entropy one chunk at a time, causal LMs)")
     add_peft_arguments(g)
+    if pipelines:
+        add_pipeline_arguments(parser)
     load = g.add_mutually_exclusive_group()
     load.add_argument("--load-in-4bit", dest="load_in", action="store_const", const="4bit", default="none",
                       help="base weights in bitsandbytes NF4 with double quantization (as QLoRA loads them)")
     load.add_argument("--load-in-8bit", dest="load_in", action="store_const", const="8bit",
                       help="base weights in bitsandbytes LLM.int8 (int8 + fp32 scale per row)")
+
+
+def _image_size(text: str) -> tuple[int, int | None]:
+    """argparse type: ``N`` (a square, or a vision model's side) or ``HxW``; ranges are Workload's."""
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) > 2 or not all(p.strip() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected N or HxW pixels (e.g. 1024 or 720x1280), got {_shown(text)}")
+    height = _int(parts[0])
+    return height, (_int(parts[1]) if len(parts) == 2 else None)
+
+
+# Pipeline flags: given for a model that is not a diffusion pipeline they change nothing (a note says so).
+PIPELINE_FLAGS: tuple[str, ...] = ("steps", "frames", "offload", "vae_tiling", "vae_slicing", "quantize_components",
+                                   "cache_latents", "cache_text_embeddings")
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of diffusion and video pipelines (models/pipeline.py): steps, frames, offload, VAE, components."""
+    g = parser.add_argument_group("diffusion / video pipelines")
+    g.add_argument("--steps", type=_int, default=None, metavar="N",
+                   help="denoising steps of one generation (default: the pipeline's)")
+    g.add_argument("--frames", type=_int, default=None, metavar="N", help="video frames (default: the pipeline's)")
+    g.add_argument("--offload", default=None, metavar="O",
+                   help="|".join(PIPELINE_OFFLOADS) + ": diffusers' enable_model_cpu_offload (model), "
+                        "enable_sequential_cpu_offload (sequential), block-level group offloading with streams (group)")
+    g.add_argument("--vae-tiling", action="store_true", default=None,
+                   help="VAE decodes tile by tile (vae.enable_tiling)")
+    g.add_argument("--vae-slicing", action="store_true", default=None,
+                   help="VAE decodes one sample at a time (vae.enable_slicing)")
+    g.add_argument("--quantize-components", type=_names, default=None, metavar="NAMES",
+                   help="components --load-in-4bit/8bit and --weight-quant int8|fp8-storage apply to "
+                        "(default: the denoiser), e.g. transformer,text_encoder_2")
+    g.add_argument("--cache-latents", action="store_true", default=None,
+                   help="training: latents precomputed (the VAE is not resident)")
+    g.add_argument("--cache-text-embeddings", action="store_true", default=None,
+                   help="training: prompt embeddings precomputed (the text encoders are not resident)")
+
+
+def _pipeline_fields(args: argparse.Namespace) -> dict[str, Any]:
+    if not hasattr(args, "quantize_components"):  # a verb without the pipeline group (measure's --steps is its own)
+        return {}
+    return {f: getattr(args, f) for f in PIPELINE_FLAGS if getattr(args, f, None) is not None}
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -214,8 +263,9 @@ def precision_for(args: argparse.Namespace) -> str:
 def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     """The workload the flags describe. Notes for flags the mode ignores go to ``args.notes`` when main()
     set it (printed after the answer), else straight to stderr; never to stdout."""
+    height, width = args.image_size if isinstance(args.image_size, tuple) else (args.image_size, None)
     fields: dict[str, Any] = dict(
-        mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size,
+        mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=height, image_width=width,
         precision=args.precision or precision_for(args), grad_accum=args.grad_accum, attention=args.attention,
         load_in=getattr(args, "load_in", "none"),
     )
@@ -223,6 +273,7 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
         if getattr(args, field, None) is not None:
             fields[field] = getattr(args, field)
     fields.update(_peft_fields(args))
+    fields.update(_pipeline_fields(args))
     fields.update(overrides)
     workload = Workload(**fields)  # bad values fail first: a note about a flag in error is noise
     notes = ignored_flag_notes(args)

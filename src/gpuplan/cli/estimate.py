@@ -28,9 +28,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default=None, help="target GPU (adds fit, headroom, step time)")
     parser.add_argument("--cuda-module-loading", default="lazy", choices=("lazy", "eager"),
                         help="CUDA context size: lazy (CUDA >= 11.7, default) or eager (older stacks)")
-    parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4"),
+    parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4", "fp8-storage"),
                         help="weight-only quantized weights (--mode infer|generate): counted in the memory "
-                             "figures and the fit, and in the matmuls' weight reads (time with --gpu)")
+                             "figures and the fit, and in the matmuls' weight reads (time with --gpu); pipelines: "
+                             "int8 (torchao weight-only) or fp8-storage (diffusers layerwise casting) on "
+                             "--quantize-components")
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)

@@ -20,7 +20,7 @@ LAYOUTS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    add_workload_arguments(parser)
+    add_workload_arguments(parser, pipelines=False)
     g = parser.add_argument_group("measurement")
     g.add_argument("--steps", type=_int, default=5, metavar="N", help="timed steps (default 5)")
     g.add_argument("--warmup", type=_int, default=2, metavar="N", help="untimed warm-up steps (default 2)")

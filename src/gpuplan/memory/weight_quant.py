@@ -57,6 +57,9 @@ def quantized_weight_bytes(params_count: int, scheme: str) -> int:
 
 def check_weight_quant(scheme: str, *, trains: bool) -> None:
     """A known scheme, and only for inference: weight-only quantized weights are not trained."""
+    if scheme == "fp8-storage":
+        raise ConfigError("--weight-quant fp8-storage is diffusers' layerwise casting of a diffusion pipeline's "
+                          "components; for this model use --weight-quant fp8")
     require_choice("weight quantization", scheme, WEIGHT_QUANTS)
     if scheme != "none" and trains:
         raise ConfigError(f"--weight-quant {scheme} applies to --mode infer or generate, not train "

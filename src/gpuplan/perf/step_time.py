@@ -158,7 +158,9 @@ def model_flops(step: TracedStep, workload: Workload) -> int:
     FLOPs of the repeated blocks are subtracted once from the backward; selective checkpointing keeps
     matmul/attention outputs and recomputes only FLOP-free elementwise ops."""
     by_phase = step.flops_by_phase()
-    total = sum(v for k, v in by_phase.items() if k in ("forward", "loss", "backward", "prefill", "decode"))
+    total = sum(v for k, v in by_phase.items()
+                if k in ("forward", "loss", "backward", "prefill", "decode", "denoise", "vae_encode", "vae_decode")
+                or k.startswith("encode:"))
     if workload.trains and workload.checkpointing == "full":
         total -= sum(op.flops * op.count for op in step.ops if op.phase == "forward" and op.block is not None)
     return max(total, 0)

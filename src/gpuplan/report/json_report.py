@@ -42,9 +42,29 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
         q = est.quantized_weights
         out["weight_quant"] = {"scheme": q.scheme, "weight_bytes": q.weight_bytes,
                                "traced_weight_bytes": q.traced_weight_bytes, "memory_saved_bytes": q.memory_saved_bytes}
+    if est.pipeline is not None:
+        out["pipeline"] = pipeline_to_dict(est)
+        out["host_memory_bytes"] = est.pipeline.host_memory_bytes
     if est.calibration is not None:
         out["calibration"] = {**asdict(est.calibration), "driver_versions": list(est.calibration.driver_versions)}
     return out
+
+
+def pipeline_to_dict(est: Estimate) -> dict[str, Any]:
+    """A diffusion pipeline's generation: its sizes, offload, host RAM and each component."""
+    p = est.pipeline
+    assert p is not None
+    w = est.workload
+    params = est.component_params or {}
+    return {
+        "offload": p.offload, "host_memory_bytes": p.host_memory_bytes, "transfer_bytes": p.transfer_bytes,
+        "offload_transfer_s": est.offload_transfer_s, "peak_phase": p.peak_phase,
+        **(est.pipeline_shape or {"steps": w.steps, "frames": w.frames}),
+        "components": [{"name": c.name, "parameters": params.get(c.name, 0), "bytes": c.weight_bytes,
+                        "gpu_bytes": c.gpu_bytes, "where": c.where, "phase_peak_bytes": c.phase_peak_bytes}
+                       for c in p.components],
+        "phase_peak_bytes": dict(est.step.phase_peaks),
+    }
 
 
 def timing_to_dict(timing: Timing) -> dict[str, Any]:

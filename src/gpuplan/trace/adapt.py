@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 def adapt_model(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
     """``model`` as the workload runs it (unchanged when it asks for neither quantization nor PEFT)."""
+    if source.kind == "pipeline":  # each component as the pipeline loads it (trace/pipeline.py)
+        from gpuplan.trace.pipeline import adapt_pipeline
+
+        return adapt_pipeline(model, source, workload)
     from gpuplan.trace.float8 import convert_for_precision
     from gpuplan.trace.quantized import quantize_for_workload
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Phases of a step, in the order they run.
-PHASES: tuple[str, ...] = ("setup", "forward", "loss", "backward", "optimizer", "zero_grad", "prefill", "decode")
+PHASES: tuple[str, ...] = ("setup", "forward", "loss", "backward", "optimizer", "zero_grad", "prefill", "decode",
+                           "denoise", "vae_encode", "vae_decode")
+"""(a diffusion pipeline adds ``encode:COMPONENT`` per text encoder before ``denoise``)"""
 
 # Memory categories of the JSON contract that a trace can tell apart (the GPU-specific ones —
 # cuda_context, workspaces, allocator_overhead — are added by gpuplan.memory).
@@ -144,6 +146,10 @@ class RunResult:
     less these and the trainable parameters' bytes."""
     trainable_param_bytes: int = 0
     """Stored bytes of the trainable parameters (PEFT keeps adapters in fp32 over a 16-bit base)."""
+    child_weights: dict[str, list[int]] = field(default_factory=dict)
+    """Top-level child module -> [parameter and buffer bytes, largest single module's own bytes, bytes outside
+    its repeated-block lists, largest repeated block's bytes]: what each diffusers offload mode keeps on the
+    GPU for a pipeline's component (trace/pipeline_memory.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +191,11 @@ class TracedStep:
     ``params_count`` (a 3-block run's ratio weighs the embeddings as if they were a third of the model)."""
     frozen_float_param_bytes: int = 0
     notes: tuple[str, ...] = ()
+    phase_peaks: dict[str, int] = field(default_factory=dict)
+    """Phase -> most live tensor bytes during it at full depth (a pipeline's ``encode:NAME``, ``denoise``,
+    ``vae_decode``: where each component runs)."""
+    child_param_bytes: dict[str, int] = field(default_factory=dict)
+    """Top-level child module -> its parameter and buffer bytes at full depth (a pipeline's components)."""
     run: RunResult | None = None
     """The traced run this record was made from (3 repeated blocks, or the whole model): what the
     planner splits per block and per module (parallel/profile.py). None for weights-only steps."""

@@ -104,6 +104,33 @@ def trainable_split(model: nn.Module) -> tuple[int, int, int, int]:
     return t_n, t_b, f_n, f_b
 
 
+def _weight_bytes(module: nn.Module, *, recurse: bool, seen: set[int] | None = None) -> int:
+    tensors = [*module.parameters(recurse=recurse), *module.buffers(recurse=recurse)]
+    seen = set() if seen is None else seen
+    total = 0
+    for t in tensors:
+        key = id(t.untyped_storage())
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def child_weights(model: nn.Module) -> dict[str, list[int]]:
+    """:attr:`RunResult.child_weights` of ``model``: per top-level child, its weight bytes, its largest module's
+    own weights (what sequential offload holds), and diffusers' block-level groups — the child's own top-level
+    ``ModuleList``/``Sequential`` entries are groups of one block each, everything else one group."""
+    out: dict[str, list[int]] = {}
+    for name, child in model.named_children():
+        total = _weight_bytes(child, recurse=True)
+        leaf = max((_weight_bytes(m, recurse=False) for m in child.modules()), default=0)
+        blocks = [b for _, sub in child.named_children() if isinstance(sub, (nn.ModuleList, nn.Sequential))
+                  for b in sub.children()]
+        block_bytes = [_weight_bytes(b, recurse=True) for b in blocks]
+        out[name] = [total, leaf, total - sum(block_bytes), max(block_bytes, default=0)]
+    return out
+
+
 @contextlib.contextmanager
 def step_gc(*, collect_first: bool = True) -> Iterator[None]:
     """The cyclic GC inside a recorded step: off, except where the step collects explicitly
@@ -404,7 +431,9 @@ class StepRunner:
         w = self.workload
         model = self.build_model()
         counts = self.layers or self.source.layer_counts()
-        containers = find_containers(model, counts) if counts else {}
+        known = self.source.block_paths()
+        containers = ({k: known[k] for k in counts} if counts and all(k in known for k in counts)
+                      else find_containers(model, counts) if counts else {})
         recorder = Recorder(block_containers=containers.values())
         amp_dtype = DTYPES[w.autocast_dtype] if w.autocast_dtype else None
         attention = CudaAttention(AttentionPolicy(w.attention, self.target.compute_capability))
@@ -432,6 +461,7 @@ class StepRunner:
         params_count = logical_params_count(model)  # a quantized layer counts the weights it packs
         module_params, module_param_sizes = own_parameters(model)
         trainable, trainable_bytes, frozen_float, frozen_float_bytes = trainable_split(model)
+        children = child_weights(model) if self.source.kind == "pipeline" else {}
         return RunResult(
             trace=recorder.trace,
             params_count=params_count,
@@ -450,6 +480,7 @@ class StepRunner:
             frozen_float_params=frozen_float,
             frozen_float_param_bytes=frozen_float_bytes,
             trainable_param_bytes=trainable_bytes,
+            child_weights=children,
         )
 
     def _register_existing(self, recorder: Recorder, model: nn.Module, optimizer: Any, inputs: Inputs) -> None:
@@ -551,9 +582,16 @@ class StepProgram:
                 f"{type(exc).__name__}: {first} — {advice}"
             ) from exc
 
+    def _share_phases(self, rec: Recorder) -> None:
+        """A model that runs several stages in one forward (a diffusion pipeline) names them itself."""
+        setter = getattr(self.model, "set_phase_sink", None)
+        if callable(setter):
+            setter(rec.enter)
+
     def train_step(self, recorder: Recorder | None = None) -> None:
         record = recorder is not None
         rec = _phase_sink(recorder)
+        self._share_phases(rec)
         steps = self.w.grad_accum
         if self.accum_steps_limit is not None:
             steps = min(steps, self.accum_steps_limit)
@@ -603,6 +641,7 @@ class StepProgram:
 
     def infer_step(self, recorder: Recorder | None = None) -> None:
         rec = _phase_sink(recorder)
+        self._share_phases(rec)
         extra = {"use_cache": False} if self.is_hf_lm else {}
         rec.enter("forward")
         with torch.no_grad(), self.semantics.forward():

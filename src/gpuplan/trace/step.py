@@ -58,7 +58,8 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
     from gpuplan.extras import require_workload
 
     require_workload(workload)  # a missing optional package is one line before the model is built
-    step = _trace_source(source, workload, cc, fake=fake, cuda=cuda, scale=scale)
+    step = _with_repeats(_trace_source(source, workload, cc, fake=fake, cuda=cuda, scale=scale),
+                         source.op_repeats(workload))
     if cache is not None and key is not None:
         cache.store(key, step)
     if note is not None:
@@ -121,8 +122,38 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
         attention_backends=run.attention_backends, gradient_bytes=_category_total(run, "gradients"),
         optimizer_state_bytes=_category_total(run, "optimizer_state"), trainable_params_count=run.trainable_params,
         trainable_param_bytes=run.trainable_param_bytes, frozen_float_params_count=run.frozen_float_params,
-        frozen_float_param_bytes=run.frozen_float_param_bytes, notes=tuple(notes), run=run)
+        frozen_float_param_bytes=run.frozen_float_param_bytes, notes=tuple(notes),
+        phase_peaks=_phase_peaks(run.trace, lambda i: run.trace.points[i].peak_bytes),
+        child_param_bytes={k: v[0] for k, v in run.child_weights.items()}, run=run)
     return step
+
+
+def _phase_peaks(trace: RawTrace, value: Any) -> dict[str, int]:
+    """Most live bytes per phase, ``value(i)`` being point i's (at full depth when scaled)."""
+    peaks: dict[str, int] = {}
+    for i, p in enumerate(trace.points):
+        v = int(value(i))
+        if v > peaks.get(p.phase, -1):
+            peaks[p.phase] = v
+    return peaks
+
+
+def _with_repeats(step: TracedStep, repeats: Mapping[str, int]) -> TracedStep:
+    """Ops under each module prefix counted as many times as the program runs them (a pipeline's denoiser
+    and scheduler once per sampling step): time and FLOPs scale, memory does not (every step's peak is one
+    step's)."""
+    if not repeats:
+        return step
+    from dataclasses import replace
+
+    def times(module: str) -> int:
+        for prefix, n in repeats.items():
+            if module == prefix or module.startswith(prefix + "."):
+                return n
+        return 1
+
+    return replace(step, ops=tuple(op if times(op.module) == 1 else replace(op, count=op.count * times(op.module))
+                                   for op in step.ops))
 
 
 def _weights_only_step(source: Any, workload: Workload) -> TracedStep:
@@ -211,7 +242,9 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         trainable_param_bytes=_scaled_count(scaler, run_a, runs_b, "trainable_param_bytes"),
         frozen_float_params_count=_scaled_count(scaler, run_a, runs_b, "frozen_float_params"),
         frozen_float_param_bytes=_scaled_count(scaler, run_a, runs_b, "frozen_float_param_bytes"),
-        notes=tuple(notes), run=run_a)
+        notes=tuple(notes), phase_peaks=_phase_peaks(run_a.trace, scaler.value),
+        child_param_bytes={k: int(scaler.scale_scalar(v[0], {key: r.child_weights[k][0] for key, r in runs_b.items()}))
+                           for k, v in run_a.child_weights.items()}, run=run_a)
 
 
 def _accumulated(ops: Sequence[OpRecord], run: RunResult) -> list[OpRecord]:

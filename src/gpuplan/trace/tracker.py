@@ -49,9 +49,11 @@ _ATTENTION_OPS = {
 _NO_DATA_OPS = {"detach", "alias", "lift_fresh", "_to_copy_meta", "sym_size", "sym_stride", "is_same_size"}
 
 
-_ACTIVATION_PHASES = frozenset({"forward", "loss", "prefill", "decode"})
+_ACTIVATION_PHASES = frozenset({"forward", "loss", "prefill", "decode", "denoise", "vae_encode", "vae_decode"})
 PHASES = frozenset({"setup", "backward", "optimizer", "zero_grad"} | _ACTIVATION_PHASES)
-"""The phases of a step (``Recorder.enter``)."""
+"""The phases of a step (``Recorder.enter``); a diffusion pipeline's also ``encode:COMPONENT`` for each text
+encoder (models/pipeline_program.py), so offload can tell which component runs."""
+ENCODE_PHASE_PREFIX = "encode:"
 
 
 def _op_class(name: str) -> str:
@@ -218,7 +220,7 @@ class Recorder:
     def enter(self, phase: str) -> None:
         """The step moves to ``phase``: storages created from now on are born in it (and are
         activations or temporaries by it). The step program calls this; nothing sets ``phase``."""
-        if phase not in PHASES:
+        if phase not in PHASES and not phase.startswith(ENCODE_PHASE_PREFIX):
             raise ValueError(f"unknown step phase {phase!r}; allowed: {', '.join(sorted(PHASES))}")
         self.phase = phase
 
@@ -252,7 +254,8 @@ class Recorder:
         # What a step allocates while running the model is activation memory (saved for backward,
         # or the live outputs of inference); anything else is a temporary until reclassified as a
         # gradient, optimizer state or KV cache.
-        category = "activations" if self.phase in _ACTIVATION_PHASES else "temporaries"
+        category = ("activations" if self.phase in _ACTIVATION_PHASES or self.phase.startswith(ENCODE_PHASE_PREFIX)
+                    else "temporaries")
         self.trace.storages[sid] = StorageInfo(sid, size, self.phase, self._module, category)
         self._live_bytes += size
         self.trace.events.append(MemEvent(sid, size))

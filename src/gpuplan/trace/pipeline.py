@@ -1,0 +1,163 @@
+"""A diffusion pipeline's components as the user loads them: quantized components, layerwise fp8 storage,
+fp8 training and LoRA on the denoiser (the model-level rules of trace/adapt.py, applied per component).
+
+* ``--load-in-4bit`` / ``--load-in-8bit`` / ``--weight-quant int8`` quantize the linear layers of the components
+  ``--quantize-components`` names (default: the denoiser) with trace/quantized.py's stand-ins: bitsandbytes NF4
+  (without double quantization: diffusers' ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")``
+  default, as its docs and blog load FLUX; ``--peft qlora`` keeps QLoRA's double quantization), LLM.int8, and
+  torchao's int8
+  weight-only layout (int8 weight + one 16-bit scale per output row: ``memory.weight_quant.layer_layout`` int8
+  per channel);
+* ``--weight-quant fp8-storage`` is diffusers' ``enable_layerwise_casting``: the weights of every linear and
+  convolution (not norms, embeddings of positions/patches, ``proj_in``/``proj_out``: diffusers'
+  ``DEFAULT_SKIP_MODULES_PATTERN``) stored in float8_e4m3fn and upcast to the compute dtype for the layer's
+  forward only — a 16-bit copy of one layer at a time, made before the fp8 one is dropped, as ``module.to`` does;
+* ``--precision fp8`` converts the denoiser alone (torchao, trace/float8.py);
+* ``--peft lora`` injects adapters into the denoiser as diffusers' scripts do (``transformer.add_adapter``:
+  PEFT's ``inject_adapter_in_model``, no wrapper), in the denoiser's dtype, frozen base.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from gpuplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.workload import Workload
+
+LAYERWISE_SKIP: tuple[str, ...] = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
+"""diffusers ``hooks/layerwise_casting.py`` DEFAULT_SKIP_MODULES_PATTERN (0.42)."""
+LAYERWISE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d,
+                                                nn.ConvTranspose2d, nn.ConvTranspose3d)
+"""diffusers ``SUPPORTED_PYTORCH_LAYERS``: the layers layerwise casting stores in fp8."""
+
+
+def quantized_component_names(source: ModelSource, workload: Workload) -> tuple[str, ...]:
+    return workload.quantize_components or (str(getattr(source, "denoiser", "transformer")),)
+
+
+def _format(workload: Workload) -> Any:
+    from gpuplan.memory.weight_quant import weight_format
+
+    if workload.peft == "qlora":  # QLoRA's base: NF4 with double quantization, as everywhere in gpuplan
+        return weight_format("bnb-nf4", double_quant=True)
+    if workload.load_in == "4bit":  # diffusers' BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
+        return weight_format("bnb-nf4", double_quant=False)
+    if workload.load_in == "8bit":
+        return weight_format("bnb-int8")
+    if workload.component_quant == "int8":
+        return weight_format("int8", group_size=-1)
+    return None
+
+
+def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
+    """The pipeline module with its components loaded as the workload says (in place; returns it)."""
+    from gpuplan.trace.quantized import compute_dtype_of, quantize_linears
+
+    names = [n for n in quantized_component_names(source, workload) if hasattr(model, n)]
+    fmt = _format(workload)
+    if fmt is not None and workload.component_quant != "none" and workload.load_in != "none":
+        raise ConfigError(f"--weight-quant {workload.component_quant} and --load-in-{workload.load_in} are two "
+                          "formats for the same weights; keep one")
+    denoiser_name = str(getattr(source, "denoiser", "transformer"))
+    if fmt is not None:
+        if workload.trains and not workload.uses_peft and denoiser_name in names:
+            raise ConfigError(f"a quantized {denoiser_name} cannot be trained whole (its packed weights take no "
+                              "gradient): add --peft lora (QLoRA), or quantize other components only")
+        for name in names:
+            quantize_linears(getattr(model, name), fmt, compute_dtype=compute_dtype_of(workload), skip=())
+    if workload.component_quant == "fp8-storage":
+        for name in names:
+            layerwise_fp8(getattr(model, name), compute_dtype=_compute_dtype(workload))
+    denoiser = getattr(model, denoiser_name)
+    if workload.trains and workload.precision == "fp8":
+        from gpuplan.trace.float8 import convert_to_fp8_training
+
+        setattr(model, denoiser_name, convert_to_fp8_training(denoiser))
+        denoiser = getattr(model, denoiser_name)
+    if workload.uses_peft:
+        inject_lora(denoiser, source, workload)
+    return model
+
+
+def _compute_dtype(workload: Workload) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[workload.param_dtype] \
+        if workload.param_dtype != "float32" else torch.bfloat16
+
+
+def layerwise_fp8(module: nn.Module, *, compute_dtype: torch.dtype) -> int:
+    """diffusers' layerwise casting on ``module``: returns how many layers store fp8 weights."""
+    patterns = [re.compile(p) for p in LAYERWISE_SKIP]
+    count = 0
+    for name, layer in module.named_modules():
+        if not isinstance(layer, LAYERWISE_TYPES) or any(p.search(name) for p in patterns):
+            continue
+        for pname, p in list(layer._parameters.items()):
+            if p is not None and p.is_floating_point():
+                layer._parameters[pname] = nn.Parameter(p.detach().to(torch.float8_e4m3fn), requires_grad=False)
+        _cast_around_forward(layer, compute_dtype)
+        count += 1
+    return count
+
+
+def _cast_around_forward(layer: nn.Module, compute_dtype: torch.dtype) -> None:
+    """The layer's weights in ``compute_dtype`` during its forward only, as diffusers' LayerwiseCastingHook
+    does with ``module.to(compute_dtype)`` before and ``module.to(storage_dtype)`` after."""
+    original = layer.forward
+
+    def forward(*args: Any, __orig: Any = original, __layer: nn.Module = layer, **kwargs: Any) -> Any:
+        params = __layer._parameters
+        names = [n for n, p in params.items() if p is not None]
+        for n in names:
+            params[n] = nn.Parameter(params[n].to(compute_dtype), requires_grad=False)  # type: ignore[union-attr]
+        try:
+            return __orig(*args, **kwargs)
+        finally:
+            for n in names:
+                params[n] = nn.Parameter(params[n].to(torch.float8_e4m3fn), requires_grad=False)  # type: ignore[union-attr]
+
+    layer.forward = forward  # type: ignore[method-assign]
+
+
+def inject_lora(denoiser: nn.Module, source: ModelSource, workload: Workload) -> None:
+    """``denoiser.requires_grad_(False); denoiser.add_adapter(LoraConfig(...))`` as diffusers' LoRA scripts do."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    from gpuplan.trace.peft import _adapters_built_in_place, linear_module_names
+    from gpuplan.workload import ALL_LINEAR
+
+    targets: Any
+    if not workload.lora_targets:
+        targets = ["to_k", "to_q", "to_v", "to_out.0"]  # the diffusers scripts' default targets
+    elif workload.lora_targets == (ALL_LINEAR,):
+        targets = ALL_LINEAR
+    else:
+        targets = list(workload.lora_targets)
+        known = {path.rsplit(".", 1)[-1] for path, _ in denoiser.named_modules() if path} | \
+            {".".join(path.split(".")[-2:]) for path, _ in denoiser.named_modules() if path.count(".") >= 1}
+        missing = [t for t in targets if t not in known]
+        if missing:
+            names = ", ".join(linear_module_names(denoiser)[:24])
+            raise ConfigError(f"--lora-targets {','.join(missing)} matches no module of {source.name}'s denoiser; its "
+                              f"linear modules are: {names}")
+    if workload.train_modules:
+        raise ConfigError("--train-modules is not modelled for pipelines; LoRA on the denoiser only")
+    denoiser.requires_grad_(False)
+    config = LoraConfig(r=workload.lora_rank, lora_alpha=workload.lora_alpha,  # type: ignore[arg-type]
+                        lora_dropout=workload.lora_dropout, target_modules=targets, init_lora_weights="gaussian",
+                        use_dora=workload.peft == "dora")
+    dtype = next(denoiser.parameters()).dtype
+    previous = torch.get_default_dtype()
+    # the scripts cast the transformer to the weight dtype before add_adapter: the adapters follow the base
+    torch.set_default_dtype(dtype if dtype.is_floating_point and dtype.itemsize >= 2 else torch.bfloat16)
+    try:
+        with _adapters_built_in_place(denoiser):
+            inject_adapter_in_model(config, denoiser)
+    finally:
+        torch.set_default_dtype(previous)
