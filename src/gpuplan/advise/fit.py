@@ -513,6 +513,9 @@ def fit(
             "(samples per optimizer step)"
         )
     source = model if isinstance(model, SourceType) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "fit")
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     from gpuplan.estimate import with_stated_seq_len
 
@@ -808,6 +811,9 @@ def largest_seq_len(
         raise ConfigError(f"sequence-length limit {limit_tokens} is out of range: allowed "
                           f"{SEQ_LEN_STEP}..{MAX_SEQ_LEN} tokens")
     source = model if isinstance(model, SourceType) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "fit")
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
     table = _position_table_tokens(source, base)

@@ -250,7 +250,9 @@ def recommend(
         raise ConfigError(f"--budget-usd {budget_usd} must be positive")
     source = model if isinstance(model, SourceType) else resolve_model(model)
     from gpuplan.estimate import with_stated_seq_len
+    from gpuplan.models.base import refuse_pipeline
 
+    refuse_pipeline(source, "recommend")
     w = with_stated_seq_len(source, workload or WorkloadType())
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
@@ -560,6 +562,9 @@ def recommend_serve(
     if max_gpus < 1 or max_gpus > 1024:
         raise ConfigError(f"--max-gpus {max_gpus} is out of range for serving: allowed 1..1024")
     source = model if isinstance(model, SourceType) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "recommend")
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
     profiles: dict[tuple[Any, ...], Any] = {}

@@ -156,6 +156,9 @@ def measure_distributed(model: str | ModelSource, *, workload: Workload, options
     name = layout or ""
     check_nproc(nproc, layout, workload)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "measure")
     spec = model if isinstance(model, str) else source.name
     here = collect("cpu") if not torch.cuda.is_available() else None  # no CUDA context in the launcher
     gpu_id = None

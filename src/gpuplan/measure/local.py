@@ -192,6 +192,9 @@ def measure(model: str | ModelSource, *, workload: Workload | None = None, optio
     options = options or Options()
     options.check(workload)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "measure")
     cuda = torch.cuda.is_available()
     used_before = cudamod.device_used_bytes_before_init() if cuda else None
     env = collect("cuda" if cuda else "cpu")

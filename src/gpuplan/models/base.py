@@ -99,6 +99,14 @@ class ModelSource(ABC):
         return ()
 
 
+def refuse_pipeline(source: ModelSource, verb: str) -> None:
+    """A diffusion pipeline is answered by ``gpuplan estimate`` (models/pipeline.py); the verbs that do not
+    model one yet say so in one line instead of answering for a program that is not the pipeline's."""
+    if source.kind == "pipeline":
+        raise ConfigError(f"{source.name} is a diffusion pipeline: `gpuplan {verb}` does not model pipelines yet; "
+                          "use `gpuplan estimate` (with --offload / --quantize-components / --gpu)")
+
+
 def default_loss(output: Any, inputs: Inputs, choice: str = "auto") -> torch.Tensor:
     import torch
     import torch.nn.functional as F
@@ -136,4 +144,4 @@ def _first_tensor(output: Any) -> torch.Tensor | None:
     return None
 
 
-__all__ = ["TIMM_PREFIX", "Inputs", "ModelSource", "default_loss"]
+__all__ = ["TIMM_PREFIX", "Inputs", "ModelSource", "default_loss", "refuse_pipeline"]

@@ -383,10 +383,11 @@ def resolve_pipeline(spec: str) -> PipelineSource | None:
     return None
 
 
-def resolve_hub_pipeline(spec: str) -> PipelineSource | None:
+def resolve_hub_pipeline(spec: str, *, download: bool = False) -> PipelineSource | None:
     """A Hub id naming a diffusers repo: its cached ``model_index.json`` and component configs, else the shipped
-    pipeline published under that id, else (network allowed, nothing cached) the config files alone downloaded;
-    None when the repo is not a pipeline (no model_index.json): the caller reads it as a transformers model."""
+    pipeline published under that id, else (``download``: the repo has no config.json and the network is allowed)
+    the config files alone downloaded; None when the repo is not a pipeline: the caller reads it as a
+    transformers model."""
     from gpuplan.models import hub
 
     match = hub.HUB_ID.match(spec)
@@ -403,14 +404,17 @@ def resolve_hub_pipeline(spec: str) -> PipelineSource | None:
             if str(_read_resource(known, "gpuplan.json").get("hf_id", "")).lower() == repo.lower():
                 return PipelineSource(catalog_pipeline(known))
     if index is None:
-        if hub.hub_offline() or hub.cached_file(repo, "config.json", revision, cache_dir) is not None:
+        if not download or hub.hub_offline():
             return None
         try:
             index = hub.fetch_config(repo, revision, cache_dir, filename="model_index.json")
         except ModelSourceError:
             return None  # no model_index.json (or no network): the config.json path gives its own answer
     snapshot = index.parent
-    for comp, entry in read_json_object(index).items():
+    content = read_json_object(index)
+    if not str(content.get("_class_name", "")).endswith("Pipeline"):
+        return None  # not a diffusers model_index.json
+    for comp, entry in content.items():
         if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], str)
                 and not entry[1].endswith(_SKIPPED_SUFFIXES) and not comp.startswith("_")
                 and not (snapshot / comp / "config.json").is_file()):

@@ -742,7 +742,13 @@ def resolve_model(spec: str) -> ModelSource:
     if pipeline is not None:  # a diffusers repo: model_index.json cached, or a shipped pipeline's Hub id
         return pipeline
     if is_hub_id(spec):  # the cached config first; the catalog entry of that id when nothing is cached
-        found = resolve_hub_id(spec)
+        try:
+            found = resolve_hub_id(spec)
+        except ModelSourceError:  # no config.json: a diffusers repo has a model_index.json instead
+            pipeline = resolve_hub_pipeline(spec, download=True)
+            if pipeline is None:
+                raise
+            return pipeline
         if found.catalog is not None:
             entry = found.catalog
             return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,

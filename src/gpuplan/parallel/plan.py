@@ -144,6 +144,9 @@ def plan(
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+    from gpuplan.models.base import refuse_pipeline
+
+    refuse_pipeline(source, "plan")
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
     gb = global_batch_size if global_batch_size is not None else gpus * w.batch_size * w.grad_accum

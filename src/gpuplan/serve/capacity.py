@@ -139,6 +139,11 @@ def _decoder_source(model: str | ModelSource) -> HFConfigSource:
     from gpuplan.models.sources import HFConfigSource, ModelSource, resolve_model
 
     source = model if isinstance(model, ModelSource) else resolve_model(model)
+
+    from gpuplan.models.base import refuse_pipeline
+
+
+    refuse_pipeline(source, "serve")
     if not isinstance(source, HFConfigSource):
         raise ModelSourceError(f"{source.name} is not a Hugging Face decoder config (it is a {source.kind} model): "
                                "serving engines load transformers decoders; give a catalog name or a config.json")

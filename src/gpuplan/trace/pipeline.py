@@ -4,7 +4,9 @@ fp8 training and LoRA on the denoiser (the model-level rules of trace/adapt.py, 
 * ``--load-in-4bit`` / ``--load-in-8bit`` / ``--weight-quant int8`` quantize the linear layers of the components
   ``--quantize-components`` names (default: the denoiser) with trace/quantized.py's stand-ins: bitsandbytes NF4
   (without double quantization: diffusers' ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")``
-  default, as its docs and blog load FLUX; ``--peft qlora`` keeps QLoRA's double quantization), LLM.int8, and
+  default, as its docs and blog load FLUX; ``--peft qlora`` keeps QLoRA's double quantization), LLM.int8 — with
+  transformers' ``_keep_in_fp32_modules`` (T5's ``wo``) left unquantized in float32 as transformers loads them —
+  and
   torchao's int8
   weight-only layout (int8 weight + one 16-bit scale per output row: ``memory.weight_quant.layer_layout`` int8
   per channel);
@@ -71,7 +73,9 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
             raise ConfigError(f"a quantized {denoiser_name} cannot be trained whole (its packed weights take no "
                               "gradient): add --peft lora (QLoRA), or quantize other components only")
         for name in names:
-            quantize_linears(getattr(model, name), fmt, compute_dtype=compute_dtype_of(workload), skip=())
+            component = getattr(model, name)
+            keep = _kept_in_fp32(component) if fmt.method.startswith("bnb") else ()
+            quantize_linears(component, fmt, compute_dtype=compute_dtype_of(workload), skip=keep)
     if workload.component_quant == "fp8-storage":
         for name in names:
             layerwise_fp8(getattr(model, name), compute_dtype=_compute_dtype(workload))
@@ -84,6 +88,21 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
     if workload.uses_peft:
         inject_lora(denoiser, source, workload)
     return model
+
+
+def _kept_in_fp32(component: nn.Module) -> tuple[str, ...]:
+    """transformers' ``_keep_in_fp32_modules`` of a component loaded with bitsandbytes: those modules are not
+    quantized and are held in float32 (T5's ``wo``: a quarter of the T5-XXL encoder's weights). Converted here,
+    returned as names for ``quantize_linears`` to skip."""
+    names = tuple(getattr(type(component), "_keep_in_fp32_modules", None) or ())
+    if not names:
+        return ()
+    for path, module in component.named_modules():
+        if path and path.rsplit(".", 1)[-1] in names:
+            for pname, p in list(module._parameters.items()):
+                if p is not None and p.is_floating_point():
+                    module._parameters[pname] = nn.Parameter(p.detach().to(torch.float32), requires_grad=False)
+    return names
 
 
 def _compute_dtype(workload: Workload) -> torch.dtype:
