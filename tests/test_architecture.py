@@ -33,7 +33,7 @@ PACKAGE = "gpuplan"
 # rules, explainers) needs only errors/units, so it sits with the data packages; nothing in the numeric
 # pipeline uses it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "workload", "userio", "version", "extras"),
+    ("errors", "units", "dtypes", "workload", "userio", "version", "extras"),
     ("report",),
     ("hardware", "models", "compat"),
     ("memory",),

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.errors import ConfigError, GpuplanError
 from gpuplan.memory.weight_quant import (
     BNB_4BIT_BLOCK,
-    DTYPE_BYTES,
     format_from_config,
     layer_bytes,
     layer_layout,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.errors import ConfigError, require_choice
 from gpuplan.workload import WEIGHT_QUANTS
 
@@ -104,8 +105,6 @@ QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq
 bnb-int8, or a checkpoint's ``quantization_config``); the names of gpuplan.models.quant_config.SCHEMES, where
 ``int8`` / ``int4`` are compressed-tensors integer weights."""
 
-DTYPE_BYTES: dict[str, int] = {"uint8": 1, "int8": 1, "float8_e4m3fn": 1, "int32": 4, "int64": 8, "float16": 2,
-                               "bfloat16": 2, "float32": 4}
 BNB_4BIT_BLOCK = 64
 """bitsandbytes Params4bit blocksize (weights per absmax)."""
 BNB_NESTED_BLOCK = 256

@@ -26,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from gpuplan.dtypes import DTYPE_BYTES, FLOAT_DTYPES
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -37,7 +39,6 @@ FUSED_SOFTMAX: Final = "megatron.scaled_upper_triang_masked_softmax"
 FUSED_SOFTMAX_BACKWARD: Final = "megatron.scaled_upper_triang_masked_softmax_backward"
 _SOFTMAX: Final = {"aten._softmax.default": False, "aten._softmax_backward_data.default": True}
 """The op each chain forms around -> is it the backward chain."""
-_ITEM_BYTES: Final = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +87,7 @@ def megatron_ops(ops: Sequence[OpRecord], compute_bytes: int) -> list[OpRecord]:
     while i < len(out):
         op = out[i]
         backward = _SOFTMAX.get(op.name)
-        item = _ITEM_BYTES.get(op.dtype, 0)
+        item = DTYPE_BYTES.get(op.dtype, 0) if op.dtype in FLOAT_DTYPES else 0
         if backward is None or not item or op.bytes_written % item:
             i += 1
             continue

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import LayoutError
+from gpuplan.models.config_view import ConfigView
 from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
 from gpuplan.parallel.layout import MegatronDDP, Zero
-from gpuplan.parallel.profile import ModelProfile, config_experts, profile_model
+from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
 from gpuplan.units import format_bytes
@@ -152,9 +153,9 @@ def plan(
     gb = global_batch_size if global_batch_size is not None else gpus * w.batch_size * w.grad_accum
     if gb < 1:
         raise LayoutError(f"global batch must be at least 1, got {gb}")
-    cfg = dict(getattr(source, "config_dict", None) or {})
-    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head") or 0)
-    kv = int(cfg.get("num_key_value_heads") or heads)
+    cfg = ConfigView(getattr(source, "config_dict", None))
+    heads = cfg.attention_heads or 0
+    kv = cfg.kv_heads or heads
     layers = max(source.layer_counts().values(), default=1)
     base = Constraints(
         gpus=gpus,
@@ -173,7 +174,7 @@ def plan(
         cp_comm=cp_comm,
         seq_len=int(seq_len_of(source, w) or 0),
     )
-    validate(base, heads=heads, kv_heads=kv, layers=layers, experts=config_experts(cfg))
+    validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
 
     over = overheads_for(
         arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability, trains=True

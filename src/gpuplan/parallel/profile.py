@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
+from gpuplan.models.config_view import ConfigView
 from gpuplan.trace.scaling import TRACED_BLOCKS
 
 if TYPE_CHECKING:
@@ -174,19 +175,6 @@ class ModelProfile:
         return self.seq_len
 
 
-def _cfg_int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return default
-
-
-def config_experts(cfg: dict[str, Any]) -> int:
-    """Routed experts per MoE layer from a Hugging Face config (0: a dense model)."""
-    return _cfg_int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
-
-
 def _live_at(trace: RawTrace, event_count: int) -> dict[int, int]:
     live: dict[int, int] = {}
     for ev in trace.events[:event_count]:
@@ -238,9 +226,9 @@ def profile_from_step(
     params = _param_split(step, run, blocks)
     acts = _activation_split(run, blocks, workload, source.name)
     times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
-    cfg: dict[str, Any] = dict(getattr(source, "config_dict", None) or {})
-    hidden = _cfg_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    heads = _cfg_int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
+    cfg = ConfigView(getattr(source, "config_dict", None))
+    hidden = cfg.hidden_size or 0
+    heads = cfg.attention_heads or 1
     # Tokens per sample as the trace ran them: the one rule estimate uses (the workload's, else
     # the model's default), never a config's position-table size.
     from gpuplan.perf.summary import seq_len_of
@@ -254,9 +242,9 @@ def profile_from_step(
         layers=blocks.full_layers,
         hidden=hidden,
         heads=heads,
-        kv_heads=_cfg_int(cfg, "num_key_value_heads", default=heads),
-        vocab=_cfg_int(cfg, "vocab_size"),
-        ffn=_cfg_int(cfg, "intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
+        kv_heads=cfg.kv_heads or heads,
+        vocab=cfg.vocab_size or 0,
+        ffn=cfg.ffn_size or 4 * hidden,
         params_count=params.params_count,
         block_params=params.block_params,
         outer_params=params.outer_params,
@@ -290,8 +278,8 @@ def profile_from_step(
         compute_dtype=times.compute_dtype,
         assumptions=_assumptions(source.name, blocks, workload, params),
         block_expert_params=params.expert_params,
-        experts=config_experts(cfg) if params.expert_params else 0,
-        experts_per_token=_cfg_int(cfg, "num_experts_per_tok", "moe_topk", default=1) if params.expert_params else 0,
+        experts=cfg.experts if params.expert_params else 0,
+        experts_per_token=(cfg.positive("num_experts_per_tok", "moe_topk") or 1) if params.expert_params else 0,
         block_param_modules=params.block_modules or 1,
         megatron_time=times.megatron,
         trainable_fraction=params.trainable_fraction,

@@ -19,18 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuplan.dtypes import DTYPE_BYTES
+
 if TYPE_CHECKING:
     from gpuplan.trace.records import OpRecord
 
-DTYPE_BYTES: dict[str, int] = {
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-}
 
 Tile = tuple[int, int, float]
 """(tile rows, tile columns, per-FLOP speed of that tile relative to the largest)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.memory.overheads import cublas_workspace_bytes
-from gpuplan.serve.kv import text_config
+from gpuplan.models.config_view import ConfigView
 from gpuplan.units import GIB
 
 CUBLAS_HANDLES = 2
@@ -45,17 +45,16 @@ CUDA-graph term of that example is not an independent check."""
 def rope_cache_bytes(config: Mapping[str, Any], dtype_bytes: int) -> int:
     """vLLM's rotary cos/sin caches, buffers counted with the weights (``rotary_embedding.py``: one
     ``[max_position × scaling factor, rotary_dim]`` cache per distinct RoPE, shared by the layers)."""
-    cfg = text_config(config)
-    positions = cfg.get("max_position_embeddings")
-    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    if not isinstance(positions, int) or not isinstance(heads, int) or not isinstance(hidden, int) or heads <= 0:
+    cfg = ConfigView(config)
+    positions, heads, hidden = cfg.positive("max_position_embeddings"), cfg.attention_heads, cfg.hidden_size
+    if positions is None or heads is None or hidden is None:
         return 0
     if not any(key in cfg for key in ("rope_theta", "rope_parameters", "rope_scaling")):
         return 0  # learned or ALiBi positions (GPT-2, OPT, BLOOM): no rotary cache
     if cfg.get("kv_lora_rank"):
         dim = int(cfg.get("qk_rope_head_dim") or 0)
     else:
-        dim = int(cfg.get("head_dim") or hidden // heads)
+        dim = cfg.head_dim or hidden // heads
         dim = int(dim * float(cfg.get("partial_rotary_factor") or 1.0))
     return sum(int(positions * factor) * dim * dtype_bytes for factor in _rope_factors(cfg))
 

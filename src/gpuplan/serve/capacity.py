@@ -14,21 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.errors import ConfigError, ModelSourceError
 from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.memory.weight_quant import quantized_weight_bytes
+from gpuplan.models.config_view import ConfigView
 from gpuplan.serve import budget as budgets
 from gpuplan.serve import engines
 from gpuplan.serve.kv import (
-    DTYPE_BYTES,
     KVCost,
     KVLayout,
     kv_cost,
     kv_dtype_bytes,
     kv_layout,
     model_dtype,
-    text_config,
 )
 from gpuplan.serve.latency import largest_batch, replicas_for, slot_wait
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
@@ -450,7 +450,7 @@ def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: Trac
         non_torch += nccl_buffer_bytes(settings.tp, nvswitch=nvswitch, compute_capability=gpu.compute_capability)
         if settings.ep > 1:  # the EP group's own communicator (all-to-all)
             non_torch += nccl_buffer_bytes(settings.ep, nvswitch=nvswitch, compute_capability=gpu.compute_capability)
-    hidden = int(text_config(config).get("hidden_size") or 0)
+    hidden = ConfigView(config).hidden_size or 0
     graphs = eng.graph_bytes(settings, kv_layout(config).attention_layers, hidden, DTYPE_BYTES[dtype])
     context, _ = cuda_context_bytes(gpu.arch)
     return eng.budget(settings, total_bytes=total, weights_bytes=weights, activation_peak_bytes=activation,
@@ -458,13 +458,13 @@ def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: Trac
 
 
 def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str) -> ModelShape:
-    text = text_config(config)
-    layers = int(text.get("num_hidden_layers") or 1)
+    text = ConfigView(config)
+    layers = text.layers or 1
     head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
     top_k = int(text.get("num_experts_per_tok") or 0)
     dense = int(text.get("first_k_dense_replace") or 0) + len(text.get("mlp_only_layers") or [])
     return ModelShape(step.params_count, step.param_bytes, layers, layout.attention_layers,
-                      int(text.get("hidden_size") or 0), layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype],
+                      text.hidden_size or 0, layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype],
                       max(0, layers - dense) if top_k else 0, top_k)
 
 

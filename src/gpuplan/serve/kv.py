@@ -23,9 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.errors import ConfigError, ModelSourceError
+from gpuplan.models.config_view import ConfigView
 
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+SERVED_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
+"""The dtypes ``--dtype auto`` serves a checkpoint in (float32 and anything else: bfloat16)."""
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8")
 DECODER_TASKS: tuple[str, ...] = ("causal-lm",)
 
@@ -69,52 +72,30 @@ class KVLayout:
         return ", ".join(parts)
 
 
-def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multimodal configs (Gemma 3, Llava, ...) nest the decoder under ``text_config``."""
-    text = config.get("text_config")
-    merged = dict(config)
-    if isinstance(text, Mapping):
-        merged.update({k: v for k, v in text.items() if v is not None})
-    return merged
-
-
-def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
-    for key in keys:
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return default
-
-
 def model_dtype(config: Mapping[str, Any]) -> str:
     """The dtype the engine runs the model in with ``--dtype auto``: the config's, with float32
     configs served in bfloat16 (vLLM 0.10.0 ``vllm/config.py`` ``_get_and_verify_dtype``: a float32
     checkpoint is cast to 16 bits)."""
-    cfg = text_config(config)
-    name = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    cfg = ConfigView(config)
+    name = cfg.get("torch_dtype") or cfg.get("dtype") or cfg.outer.get("torch_dtype") or "bfloat16"
     name = str(name).replace("torch.", "")
-    return "bfloat16" if name == "float32" else name if name in DTYPE_BYTES else "bfloat16"
+    return name if name in SERVED_DTYPES else "bfloat16"
 
 
 def kv_layout(config: Mapping[str, Any], name: str = "model") -> KVLayout:
     """The KV layout of a decoder from its config.json; a model that is not a decoder is refused."""
-    cfg = text_config(config)
-    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(cfg, "num_attention_heads", "n_head")
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    cfg = ConfigView(config)
+    layers, heads, hidden = cfg.layers, cfg.attention_heads, cfg.hidden_size
     if layers is None or heads is None or hidden is None:
         raise ModelSourceError(f"{name}: config has no layer count / attention heads / hidden size, so it is "
                                "not a decoder a serving engine can page; pass a causal language model")
-    max_context = _int(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
-    head_dim = _int(cfg, "head_dim", default=hidden // heads) or hidden // heads
-    if cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture"):
-        kv_heads = 1
-    else:
-        kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads) or heads
+    max_context = cfg.max_context
+    head_dim = cfg.head_dim or hidden // heads
+    kv_heads = cfg.kv_heads or heads
     state_layers, state_elements, state_kind = _state(cfg, layers, hidden)
     attention_layers = _attention_layer_count(cfg, layers)
     types = cfg.get("layer_types")
-    window = _int(cfg, "sliding_window")
+    window = cfg.positive("sliding_window")
     sliding = 0
     if isinstance(types, list) and types:
         sliding = sum(1 for t in types if t == "sliding_attention")
@@ -124,9 +105,9 @@ def kv_layout(config: Mapping[str, Any], name: str = "model") -> KVLayout:
             and cfg.get("model_type") in ("mistral", "mixtral", "ministral", "starcoder2"):
         sliding = attention_layers  # Mistral v0.1 style: every layer slides
     full = attention_layers - sliding
-    kv_lora = _int(cfg, "kv_lora_rank")
+    kv_lora = cfg.positive("kv_lora_rank")
     if kv_lora is not None:
-        rope = _int(cfg, "qk_rope_head_dim", default=0) or 0
+        rope = cfg.positive("qk_rope_head_dim", default=0) or 0
         return KVLayout("mla", full, sliding, window if sliding else None, 1, heads, 0, kv_lora + rope,
                         state_layers, state_elements, state_kind, max_context)
     kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
@@ -134,44 +115,44 @@ def kv_layout(config: Mapping[str, Any], name: str = "model") -> KVLayout:
                     state_layers, state_elements, state_kind, max_context)
 
 
-def _attention_layer_count(cfg: Mapping[str, Any], layers: int) -> int:
+def _attention_layer_count(cfg: ConfigView, layers: int) -> int:
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         return sum(1 for t in types if t in ("full_attention", "sliding_attention", "attention"))
     block_types = cfg.get("layers_block_type")
     if isinstance(block_types, list) and block_types:
         return sum(1 for t in block_types if t == "attention")
-    period, offset = _int(cfg, "attn_layer_period"), cfg.get("attn_layer_offset")
+    period, offset = cfg.positive("attn_layer_period"), cfg.get("attn_layer_offset")
     if period is not None and isinstance(offset, int):  # Jamba: one attention layer every `period`
         return sum(1 for i in range(layers) if i % period == offset)
     return layers
 
 
-def _state(cfg: Mapping[str, Any], layers: int, hidden: int) -> tuple[int, int, str]:
+def _state(cfg: ConfigView, layers: int, hidden: int) -> tuple[int, int, str]:
     """(state layers, elements of one layer's state for one sequence, kind)."""
     types = cfg.get("layer_types")
     model_type = cfg.get("model_type", "")
     if isinstance(types, list) and "linear_attention" in types:
         # Qwen3-Next gated DeltaNet (vLLM mamba_utils.gated_delta_net_state_shape): conv over q, k, v
         # channels with (kernel − 1) taps, and a dk × dv recurrent state per value head.
-        nk, nv = _int(cfg, "linear_num_key_heads") or 0, _int(cfg, "linear_num_value_heads") or 0
-        dk, dv = _int(cfg, "linear_key_head_dim") or 0, _int(cfg, "linear_value_head_dim") or 0
-        kernel = _int(cfg, "linear_conv_kernel_dim", default=4) or 4
+        nk, nv = cfg.positive("linear_num_key_heads") or 0, cfg.positive("linear_num_value_heads") or 0
+        dk, dv = cfg.positive("linear_key_head_dim") or 0, cfg.positive("linear_value_head_dim") or 0
+        kernel = cfg.positive("linear_conv_kernel_dim", default=4) or 4
         conv = (kernel - 1) * (2 * nk * dk + nv * dv)
         return sum(1 for t in types if t == "linear_attention"), conv + nv * dk * dv, "gated-DeltaNet"
     if model_type.startswith("falcon_h1"):
         # Mamba-2 mixer beside attention in every layer (mamba_utils.mamba2_state_shape)
-        n_heads = _int(cfg, "mamba_n_heads") or 0
-        d_head = _int(cfg, "mamba_d_head") or 0
-        d_ssm = _int(cfg, "mamba_d_ssm", default=n_heads * d_head) or n_heads * d_head
-        groups, d_state = _int(cfg, "mamba_n_groups", default=1) or 1, _int(cfg, "mamba_d_state") or 0
-        d_conv = _int(cfg, "mamba_d_conv", default=4) or 4
+        n_heads = cfg.positive("mamba_n_heads") or 0
+        d_head = cfg.positive("mamba_d_head") or 0
+        d_ssm = cfg.positive("mamba_d_ssm", default=n_heads * d_head) or n_heads * d_head
+        groups, d_state = cfg.positive("mamba_n_groups", default=1) or 1, cfg.positive("mamba_d_state") or 0
+        d_conv = cfg.positive("mamba_d_conv", default=4) or 4
         conv = (d_conv - 1) * (d_ssm + 2 * groups * d_state)
         return layers, conv + n_heads * d_head * d_state, "Mamba-2"
     if model_type == "jamba" or "mamba_d_state" in cfg:
         # Mamba-1 mixer (mamba_utils.mamba1_state_shape): conv (d_conv − 1) × inner, ssm inner × d_state
-        inner = (_int(cfg, "mamba_expand", default=2) or 2) * hidden
-        d_conv, d_state = _int(cfg, "mamba_d_conv", default=4) or 4, _int(cfg, "mamba_d_state", default=16) or 16
+        inner = (cfg.positive("mamba_expand", default=2) or 2) * hidden
+        d_conv, d_state = cfg.positive("mamba_d_conv", default=4) or 4, cfg.positive("mamba_d_state", default=16) or 16
         attention = _attention_layer_count(cfg, layers)
         return layers - attention, (d_conv - 1) * inner + inner * d_state, "Mamba"
     return 0, 0, ""
