@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError, require_choice
 from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY, resolve_gpu
+from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.memory.on_gpu import COMPONENT_NAMES, memory_on_gpu
 from gpuplan.memory.weight_quant import check_weight_quant
 from gpuplan.trace.step import TracedStep, trace_source, trace_step
@@ -208,7 +209,7 @@ def estimate(
     assumptions: list[str] = []
     if target_gpu is None:
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
-    _check_precision(work, target_gpu)
+    check_workload_on_gpu(work, target_gpu)  # the same refusal as every verb, before the trace
     from gpuplan.trace.float8 import fp8_notes
     from gpuplan.trace.optimizer_notes import optimizer_notes
     from gpuplan.trace.peft_count import peft_notes
@@ -363,22 +364,6 @@ def _check_calibration(calibration: Calibration | None, gpu: GPU | None) -> Cali
         raise ConfigError(f"the calibration is for {calibration.gpu}, not {gpu.id}; pass the entry for {gpu.id} "
                           "(gpuplan.measure.calibration.calibration_for) or none")
     return calibration
-
-
-def _check_precision(workload: Workload, gpu: GPU | None) -> None:
-    if gpu is None:
-        return
-    if workload.precision == "fp8":
-        from gpuplan.trace.float8 import check_fp8_gpu
-
-        check_fp8_gpu(gpu.id, gpu.compute_capability, gpu.compute_capability_label)
-    if workload.peft == "qlora" and not gpu.has_bf16:  # QLoRA's NF4 layers compute in bf16
-        raise ConfigError(f"--peft qlora computes in bfloat16, which {gpu.id} lacks (compute capability "
-                          f"{gpu.compute_capability_label}); use --peft lora with --precision amp-fp16, or a GPU "
-                          "with bf16 (compute capability 8.0+)")
-    if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
-        raise ConfigError(f"{gpu.id} has no bfloat16 support (compute capability "
-                          f"{gpu.compute_capability_label}); use --precision amp-fp16")
 
 
 class _CallableModule(types.ModuleType):

@@ -33,6 +33,7 @@ from math import isqrt
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.memory.offload import describe_model, optimizer_offload_time
 from gpuplan.units import format_bytes
 from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_SEQ_LEN, Workload
@@ -520,6 +521,7 @@ def fit(
     from gpuplan.estimate import with_stated_seq_len
 
     base = with_stated_seq_len(source, workload or Workload())
+    check_workload_on_gpu(base, target_gpu)  # the same refusal as every verb, before the trace
     tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base)
     techniques: list[TechniqueStep] = []

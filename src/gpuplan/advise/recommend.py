@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.hardware.support import refusal
 from gpuplan.perf.roofline import NoRateError
 from gpuplan.units import format_bytes
 
@@ -373,16 +374,8 @@ def _untimed_reason(exc: NoRateError, gpu: GPU) -> str:
 
 
 def _dtype_ok(gpu: GPU, w: Workload) -> str | None:
-    if w.peft == "qlora" and not gpu.has_bf16:
-        return "no bfloat16 support (QLoRA computes in bf16)"
-    if w.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
-        return "no bfloat16 support (use --precision amp-fp16)"
-    if w.precision == "fp8":
-        from gpuplan.trace.float8 import FP8_MIN_COMPUTE_CAPABILITY
-
-        if gpu.compute_capability and tuple(gpu.compute_capability) < FP8_MIN_COMPUTE_CAPABILITY:
-            return "no FP8 tensor cores (compute capability below 8.9; use --precision amp-bf16)"
-    return None
+    found = refusal(w, gpu)
+    return found.reason if found is not None else None
 
 
 DECODE_STEPS_TRACED = 8

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import LayoutError
+from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.models.config_view import ConfigView
 from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
@@ -143,6 +144,7 @@ def plan(
         nodes=nodes, gpus_per_node=gpus_per_node, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size
     )
     target = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
+    check_workload_on_gpu(w, target)  # the same refusal as every verb, before the trace
     topo = make_topology(target, gpus, nodes=nodes, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps)
     source = model if isinstance(model, ModelSource) else resolve_model(model)
     from gpuplan.models.base import refuse_pipeline

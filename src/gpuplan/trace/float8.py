@@ -30,18 +30,9 @@ if TYPE_CHECKING:
 
     from gpuplan.workload import Workload
 
-FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
-"""FP8 tensor cores: Ada (8.9), Hopper (9.0) and later."""
 _SCALED_MM_MULTIPLE = 16
 """``torch._scaled_mm`` needs both dimensions of the weight divisible by 16."""
 _SKIPPED = ("lm_head", "output")
-
-
-def check_fp8_gpu(gpu_id: str, compute_capability: tuple[int, int] | None, label: str) -> None:
-    """FP8 training needs FP8 tensor cores: a one-line refusal on an older GPU."""
-    if compute_capability is not None and tuple(compute_capability) < FP8_MIN_COMPUTE_CAPABILITY:
-        raise ConfigError(f"{gpu_id} has no FP8 tensor cores (compute capability {label}; FP8 needs 8.9+: Ada, "
-                          "Hopper, Blackwell); use --precision amp-bf16 or bf16, or pick an FP8 GPU")
 
 
 def _eligible(module: nn.Module, fqn: str) -> bool:

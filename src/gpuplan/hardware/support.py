@@ -1,0 +1,65 @@
+"""Can this GPU run this workload at all: the one check every verb makes before any trace.
+
+Each rule is the hardware's, not a verb's: bf16 compute (``--precision bf16|amp-bf16``, and QLoRA,
+whose NF4 layers compute in bf16 as bitsandbytes' ``bnb_4bit_compute_dtype`` is set by PEFT's recipes)
+needs a GPU with bf16 (compute capability 8.0+ on NVIDIA); FP8 training (torchao ``Float8Linear``:
+``torch._scaled_mm``) needs FP8 tensor cores, compute capability 8.9+ (Ada, Hopper, Blackwell). A GPU
+without a CUDA compute capability (AMD, Apple) is judged by the dtypes its catalog row lists.
+
+``refusal`` gives both a short reason (recommend's "left out" table) and the one-line error every other
+verb raises, so ``estimate``, ``fit`` and ``plan`` refuse the same inputs with the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuplan.hardware.gpu import GPU
+    from gpuplan.workload import Workload
+
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+"""``torch._scaled_mm`` (torchao float8 training) needs sm_89 or newer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+    """Short, after the GPU's name: 'no bfloat16 support (use --precision amp-fp16)'."""
+    message: str
+    """The one-line error: what is wrong, with what, and what to do."""
+
+
+def refusal(workload: Workload, gpu: GPU) -> Refusal | None:
+    """Why ``gpu`` cannot run ``workload`` (None: it can)."""
+    cc, label = gpu.compute_capability, gpu.compute_capability_label
+    if workload.precision == "fp8" and cc is not None and tuple(cc) < FP8_MIN_COMPUTE_CAPABILITY:
+        return Refusal(
+            "no FP8 tensor cores (compute capability below 8.9; use --precision amp-bf16)",
+            f"{gpu.id} has no FP8 tensor cores (compute capability {label}; FP8 needs 8.9+: Ada, "
+            "Hopper, Blackwell); use --precision amp-bf16 or bf16, or pick an FP8 GPU",
+        )
+    if workload.peft == "qlora" and not gpu.has_bf16:
+        return Refusal(
+            "no bfloat16 support (QLoRA computes in bf16)",
+            f"--peft qlora computes in bfloat16, which {gpu.id} lacks (compute capability {label}); use "
+            "--peft lora with --precision amp-fp16, or a GPU with bf16 (compute capability 8.0+)",
+        )
+    if workload.precision in ("amp-bf16", "bf16") and not gpu.has_bf16:
+        return Refusal(
+            "no bfloat16 support (use --precision amp-fp16)",
+            f"{gpu.id} has no bfloat16 support (compute capability {label}); use --precision amp-fp16",
+        )
+    return None
+
+
+def check_workload_on_gpu(workload: Workload, gpu: GPU | None) -> None:
+    """Raise the one-line refusal when ``gpu`` cannot run ``workload``; no GPU, nothing to check."""
+    if gpu is None:
+        return
+    found = refusal(workload, gpu)
+    if found is not None:
+        raise ConfigError(found.message)

@@ -1,0 +1,70 @@
+"""One "this workload on this GPU" check (hardware/support.py), called by every verb before any trace:
+the same refused inputs give the same one-line refusal from estimate, fit and plan (issue 19 item 2; before
+it, ``plan --precision fp8 --gpu T4 --gpus 2`` answered with a step time while estimate refused)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.cli.main import main
+from gpuplan.hardware import all_gpus
+from gpuplan.hardware.support import refusal
+from gpuplan.workload import Workload
+
+# (flags, a GPU that lacks what they need): fp8 below compute capability 8.9, bf16 and QLoRA without bf16
+REFUSED = [
+    (("--precision", "fp8"), "T4"),
+    (("--precision", "fp8"), "A100-80GB-SXM"),
+    (("--precision", "amp-bf16"), "T4"),
+    (("--precision", "bf16"), "V100-SXM2-32GB"),
+    (("--peft", "qlora", "--precision", "amp-fp16"), "T4"),
+]
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+VERBS = {
+    "estimate": lambda gpu: ["estimate", "gpt2", "--mode", "train", "--gpu", gpu],
+    "fit": lambda gpu: ["fit", "gpt2", "--mode", "train", "--gpu", gpu],
+    "plan": lambda gpu: ["plan", "gpt2", "--gpus", "2", "--gpu", gpu],
+}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from(REFUSED))
+def test_every_verb_gives_the_same_refusal(case: tuple[tuple[str, ...], str]) -> None:
+    flags, gpu = case
+    answers = {verb: _run([*argv(gpu), *flags]) for verb, argv in VERBS.items()}
+    # after the verb's own prefix ("gpuplan plan: error: "), word for word the same line
+    errors = {verb: err.removeprefix(f"gpuplan {verb}: error: ") for verb, (code, out, err) in answers.items()}
+    assert all(code == 2 and out == "" for code, out, _ in answers.values()), answers
+    assert len(set(errors.values())) == 1, errors
+    line = next(iter(errors.values()))
+    assert line.count("\n") == 1 and gpu in line
+
+
+@pytest.mark.parametrize("gpu", [g.id for g in all_gpus()])
+def test_refusal_follows_the_catalog_row(gpu: str) -> None:
+    """Every catalog GPU: refused exactly where its row lacks the feature (fp8 by compute capability)."""
+    row = next(g for g in all_gpus() if g.id == gpu)
+    bf16 = refusal(Workload(precision="amp-bf16"), row)
+    assert (bf16 is None) == row.has_bf16
+    qlora = refusal(Workload(peft="qlora", precision="amp-fp16"), row)
+    assert (qlora is None) == row.has_bf16
+    fp8 = refusal(Workload(precision="fp8"), row)
+    cc = row.compute_capability
+    assert (fp8 is None) == (cc is None or tuple(cc) >= (8, 9))
+    assert refusal(Workload(precision="amp-fp16"), row) is None
