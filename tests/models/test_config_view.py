@@ -9,7 +9,8 @@ from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA, TINY_T5
 def test_every_naming_scheme_reads_the_same_dimensions() -> None:
     gpt2, llama, t5 = ConfigView(TINY_GPT2), ConfigView(TINY_LLAMA), ConfigView(TINY_T5)
     assert (gpt2.layers, gpt2.attention_heads, gpt2.hidden_size, gpt2.kv_heads, gpt2.head_dim) == (5, 4, 64, 4, 16)
-    assert (llama.layers, llama.attention_heads, llama.kv_heads, llama.ffn_size, llama.max_context) == (5, 4, 2, 128, 256)
+    assert (llama.layers, llama.attention_heads, llama.kv_heads) == (5, 4, 2)
+    assert (llama.ffn_size, llama.max_context) == (128, 256)
     assert (t5.layers, t5.attention_heads, t5.hidden_size, t5.ffn_size) == (4, 4, 64, 128)
     assert gpt2.max_context == 128 and gpt2.vocab_size == 300 and gpt2.experts == 0 and gpt2.ffn_size is None
 
