@@ -7,6 +7,7 @@ before any tracing starts, with a one-line message naming the value and what is 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
@@ -240,6 +241,18 @@ def default_precision(mode: str, half: str | None = DEFAULT_HALF) -> Precision:
     if mode == "train":
         return "amp-bf16" if half == "bf16" else "amp-fp16"
     return "bf16" if half == "bf16" else "fp16"
+
+
+PEFT_SETTINGS: tuple[str, ...] = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "train_modules")
+"""Workload fields that configure PEFT adapters: given without a PEFT method they would change nothing."""
+
+
+def check_peft_settings(given: Sequence[str], peft: str, *, spell: Callable[[str], str] = str) -> None:
+    """A PEFT setting given without a PEFT method is never what the user meant: one rule for the CLI
+    (``spell`` writes ``--lora-rank``) and the web page (``the lora_rank field``)."""
+    if given and peft == "none":
+        raise ConfigError(f"{spell(given[0])} configures PEFT adapters; add {spell('peft')} lora (or qlora, dora) "
+                          "to use it")
 
 
 def make_workload(**fields: Any) -> Workload:

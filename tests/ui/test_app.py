@@ -82,7 +82,7 @@ def test_page_shows_the_answer_its_picture_and_a_share_link(client: TestClient, 
     assert r.status_code == 200
     html = r.text
     assert "Fits on H100-SXM." in html
-    peak = re.search(r"peak allocated bytes</th><td class=\"num\">([^<]+)<", html)
+    peak = re.search(r"peak allocated</th><td class=\"num\">([^<]+)<", html)
     assert peak is not None and peak.group(1) == format_bytes(data["peak_allocated_bytes"])
     # the picture is the --plot figure (report/plot.py), inline: its peak label carries the JSON's bytes
     picture = re.search(r'<figure id="picture">(.*?)</figure>', html, re.S)
@@ -188,3 +188,29 @@ def test_memory_limit_is_one_line_and_the_server_stays_up() -> None:
         r = c.get("/api/estimate", params={"model": "gpt2"})
         assert r.status_code == 400 and "--memory-gib" in r.json()["error"]
         assert c.get("/healthz").json()["ok"] is True
+
+
+def test_a_server_error_is_logged_with_the_request_id_the_answer_names(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 item 6: the server logged nothing for a 500."""
+    from gpuplan.ui.app import UIState
+
+    async def broken(self: UIState, query: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(UIState, "answer", broken)
+    with TestClient(create_app(Limits(time_limit_s=30)), base_url="http://127.0.0.1",
+                    raise_server_exceptions=False) as c, caplog.at_level("ERROR", logger="gpuplan.ui"):
+        r = c.get("/api/estimate", params={"model": "gpt2"})
+    assert r.status_code == 500
+    rid = re.search(r"request id ([0-9a-f]{12})", r.json()["error"])
+    assert rid is not None
+    assert any(rid.group(1) in rec.getMessage() and "RuntimeError: boom" in rec.getMessage() for rec in caplog.records)
+
+
+def test_the_answer_comes_before_the_collapsed_form(client: TestClient) -> None:
+    r = client.get("/", params={"model": "gpt2", "verb": "fit"})  # an error answer: the form stays open
+    assert r.status_code == 400 and '<details id="ask" open>' in r.text
+    assert r.text.index('id="error"') < r.text.index('id="query"')
+    empty = client.get("/").text
+    assert '<details id="ask" open>' in empty and 'name="peft"' in empty and 'name="load_in"' in empty

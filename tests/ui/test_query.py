@@ -85,3 +85,28 @@ def test_any_query_is_a_query_or_one_line_error_and_canonical_form_is_stable(par
         return
     again = parse_query(q.params(), CATALOG)  # the share link parses to the same query
     assert again is not None and again.key() == q.key() and again.workload == q.workload
+
+
+def test_every_workload_field_is_offered_or_refused_never_dropped() -> None:
+    """Issue 18 item 6: ``peft`` was a Workload field the page neither read nor refused."""
+    from dataclasses import fields
+
+    from gpuplan.ui.query import WORKLOAD_PARAMS
+
+    assert sorted(WORKLOAD_PARAMS) == sorted(f.name for f in fields(Workload))
+
+
+def test_peft_parameters_reach_the_workload_and_bad_ones_are_refused_by_name() -> None:
+    """``/api/estimate?model=gpt2&peft=lora&lora_rank=16`` answered a full fine-tune before."""
+    q = parse_query({"model": "gpt2", "peft": "lora", "lora_rank": "16", "lora_alpha": "32",
+                     "lora_targets": "c_attn, c_proj", "load_in": "4bit"}, CATALOG)
+    assert q is not None
+    assert (q.workload.peft, q.workload.lora_rank, q.workload.lora_alpha) == ("lora", 16, 32.0)
+    assert q.workload.lora_targets == ("c_attn", "c_proj") and q.workload.load_in == "4bit"
+    assert q.params()["lora_targets"] == "c_attn,c_proj"  # canonical share link
+    for params, words in (({"peft": "banana"}, "banana"), ({"lora_rank": "16"}, "lora_rank"),
+                          ({"peft": "lora", "lora_dropout": "2"}, "LoRA dropout 2.0"),
+                          ({"peft": "lora", "lora_targets": "a,,b"}, "lora_targets")):
+        with pytest.raises(GpuplanError) as info:
+            parse_query({"model": "gpt2", **params}, CATALOG)
+        assert words in str(info.value) and "\n" not in str(info.value)

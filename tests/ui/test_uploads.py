@@ -77,3 +77,14 @@ def test_oversized_upload_is_refused_with_the_limit(tmp_path: Path) -> None:
 def test_unknown_upload_id_says_to_upload_again(tmp_path: Path) -> None:
     with pytest.raises(ModelSourceError, match="upload the file again"):
         load_upload(tmp_path, "0123456789abcdef")
+
+
+def test_concurrent_identical_uploads_all_get_the_id(tmp_path: Path, tiny_config_bytes: bytes) -> None:
+    """Issue 18 item 6: identical uploads at once raced on one temporary name (FileExistsError -> HTTP 500)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = UploadStore(tmp_path)
+    with ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(lambda _: store.add(tiny_config_bytes, "config.json"), range(32)))
+    assert len(set(ids)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [ids[0]]  # no temporary folder left behind

@@ -17,11 +17,13 @@ from gpuplan.workload import (
     MODES,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
+    PEFT_SETTINGS,
     PEFTS,
     PIPELINE_OFFLOADS,
     PRECISIONS,
     ZERO_GRADS,
     Workload,
+    check_peft_settings,
 )
 
 # The largest whole number any flag accepts: past 64 bits a count is a typo, and each consumer's own
@@ -200,7 +202,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 # PEFT flags: given without --peft they would change nothing, which is never what the user meant.
-PEFT_FLAGS: tuple[str, ...] = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "train_modules")
+PEFT_FLAGS: tuple[str, ...] = PEFT_SETTINGS
 
 
 def add_peft_arguments(g: argparse._ArgumentGroup) -> None:
@@ -226,11 +228,7 @@ def _peft_fields(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "peft", None) is not None:
         fields["peft"] = args.peft
     given = [f for f in PEFT_FLAGS if getattr(args, f, None) is not None]
-    if given and fields.get("peft", "none") == "none":
-        from gpuplan.errors import ConfigError
-
-        flag = "--" + given[0].replace("_", "-")
-        raise ConfigError(f"{flag} configures PEFT adapters; add --peft lora (or qlora, dora) to use it")
+    check_peft_settings(given, fields.get("peft", "none"), spell=lambda name: "--" + name.replace("_", "-"))
     fields.update({f: getattr(args, f) for f in given})
     return fields
 

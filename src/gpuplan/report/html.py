@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuplan.report.labels import field_label, value_text
 from gpuplan.units import format_bytes
 from gpuplan.version import VERSION
 
@@ -26,20 +27,19 @@ figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 
 
 def _cell(key: str, value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return f"<td>{html.escape(str(value).lower() if value is not None else '—')}</td>"
-    if isinstance(value, int) and key.endswith("_bytes"):
+    """One value in the unit its key names (report/labels.py, as on the web page); a byte count also
+    gives the exact bytes, and a nested value stays JSON (its own table shows it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and key.endswith("_bytes"):
         return f'<td class="num">{html.escape(format_bytes(value))} ({value:,} bytes)</td>'
-    if isinstance(value, (int, float)):
-        return f'<td class="num">{html.escape(f"{value:,}" if isinstance(value, int) else f"{value:.6g}")}</td>'
-    if isinstance(value, str):
-        return f"<td>{html.escape(value)}</td>"
-    return f"<td><code>{html.escape(json.dumps(value, default=str))}</code></td>"
+    if isinstance(value, dict) and set(value) != {"value", "unit"}:
+        return f"<td><code>{html.escape(json.dumps(value, default=str))}</code></td>"
+    text, is_number = value_text(key, value)
+    return f'<td class="num">{html.escape(text)}</td>' if is_number else f"<td>{html.escape(text)}</td>"
 
 
 def scalar_table(data: Mapping[str, Any]) -> str:
     """The top-level numbers and words of a result's JSON, one row each."""
-    rows = [f"<tr><th>{html.escape(k)}</th>{_cell(k, v)}</tr>" for k, v in data.items()
+    rows = [f"<tr><th>{html.escape(field_label(k))}</th>{_cell(k, v)}</tr>" for k, v in data.items()
             if not isinstance(v, (dict, list))]
     return "<table>\n" + "\n".join(rows) + "\n</table>" if rows else ""
 
@@ -49,7 +49,7 @@ def mapping_table(title: str, values: Mapping[str, Any], *, in_bytes: bool = Fal
     ``in_bytes``: every value is a byte count."""
     if not values:
         return ""
-    rows = [f"<tr><th>{html.escape(str(k))}</th>{_cell('_bytes' if in_bytes else str(k), v)}</tr>"
+    rows = [f"<tr><th>{html.escape(field_label(str(k)))}</th>{_cell('_bytes' if in_bytes else str(k), v)}</tr>"
             for k, v in values.items()]
     return f"<h2>{html.escape(title)}</h2>\n<table>\n" + "\n".join(rows) + "\n</table>"
 
@@ -61,7 +61,7 @@ def records_table(title: str, records: Sequence[Mapping[str, Any]]) -> str:
     keys: list[str] = []
     for r in records:
         keys.extend(k for k in r if k not in keys and not isinstance(r[k], (dict, list)))
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    head = "".join(f"<th>{html.escape(field_label(k))}</th>" for k in keys)
     body = "\n".join("<tr>" + "".join(_cell(k, r.get(k)) for k in keys) + "</tr>" for r in records)
     return f"<h2>{html.escape(title)}</h2>\n<table>\n<tr>{head}</tr>\n{body}\n</table>"
 

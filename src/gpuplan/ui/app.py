@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import secrets
 import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -42,6 +44,26 @@ MULTIPART_OVERHEAD_BYTES: Final = 16 * 1024
 """Room for the multipart boundaries and headers around an uploaded file."""
 
 LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+DRAIN_MAX_BYTES: Final = 64 * 1024 * 1024
+"""A refused upload's body is read and dropped up to this size before the 413 goes out: a server that
+answers and closes while the client still sends makes the client's TCP stack reset the connection, and
+the client sees the reset instead of the 413. Past it the connection is closed (no unbounded reads)."""
+
+LOG = logging.getLogger("gpuplan.ui")
+
+
+def request_id() -> str:
+    """A short id printed in the server log beside a 5xx and in the answer, so a report can be matched."""
+    return secrets.token_hex(6)
+
+
+def log_server_error(request: Request, status: int, message: str, exc: BaseException | None = None) -> str:
+    """Log a 5xx answer with a fresh request id; the id, for the answer."""
+    rid = request_id()
+    LOG.error("request %s: %s %s -> %d: %s", rid, request.method, request.url.path, status, message,
+              exc_info=exc)
+    return rid
 
 
 @dataclass
@@ -99,7 +121,7 @@ async def page(request: Request) -> Response:
         return HTMLResponse(render_page(values, state.catalog, state.gpus, error=one_line(str(exc))), 400)
     if query is None:
         return HTMLResponse(render_page(values, state.catalog, state.gpus))
-    outcome = await state.answer(query)
+    outcome = _logged(request, await state.answer(query))
     notes = [f"left out (not used by {query.verb}): {', '.join(query.ignored)}"] if query.ignored else []
     return HTMLResponse(render_page(values, state.catalog, state.gpus, result_html=render_result(query, outcome),
                                     notes=notes), outcome.status)
@@ -116,10 +138,18 @@ async def api(request: Request) -> Response:
         return _json_error(str(exc), 400)
     if query is None:
         return _json_error(f"/api/{verb} needs model=NAME (see /api/models)", 400)
-    outcome = await state.answer(query)
+    outcome = _logged(request, await state.answer(query))
     if outcome.data is None:
         return _json_error(outcome.error or "no answer", outcome.status)
     return JSONResponse(outcome.data)
+
+
+def _logged(request: Request, outcome: Outcome) -> Outcome:
+    """A 5xx outcome (a bug, a dead worker, a time limit) logged with a request id that the answer names."""
+    if outcome.status < 500:
+        return outcome
+    rid = log_server_error(request, outcome.status, outcome.error or "no answer")
+    return replace(outcome, error=f"{outcome.error or 'no answer'} (request id {rid})")
 
 
 def _json_error(message: str, status: int) -> JSONResponse:
@@ -151,11 +181,23 @@ def _too_large(request: Request, limit: int) -> str | None:
     return None
 
 
+async def _drain(request: Request) -> None:
+    """Read and drop what the client still sends of a refused body (at most DRAIN_MAX_BYTES), so that it
+    reads the 413 instead of a reset; nothing is kept."""
+    seen = 0
+    with contextlib.suppress(Exception):  # a client that already went away: nothing to drain
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > DRAIN_MAX_BYTES:
+                break
+
+
 async def upload_form(request: Request) -> Response:
     """The page's upload: store the file, then show the page for it (303, so reload does not re-post)."""
     state = _state(request)
     refusal = _too_large(request, UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD_BYTES)
     if refusal is not None:
+        await _drain(request)
         return HTMLResponse(render_page({}, state.catalog, state.gpus, error=refusal), 413,
                             headers={"Connection": "close"})
     try:
@@ -177,12 +219,15 @@ async def upload_api(request: Request) -> Response:
     state = _state(request)
     refusal = _too_large(request, UPLOAD_MAX_BYTES)
     if refusal is not None:
+        await _drain(request)
         return JSONResponse({"error": refusal}, 413, headers={"Connection": "close"})
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > UPLOAD_MAX_BYTES:
-            return _json_error(f"the upload is over {UPLOAD_MAX_BYTES:,} bytes", 413)
+            await _drain(request)
+            return JSONResponse({"error": f"the upload is over {UPLOAD_MAX_BYTES:,} bytes"}, 413,
+                                headers={"Connection": "close"})
     name = request.query_params.get("filename", "upload")[:100]
     try:
         upload_id = await asyncio.to_thread(state.uploads.add, bytes(body), name)
@@ -202,7 +247,8 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 async def _internal(request: Request, exc: Exception) -> Response:
     first = str(exc).splitlines()[0] if str(exc) else ""
-    message = f"internal error: {type(exc).__name__}: {first} (please report it)"
+    rid = log_server_error(request, 500, f"{type(exc).__name__}: {first}", exc)
+    message = f"internal error: {type(exc).__name__}: {first} (please report it with request id {rid})"
     if request.url.path.startswith("/api/"):
         return _json_error(message, 500)
     return HTMLResponse(f"<!doctype html><title>gpuplan</title><p role=\"alert\">{_escape(message)}</p>", 500)

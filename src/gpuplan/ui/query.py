@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Final
 
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
 from gpuplan.serve.engines import ENGINES
 from gpuplan.serve.kv import KV_CACHE_DTYPES
-from gpuplan.workload import WEIGHT_QUANTS, Workload, make_workload
+from gpuplan.workload import PEFT_SETTINGS, WEIGHT_QUANTS, Workload, check_peft_settings, make_workload
 
 VERBS: Final = ("estimate", "fit", "recommend", "plan", "serve")
 """The library calls the page offers (the CLI verbs of the same names)."""
@@ -24,9 +24,15 @@ VERBS: Final = ("estimate", "fit", "recommend", "plan", "serve")
 UPLOAD_PREFIX: Final = "upload:"
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
 
-WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum")
+WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank")
+WORKLOAD_FLOATS: Final = ("lora_alpha", "lora_dropout")
 WORKLOAD_CHOICES: Final = ("mode", "precision", "optimizer", "checkpointing", "attention", "optimizer_impl",
-                           "zero_grad", "loss")
+                           "zero_grad", "loss", "load_in", "peft")
+WORKLOAD_NAMES: Final = ("lora_targets", "train_modules")
+"""Comma-separated module names (``q_proj,v_proj``), as the CLI's --lora-targets / --train-modules."""
+WORKLOAD_PARAMS: Final = (*WORKLOAD_INTS, *WORKLOAD_FLOATS, *WORKLOAD_CHOICES, *WORKLOAD_NAMES)
+"""Every Workload field the page takes; tests/ui/test_query.py checks that this is all of them, so a new
+field is offered or refused by name, never dropped silently."""
 
 # Options beyond the workload, per verb: name -> kind ("int", "float", "choice:a|b", "text", "flag").
 VERB_OPTIONS: Final[Mapping[str, Mapping[str, str]]] = {
@@ -104,6 +110,14 @@ def parse_float(name: str, text: str) -> float:
     return value
 
 
+def parse_names(name: str, text: str) -> tuple[str, ...]:
+    """Comma-separated module names, none empty."""
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise ConfigError(f"{name} must be comma-separated module names, got {text[:40]!r}")
+    return names
+
+
 def check_model_name(model: str, catalog: tuple[str, ...]) -> str:
     """A catalog name or an upload id; paths, Hub ids, URLs and ``file.py:factory`` are refused here."""
     if model.startswith(UPLOAD_PREFIX):
@@ -128,7 +142,7 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
         raise ConfigError(f"unknown verb {verb[:40]!r}{did_you_mean(verb, VERBS)} (allowed: {', '.join(VERBS)})")
     model = check_model_name(values.pop("model"), catalog)
     options_spec = VERB_OPTIONS[verb]
-    workload_fields = {f.name for f in fields(Workload)}
+    workload_fields = set(WORKLOAD_PARAMS)
     all_options = {k for spec in VERB_OPTIONS.values() for k in spec}
     unknown = sorted(k for k in values if k not in workload_fields and k not in all_options)
     if unknown:
@@ -145,9 +159,18 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
         if name in values:
             work[name] = parse_int(name, values[name])
             given[name] = str(work[name])
+    for name in WORKLOAD_FLOATS:
+        if name in values:
+            work[name] = parse_float(name, values[name])
+            given[name] = repr(work[name])
     for name in WORKLOAD_CHOICES:
         if name in values:
             work[name] = given[name] = values[name]
+    for name in WORKLOAD_NAMES:
+        if name in values:
+            work[name] = parse_names(name, values[name])
+            given[name] = ",".join(work[name])  # type: ignore[arg-type]
+    check_peft_settings(tuple(n for n in PEFT_SETTINGS if n in work), str(work.get("peft", "none")))
     if verb == "plan":
         work.setdefault("mode", "train")
     workload = make_workload(**work)  # ranges and choices: the library's one check

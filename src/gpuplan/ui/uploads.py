@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Final
 
@@ -76,9 +77,8 @@ class UploadStore:
         folder = self.root / upload_id
         if folder.exists():
             return upload_id
-        tmp = self.root / f".{upload_id}.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        # a fresh folder per request: identical uploads at once each write their own, and the first rename wins
+        tmp = Path(tempfile.mkdtemp(prefix=f".{upload_id}.", suffix=".partial", dir=self.root))
         try:
             if data.lstrip()[:1] == b"{":
                 path = tmp / CONFIG_NAME
@@ -98,16 +98,26 @@ class UploadStore:
                     read_safetensors_headers(path)
                 except ModelSourceError as exc:
                     raise _hint(exc, path, filename) from None
-            tmp.rename(folder)
+            try:
+                tmp.rename(folder)
+            except OSError:
+                if not (folder / path.name).exists():  # not a concurrent twin that landed first
+                    raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._evict()
         return upload_id
 
     def _evict(self) -> None:
-        folders = sorted((p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                         key=lambda p: p.stat().st_mtime)
-        for old in folders[:-MAX_UPLOADS]:
+        aged: list[tuple[float, Path]] = []
+        for p in self.root.iterdir():
+            if p.name.startswith("."):
+                continue
+            try:  # another request may evict the same folder meanwhile
+                aged.append((p.stat().st_mtime, p))
+            except FileNotFoundError:
+                continue
+        for _, old in sorted(aged)[:-MAX_UPLOADS]:
             shutil.rmtree(old, ignore_errors=True)
 
 
