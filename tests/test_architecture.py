@@ -2,9 +2,9 @@
 
 Three rules (docs/architecture.md, DESIGN.md "One copy of each rule"):
 
-(a) no runtime import cycle between modules: imports under ``if TYPE_CHECKING:`` do not count,
-    imports inside functions do (they run, only later);
-(b) no import from a lower layer up (``LAYERS`` below, lowest first);
+(a) no import cycle between modules, counting every import: at module level, inside functions (they
+    run, only later) and under ``if TYPE_CHECKING:`` (a type a module names is a dependency too);
+(b) no import from a lower layer up (``LAYERS`` below, lowest first), counted the same way;
 (c) no cross-package import of a ``_private`` name (a name or a module whose last part starts with
     one underscore; ``__dunder__`` names are public).
 
@@ -32,9 +32,10 @@ PACKAGE = "gpuplan"
 # userio (bounded reads of user files) needs only errors/units. compat (environment probe, compatibility
 # rules, explainers) needs only errors/units, so it sits with the data packages; nothing in the numeric
 # pipeline uses it.
+# report renders every result type, so it sits above them all (issue 19: results are plain data, and no
+# result module imports report/; gpuplan/presentation.py is the registry their to_dict()/str() ask).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "dtypes", "workload", "userio", "version", "extras"),
-    ("report",),
+    ("errors", "units", "dtypes", "workload", "userio", "version", "extras", "presentation"),
     ("hardware", "models", "compat"),
     ("memory",),
     ("trace",),
@@ -44,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("serve",),
     ("advise",),
     ("measure",),
+    ("report",),
     ("cli", "ui"),
 )
 
@@ -87,6 +89,13 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import: at module level, in functions and classes, and under TYPE_CHECKING."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+
+
 def _runtime_import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import that can run: at module level, in functions and classes, not under TYPE_CHECKING."""
     for child in ast.iter_child_nodes(node):
@@ -107,7 +116,7 @@ def _runtime_import_nodes_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportF
 def _imports(module: str, path: Path) -> list[Import]:
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: list[Import] = []
-    for node in _runtime_import_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found += [Import(module, alias.name, None, node.lineno) for alias in node.names]
             continue
@@ -246,15 +255,25 @@ def test_no_cross_package_import_of_a_private_name() -> None:
     _check("private imports", _private(), ALLOWED_PRIVATE)
 
 
-def test_the_checker_sees_function_level_imports_and_skips_type_checking() -> None:
-    """The walker itself: a lazy import counts, an annotation-only import does not."""
+def test_the_checker_sees_function_level_and_type_checking_imports() -> None:
+    """The walker itself: a lazy import counts, and so does an annotation-only one (issue 19: the four
+    result <-> report circles ran through function-level and TYPE_CHECKING imports)."""
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from gpuplan.cli.main import main\n"
         "def f():\n    from gpuplan.advise.fit import _x\n"
     )
-    nodes = list(_runtime_import_nodes(ast.parse(source)))
-    assert [getattr(n, "module", None) for n in nodes] == ["typing", "gpuplan.advise.fit"]
+    nodes = list(_import_nodes(ast.parse(source)))
+    assert [getattr(n, "module", None) for n in nodes] == ["typing", "gpuplan.cli.main", "gpuplan.advise.fit"]
+    runtime = list(_runtime_import_nodes(ast.parse(source)))
+    assert [getattr(n, "module", None) for n in runtime] == ["typing", "gpuplan.advise.fit"]
+
+
+def test_no_result_module_imports_report() -> None:
+    """Results are plain data; report/ renders them (docs/architecture.md)."""
+    found = sorted({imp.importer for imp in IMPORTS
+                    if _unit(imp.target) == "report" and _unit(imp.importer) not in ("report", "cli", "ui", "")})
+    assert found == []
 
 
 # Written in pieces so that this file does not match itself.

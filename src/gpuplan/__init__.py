@@ -1,8 +1,8 @@
 """gpuplan: what a PyTorch workload needs from a GPU, computed for the user's own model.
 
-The library never prints; estimators return typed results that render themselves through
-``gpuplan.report``. Heavy dependencies (torch, transformers) are imported only by the functions
-that need them.
+The library never prints; estimators return plain typed results, and ``gpuplan.report`` renders them:
+``to_dict()`` and ``str()`` go through ``gpuplan.presentation``, which the import below fills. Heavy
+dependencies (torch, transformers) are imported only by the functions that need them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gpuplan.errors import (
     UnknownModelError,
 )
 from gpuplan.estimate import Calibration, Estimate
+from gpuplan.report import registry as _renderers  # noqa: F401  (fills gpuplan.presentation)
 from gpuplan.simulate import Simulation, simulate
 from gpuplan.trace.step import TracedStep, trace_step
 from gpuplan.version import VERSION

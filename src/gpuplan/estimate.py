@@ -23,6 +23,7 @@ from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY, resolve_gpu
 from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.memory.on_gpu import COMPONENT_NAMES, memory_on_gpu
 from gpuplan.memory.weight_quant import check_weight_quant
+from gpuplan.presentation import to_json, to_text
 from gpuplan.trace.step import TracedStep, trace_source, trace_step
 from gpuplan.workload import MODULE_LOADINGS, Workload, make_workload
 
@@ -135,14 +136,10 @@ class Estimate:
         return self.timing.mfu if self.timing is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuplan.report.json_report import estimate_to_dict
-
-        return estimate_to_dict(self)
+        return to_json(self)  # gpuplan/report/registry.py: report.json_report.estimate_to_dict
 
     def __str__(self) -> str:
-        from gpuplan.report.text import render_estimate
-
-        return render_estimate(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.text.render_estimate
 
 
 def estimate(

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from gpuplan.parallel.evaluate import evaluate
+from gpuplan.parallel.evaluate import TIME_PART_NAMES, evaluate, time_part_name
 from gpuplan.parallel.layout import FSDP2, Layout, Zero
-from gpuplan.report.plan import TIME_PART_NAMES, rank_table, time_part_name
+from gpuplan.report.plan import rank_table
 from gpuplan.units import format_bytes
 
 _LAYOUTS = [

@@ -24,11 +24,11 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
 from gpuplan.cli.main import main
-from gpuplan.cli.pictures import estimate_timeline
 from gpuplan.errors import ConfigError
 from gpuplan.estimate import estimate
 from gpuplan.report import plot
 from gpuplan.report.labels import label
+from gpuplan.report.plot import estimate_timeline
 from tests.fixtures.tiny_models import TINY_GPT2
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import ConfigError
 from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.memory.offload import describe_model, optimizer_offload_time
+from gpuplan.presentation import to_text
 from gpuplan.units import format_bytes
 from gpuplan.workload import MAX_BATCH_SIZE, MAX_GRAD_ACCUM, MAX_SEQ_LEN, Workload
 
@@ -209,9 +210,7 @@ class FitResult:
         }
 
     def __str__(self) -> str:
-        from gpuplan.report.advise import render_fit
-
-        return render_fit(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.advise.render_fit
 
 
 class _Tracer:
@@ -781,9 +780,7 @@ class SeqLenFit:
         }
 
     def __str__(self) -> str:
-        from gpuplan.report.advise import render_seq_len_fit
-
-        return render_seq_len_fit(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.advise.render_seq_len_fit
 
 
 def _seq_point(point: Point | None) -> dict[str, Any] | None:

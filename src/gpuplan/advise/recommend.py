@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.hardware.support import refusal
 from gpuplan.perf.roofline import NoRateError
+from gpuplan.presentation import to_text
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -121,9 +122,7 @@ class Recommendation:
         }
 
     def __str__(self) -> str:
-        from gpuplan.report.advise import render_recommendation
-
-        return render_recommendation(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.advise.render_recommendation
 
 
 def kernel_class(gpu: GPU, workload: Workload | None = None) -> tuple[int, int]:
@@ -522,9 +521,7 @@ class ServeRecommendation:
                 "assumptions": list(self.assumptions)}
 
     def __str__(self) -> str:
-        from gpuplan.report.serve import render_serve_recommendation
-
-        return render_serve_recommendation(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.serve.render_serve_recommendation
 
 
 def recommend_serve(

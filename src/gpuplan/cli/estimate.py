@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from gpuplan.estimate import Estimate
-    from gpuplan.measure.calibration import CalibrationEntry
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -38,28 +37,18 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     add_cache_argument(parser)
 
 
-def load_calibration(gpu: str | None) -> CalibrationEntry | None:
-    """The user's calibration for ``gpu`` and the installed torch/CUDA, read once here (the library
-    never reads it by itself): ``$GPUPLAN_CALIBRATION`` or the default file, if there is one."""
-    if gpu is None:
-        return None
-    from gpuplan.hardware import resolve_gpu
-    from gpuplan.measure.calibration import calibration_for
-
-    target = resolve_gpu(gpu)
-    return calibration_for(target.id) if target is not None else None
-
-
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.cli.pictures import estimate_sections, write_outputs
+    from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.estimate import estimate
+    from gpuplan.measure.calibration import calibration_for_gpu
+    from gpuplan.report.verbs import estimate_sections
 
     workload = workload_from_args(args)
     check_output_paths(args)
     with Progress(f"tracing {args.model}", enabled=wanted(args.json)):
         est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
-                       weight_quant=args.weight_quant, calibration=load_calibration(args.gpu))
+                       weight_quant=args.weight_quant, calibration=calibration_for_gpu(args.gpu))
     data = est.to_dict()
     write_outputs(args, title=f"gpuplan estimate {est.model}", data=data, text=str(est),
                   figure=lambda: _figure(est, data), sections=lambda: estimate_sections(data))
@@ -71,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _figure(est: Estimate, data: dict[str, Any]) -> Figure:
-    from gpuplan.cli.pictures import estimate_timeline
-    from gpuplan.report.plot import estimate_figure
+    from gpuplan.report.plot import estimate_figure, estimate_timeline
 
     return estimate_figure(data, estimate_timeline(est))

@@ -55,10 +55,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.fit import fit
-    from gpuplan.cli.estimate import load_calibration
-    from gpuplan.cli.pictures import fit_sections, write_outputs
+    from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.hardware import get_gpu
+    from gpuplan.measure.calibration import calibration_for_gpu
+    from gpuplan.report.verbs import fit_sections
 
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
     if args.exact_batch and args.target_batch_size is None:
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             workload_from_args(args),
             target_batch_size=args.target_batch_size,
             exact_batch=args.exact_batch,
-            calibration=load_calibration(gpu.id),
+            calibration=calibration_for_gpu(gpu.id),
             progress=progress,
         )
     data = result.to_dict()
@@ -92,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
     """``fit --axis seq-len``: the largest sequence length at the given batch (advise/fit.largest_seq_len)."""
     from gpuplan.advise.fit import largest_seq_len
-    from gpuplan.cli.estimate import load_calibration
     from gpuplan.cli.progress import Progress, wanted
+    from gpuplan.measure.calibration import calibration_for_gpu
 
     batch_only = (("--target-batch-size", args.target_batch_size is not None), ("--exact-batch", args.exact_batch),
                   ("--plot", getattr(args, "plot", None)), ("--html", getattr(args, "html", None)))
@@ -104,7 +105,7 @@ def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
         raise ConfigError("--axis seq-len searches the sequence length: drop --seq-len (the batch is --batch-size)")
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = largest_seq_len(args.model, gpu, workload_from_args(args),
-                                 calibration=load_calibration(gpu.id), progress=progress)
+                                 calibration=calibration_for_gpu(gpu.id), progress=progress)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         if result.reason:

@@ -15,8 +15,6 @@ from gpuplan.errors import ConfigError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from gpuplan.estimate import Estimate
-    from gpuplan.report.plot import MemoryTimeline
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,24 +46,6 @@ def check_output_paths(args: argparse.Namespace) -> None:
         require(PLOT)
 
 
-def estimate_timeline(est: Estimate) -> MemoryTimeline | None:
-    """Live bytes by category after every op of the traced run (the trace's own category rule)."""
-    from gpuplan.report.plot import TRACE_CATEGORIES, MemoryTimeline
-    from gpuplan.trace.scaling import category_vectors
-
-    run = est.step.run
-    if run is None or not run.trace.points:
-        return None
-    trace = run.trace
-    vectors = category_vectors(trace, range(len(trace.points)))
-    ordered = [vectors[i] for i in range(len(trace.points))]
-    return MemoryTimeline(
-        phases=tuple(p.phase for p in trace.points),
-        live_bytes={c: tuple(v[c] for v in ordered) for c in TRACE_CATEGORIES},
-        traced_blocks=dict(est.step.traced_blocks) if est.step.block_counts else {},
-    )
-
-
 def write_outputs(args: argparse.Namespace, *, title: str, data: dict[str, Any], text: str,
                   figure: Callable[[], Figure], sections: Callable[[], Sequence[str]] = tuple) -> None:
     """Draw once, then write the picture and/or the page that the flags ask for."""
@@ -84,53 +64,3 @@ def write_outputs(args: argparse.Namespace, *, title: str, data: dict[str, Any],
             Path(args.html).write_text(page, encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--html {args.html!r}: cannot write it ({exc.strerror}); pick a writable path") from None
-
-
-def estimate_sections(data: dict[str, Any]) -> list[str]:
-    from gpuplan.report.html import mapping_table, records_table
-
-    return [mapping_table("Memory components", data["components"], in_bytes=True),
-            mapping_table("Workload", data["workload"]),
-            records_table("Top activation modules", data.get("top_activation_modules") or []),
-            mapping_table("Step time by op class (s)", (data.get("time") or {}).get("by_op_class_s") or {})]
-
-
-def fit_sections(data: dict[str, Any]) -> list[str]:
-    from gpuplan.report.html import mapping_table, records_table
-
-    batches = [p for p in (data.get("max_batch"), data.get("max_batch_plus_one")) if p]
-    return [records_table("Largest batch and batch + 1", batches),
-            records_table("Technique ladder", data.get("techniques") or []),
-            mapping_table("Workload", data["workload"])]
-
-
-def plan_sections(data: dict[str, Any]) -> list[str]:
-    from gpuplan.report.html import mapping_table, records_table
-
-    alts = [{"layout": a["layout"], "fits": a["fits"], "per_gpu_peak_bytes": a["per_gpu_peak_bytes"],
-             "step_time_s": a["step_time_s"], "why_not": a["why_not"]} for a in data.get("alternatives") or []]
-    return [mapping_table("Parallelism", data["parallelism"]),
-            records_table("Memory per rank (best layout)", data["ranks"]),
-            mapping_table("Step time parts (s)", data["time_parts_s"]),
-            records_table("Alternatives", alts)]
-
-
-def recommend_sections(data: dict[str, Any]) -> list[str]:
-    from gpuplan.report.html import records_table
-
-    return [records_table("GPU options that fit, fastest first", data["recommendations"]),
-            records_table("Cheapest first", data.get("by_cost") or []),
-            records_table("Excluded", data.get("excluded") or [])]
-
-
-def serve_figure(data: dict[str, Any]) -> Figure:
-    from gpuplan.report.plot import serve_figure as draw
-
-    return draw(data)
-
-
-def serve_sections(data: dict[str, Any]) -> list[str]:
-    from gpuplan.report.html import mapping_table
-
-    return [mapping_table("Engine", data["engine"]), mapping_table("Attention", data.get("attention") or {}),
-            mapping_table("Prefill", data.get("prefill") or {}), mapping_table("Decode", data.get("decode") or {})]

@@ -91,10 +91,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.cli.pictures import plan_sections, write_outputs
+    from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.parallel.emit import emit, layout_engine_note
     from gpuplan.parallel.plan import plan
+    from gpuplan.report.verbs import plan_sections
 
     workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
     check_output_paths(args)

@@ -70,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_serve(args)
     from gpuplan.advise.prices import load_prices
     from gpuplan.advise.recommend import recommend
-    from gpuplan.cli.pictures import recommend_sections, write_outputs
+    from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.errors import ConfigError
     from gpuplan.report.advise import render_recommendation
+    from gpuplan.report.verbs import recommend_sections
 
     if args.max_gpus < 1:
         raise ConfigError(f"--max-gpus {args.max_gpus} is out of range: allowed 1..100000")

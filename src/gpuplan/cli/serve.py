@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
                    gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
                    max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                    quantization=args.quantization, prices=prices, ttft_slo=args.ttft_slo, itl_slo=args.itl_slo)
-    from gpuplan.cli.pictures import serve_figure, serve_sections, write_outputs
+    from gpuplan.cli.pictures import write_outputs
+    from gpuplan.report.plot import serve_figure
+    from gpuplan.report.verbs import serve_sections
 
     data = result.to_dict()
     write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(result),

@@ -148,6 +148,18 @@ def _entry(raw: object, where: str, fix: str) -> CalibrationEntry:
         driver_versions=tuple(drivers))
 
 
+def calibration_for_gpu(gpu: str | None) -> CalibrationEntry | None:
+    """The user's calibration for ``gpu`` (any name the catalog resolves) and the installed torch/CUDA:
+    ``$GPUPLAN_CALIBRATION`` or the default file, if there is one. The front ends (CLI and web page) read
+    it once per answer; the library never reads it by itself."""
+    if gpu is None:
+        return None
+    from gpuplan.hardware import resolve_gpu
+
+    target = resolve_gpu(gpu)
+    return calibration_for(target.id) if target is not None else None
+
+
 def calibration_for(gpu_id: str, torch_version: str | None = None, cuda_version: str | None = None,
                     path: Path | None = None) -> CalibrationEntry | None:
     """The entry for ``gpu_id`` and the installed torch/CUDA (or those given), if any."""

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuplan.measure.environment import Environment
+from gpuplan.presentation import to_json, to_text
 from gpuplan.trace.records import RawTrace
 from gpuplan.workload import Workload
 
@@ -92,14 +93,10 @@ class Measurement:
         return self.ranks[0]
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuplan.report.measure import measurement_to_dict
-
-        return measurement_to_dict(self)
+        return to_json(self)  # gpuplan/report/registry.py: report.measure.measurement_to_dict
 
     def __str__(self) -> str:
-        from gpuplan.report.measure import render_measurement
-
-        return render_measurement(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.measure.render_measurement
 
 
 def median(values: tuple[float, ...] | list[float]) -> float:

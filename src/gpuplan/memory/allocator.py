@@ -17,12 +17,22 @@ Known limitations: one stream (no cross-stream reuse delays); no ``expandable_se
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from gpuplan.trace.records import MemEvent
+
+class MemEvent(Protocol):
+    """What the replay reads of an allocation event (trace/records.MemEvent has it; memory sits below
+    trace, so it names the shape rather than importing the type)."""
+
+    @property
+    def storage_id(self) -> int: ...
+
+    @property
+    def size_bytes(self) -> int:
+        """Positive: an allocation of that size; negative: the free of that storage."""
+        ...
 
 
 MIN_BLOCK_BYTES = 512
@@ -184,7 +194,7 @@ def replay(events: Iterable[MemEvent], capacity_bytes: int | None = None) -> All
     return AllocatorStats(model.peak_reserved_bytes, model.peak_allocated_bytes, len(model._segments))
 
 
-def min_capacity(events: list[MemEvent], low_bytes: int, high_bytes: int, resolution_bytes: int = 2 << 20) -> int:
+def min_capacity(events: Sequence[MemEvent], low_bytes: int, high_bytes: int, resolution_bytes: int = 2 << 20) -> int:
     """The smallest device capacity (in ``resolution_bytes`` steps) with which the replay runs
     without out-of-memory: under pressure the allocator releases cached segments and retries, so
     a run can need less than the reserved peak it reaches on a larger device."""

@@ -5,8 +5,9 @@ and measure all call :func:`memory_on_gpu`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gpuplan.hardware import DEFAULT_COMPUTE_CAPABILITY
 from gpuplan.units import format_bytes
@@ -14,7 +15,28 @@ from gpuplan.units import format_bytes
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.memory.weight_quant import QuantizedWeights
-    from gpuplan.trace.step import TracedStep
+
+
+class StepFigures(Protocol):
+    """What the GPU terms read of a traced step (trace/records.TracedStep has it; memory sits below
+    trace, so it names the shape rather than importing the type)."""
+
+    @property
+    def params_count(self) -> int: ...
+    @property
+    def param_bytes(self) -> int: ...
+    @property
+    def tensor_components(self) -> Mapping[str, int]: ...
+    @property
+    def rounded_peak_bytes(self) -> int: ...
+    @property
+    def reserved_peak_bytes(self) -> int: ...
+    @property
+    def min_reserved_bytes(self) -> int: ...
+    @property
+    def attention_backends(self) -> Mapping[str, int]: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
 
 COMPONENT_NAMES: tuple[str, ...] = (
     "parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache",
@@ -38,7 +60,7 @@ class GpuMemory:
     """The weight-only quantization counted in every figure above, if any."""
 
 
-def memory_on_gpu(step: TracedStep, gpu: GPU | None, *, trains: bool, module_loading: str = "lazy",
+def memory_on_gpu(step: StepFigures, gpu: GPU | None, *, trains: bool, module_loading: str = "lazy",
                   cuda_context_bytes: int | None = None, weight_quant: str = "none") -> GpuMemory:
     """Add the GPU-specific terms to a traced step and decide whether it fits ``gpu``.
 

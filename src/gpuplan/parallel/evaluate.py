@@ -41,6 +41,24 @@ DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 last layers' gradients exist, so gradient traffic starts early in the backward."""
 
 
+TIME_PART_NAMES = {
+    "compute": "compute",
+    "pipeline_bubble": "pipeline bubble",
+    "tp_comm": "tensor-parallel collectives",
+    "pp_comm": "pipeline sends",
+    "ep_comm": "expert all-to-alls",
+    "cp_comm": "context-parallel K/V exchange not hidden by attention",
+    "shard_comm_exposed": "parameter gathers not hidden by compute",
+    "dp_comm_exposed": "gradient traffic not overlapped",
+    "optimizer": "optimizer step",
+}
+"""Words for the keys of ``Evaluation.time_parts_s`` (the JSON keeps the keys)."""
+
+
+def time_part_name(key: str) -> str:
+    return TIME_PART_NAMES.get(key, key.replace("_", " "))
+
+
 @dataclass(frozen=True, slots=True)
 class RankMemory:
     kind: str

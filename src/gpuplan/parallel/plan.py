@@ -20,6 +20,7 @@ from gpuplan.parallel.layout import MegatronDDP, Zero
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
+from gpuplan.presentation import to_json, to_text
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -85,14 +86,10 @@ class Plan:
         return self.layouts_considered / self.search_s if self.search_s > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuplan.report.plan import plan_to_dict
-
-        return plan_to_dict(self)
+        return to_json(self)  # gpuplan/report/registry.py: report.plan.plan_to_dict
 
     def __str__(self) -> str:
-        from gpuplan.report.plan import render_plan
-
-        return render_plan(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.plan.render_plan
 
 
 def plan(

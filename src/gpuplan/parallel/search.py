@@ -241,7 +241,7 @@ def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int
 
 
 def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
-    from gpuplan.report.plan import time_part_name
+    from gpuplan.parallel.evaluate import time_part_name
     from gpuplan.units import format_bytes, format_seconds
 
     if other.per_gpu_peak_bytes > usable_bytes:

@@ -1,5 +1,5 @@
-"""``gpuplan plan`` results → JSON (the DESIGN.md contract) and → text. Result types are imported
-for type checking only: the planner imports this module, never the other way round."""
+"""``gpuplan plan`` results → JSON (the DESIGN.md contract) and → text. The planner never imports this
+module: it registers nothing and calls nothing here; report/registry.py ties the result type to it."""
 
 from __future__ import annotations
 
@@ -11,24 +11,6 @@ if TYPE_CHECKING:
     from gpuplan.parallel.evaluate import Evaluation, RankMemory
     from gpuplan.parallel.layout import Layout
     from gpuplan.parallel.plan import Plan
-
-
-TIME_PART_NAMES = {
-    "compute": "compute",
-    "pipeline_bubble": "pipeline bubble",
-    "tp_comm": "tensor-parallel collectives",
-    "pp_comm": "pipeline sends",
-    "ep_comm": "expert all-to-alls",
-    "cp_comm": "context-parallel K/V exchange not hidden by attention",
-    "shard_comm_exposed": "parameter gathers not hidden by compute",
-    "dp_comm_exposed": "gradient traffic not overlapped",
-    "optimizer": "optimizer step",
-}
-"""Words for the keys of ``Evaluation.time_parts_s`` (the JSON keeps the keys)."""
-
-
-def time_part_name(key: str) -> str:
-    return TIME_PART_NAMES.get(key, key.replace("_", " "))
 
 
 def parallelism(lay: Layout) -> dict[str, Any]:
@@ -117,6 +99,7 @@ def _rate(p: Plan) -> str:
 
 
 def render_plan(p: Plan) -> str:
+    from gpuplan.parallel.evaluate import time_part_name
     from gpuplan.report.text import table
 
     lay = p.best.layout

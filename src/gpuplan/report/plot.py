@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from gpuplan.estimate import Estimate
+
 PLOT_SUFFIXES: tuple[str, ...] = (".png", ".svg")
 INSTALL_HINT = PLOT.install
 
@@ -461,3 +463,20 @@ def figure_svg(fig: Figure) -> str:
     """The figure as inline SVG markup (no XML prolog), for the HTML report."""
     text = figure_bytes(fig, "svg").decode("utf-8")
     return text[text.find("<svg"):]
+
+
+def estimate_timeline(est: Estimate) -> MemoryTimeline | None:
+    """Live bytes by category after every op of the traced run (the trace's own category rule)."""
+    from gpuplan.trace.scaling import category_vectors
+
+    run = est.step.run
+    if run is None or not run.trace.points:
+        return None
+    trace = run.trace
+    vectors = category_vectors(trace, range(len(trace.points)))
+    ordered = [vectors[i] for i in range(len(trace.points))]
+    return MemoryTimeline(
+        phases=tuple(p.phase for p in trace.points),
+        live_bytes={c: tuple(v[c] for v in ordered) for c in TRACE_CATEGORIES},
+        traced_blocks=dict(est.step.traced_blocks) if est.step.block_counts else {},
+    )

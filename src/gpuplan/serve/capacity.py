@@ -20,6 +20,7 @@ from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.memory.weight_quant import quantized_weight_bytes
 from gpuplan.models.config_view import ConfigView
+from gpuplan.presentation import to_json, to_text
 from gpuplan.serve import budget as budgets
 from gpuplan.serve import engines
 from gpuplan.serve.kv import (
@@ -125,14 +126,10 @@ class ServeResult:
         return self.decode_batch / self.decode.seconds if self.decode.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuplan.report.serve import serve_to_dict
-
-        return serve_to_dict(self)
+        return to_json(self)  # gpuplan/report/registry.py: report.serve.serve_to_dict
 
     def __str__(self) -> str:
-        from gpuplan.report.serve import render_serve
-
-        return render_serve(self)
+        return to_text(self)  # gpuplan/report/registry.py: report.serve.render_serve
 
 
 def _decoder_source(model: str | ModelSource) -> HFConfigSource:

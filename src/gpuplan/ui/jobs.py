@@ -70,7 +70,7 @@ def _float(query: Query, name: str) -> float | None:
 
 def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
     """(the ``--json`` object, the result) of the library call behind ``query.verb``."""
-    from gpuplan.cli.estimate import load_calibration
+    from gpuplan.measure.calibration import calibration_for_gpu
 
     w = query.workload
     gpu = query.option("gpu")
@@ -80,13 +80,13 @@ def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
         result: Any = estimate(source, workload=w, gpu=gpu,
                                cuda_module_loading=query.option("cuda_module_loading") or "lazy",  # type: ignore[arg-type]
                                weight_quant=query.option("weight_quant") or "none",  # type: ignore[arg-type]
-                               calibration=load_calibration(gpu))
+                               calibration=calibration_for_gpu(gpu))
     elif query.verb == "fit":
         from gpuplan.advise.fit import fit
 
         assert gpu is not None  # parse_query requires it
         result = fit(source, gpu, w, target_batch_size=_int(query, "target_batch_size"),
-                     calibration=load_calibration(gpu))
+                     calibration=calibration_for_gpu(gpu))
     elif query.verb == "recommend":
         from gpuplan.advise.recommend import recommend
 
@@ -132,21 +132,11 @@ def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
         from gpuplan.ui.picture import component_bar_svg
 
         return component_bar_svg(data) if query.verb == "estimate" else None
-    from gpuplan.report import plot
+    from gpuplan.report.plot import figure_svg
+    from gpuplan.report.verbs import VIEWS
 
-    if query.verb == "estimate":
-        from gpuplan.cli.pictures import estimate_timeline
-
-        fig = plot.estimate_figure(data, estimate_timeline(result))
-    elif query.verb == "fit":
-        fig = plot.fit_figure(data, [p.to_dict() for p in result.probes])
-    elif query.verb == "plan":
-        fig = plot.plan_figure(data)
-    elif query.verb == "recommend":
-        fig = plot.recommend_figure(data)
-    else:
-        return None
-    return plot.figure_svg(fig)
+    view = VIEWS.get(query.verb)
+    return figure_svg(view.figure(data, result)) if view is not None else None
 
 
 def _weights_only(source: Any) -> dict[str, Any]:

@@ -8,19 +8,23 @@ from html import escape
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from gpuplan.report.labels import label, value_text
+from gpuplan.report.verbs import VIEWS
 from gpuplan.serve.engines import ENGINES
 from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.ui.jobs import Outcome
 from gpuplan.ui.query import VERBS, Query
 from gpuplan.ui.uploads import UPLOAD_MAX_BYTES
-from gpuplan.units import format_bytes, format_count, format_flops, format_seconds
+from gpuplan.units import format_bytes, format_count
 from gpuplan.workload import (
     ATTENTIONS,
     CHECKPOINTING,
+    LOAD_INS,
     LOSSES,
     MODES,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
+    PEFTS,
     PRECISIONS,
     WEIGHT_QUANTS,
     ZERO_GRADS,
@@ -33,12 +37,6 @@ HEADLINE: Final = ("fits", "ok", "max_batch_size", "target_fits", "peak_allocate
                    "min_required_bytes", "per_gpu_peak_bytes", "headroom_bytes", "step_time_s", "mfu",
                    "params_count", "weight_bytes", "reason")
 
-CAPTIONS: Final = {
-    "estimate": "Memory over the traced step by category, phases shaded, and the whole requirement by component",
-    "fit": "Memory and step time against batch size: the largest batch that fits",
-    "plan": "Memory per rank by component and the step time's parts, best layout and alternatives",
-    "recommend": "Step time (or cost) per GPU option, the Pareto front marked",
-}
 
 STYLE: Final = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;max-width:70rem;color:#111}
@@ -74,12 +72,13 @@ def _number(name: str, label: str, value: str, minimum: int = 1) -> str:
     return _input(name, label, value, kind="number", extra=f' min="{minimum}" step="1" inputmode="numeric"')
 
 
-def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str]) -> str:
+def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str], *, open_: bool = True) -> str:
     v = {k: str(x) for k, x in values.items()}
     g = v.get
     models = "".join(f'<option value="{escape(m)}"></option>' for m in catalog)
     gpu_list = "".join(f'<option value="{escape(x)}"></option>' for x in gpus)
     return f"""
+<details id="ask"{" open" if open_ else ""}><summary>Ask a question (the form)</summary>
 <form method="get" action="/" id="query">
  <div class="grid">
   {_select("verb", "Question", VERBS, g("verb", "estimate"), None)}
@@ -102,6 +101,19 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_select("optimizer_impl", "Optimizer implementation", OPTIMIZER_IMPLS, g("optimizer_impl", ""), "default (auto)")}
   {_select("zero_grad", "zero_grad", ZERO_GRADS, g("zero_grad", ""), "default (set-to-none)")}
   {_select("loss", "Loss", LOSSES, g("loss", ""), "default (auto)")}
+ </div></fieldset>
+ <fieldset><legend>Fine-tuning adapters and quantized base weights</legend><div class="grid">
+  {_select("peft", "PEFT method", PEFTS, g("peft", ""), "default (none: full fine-tune)")}
+  {_number("lora_rank", "LoRA rank", g("lora_rank", ""))}
+  {_input("lora_alpha", "LoRA alpha", g("lora_alpha", ""), kind="number",
+          extra=' min="0" step="any" inputmode="decimal"')}
+  {_input("lora_dropout", "LoRA dropout (0-1)", g("lora_dropout", ""), kind="number",
+          extra=' min="0" max="1" step="any" inputmode="decimal"')}
+  {_input("lora_targets", "LoRA target modules (comma-separated, or all-linear)", g("lora_targets", ""),
+          extra=' autocomplete="off" spellcheck="false"')}
+  {_input("train_modules", "Modules trained whole (comma-separated)", g("train_modules", ""),
+          extra=' autocomplete="off" spellcheck="false"')}
+  {_select("load_in", "Load the base in (bitsandbytes)", LOAD_INS, g("load_in", ""), "default (none)")}
  </div></fieldset>
  <fieldset><legend>Estimate and fit</legend><div class="grid">
   {_select("weight_quant", "Weight-only quantization (inference)", WEIGHT_QUANTS,
@@ -151,36 +163,11 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   <input id="f-file" name="file" type="file" accept=".json,.safetensors,application/json">
   <button type="submit" id="upload-submit">Upload</button>
  </fieldset>
-</form>"""
-
-
-def _value(key: str, value: Any) -> tuple[str, bool]:
-    """(text, is_number) of one JSON value, in the unit its name says."""
-    if isinstance(value, bool):
-        return ("yes" if value else "no"), False
-    if value is None:
-        return "—", False
-    if isinstance(value, (int, float)):
-        if key.endswith("_per_s"):
-            return f"{value:,.4g} /s", True
-        if key.endswith("_bytes") or key in ("bytes", "components"):
-            return format_bytes(value), True
-        if key.endswith("_s") or key == "seconds":
-            return format_seconds(float(value)), True
-        if "flops" in key and not key.startswith("tflops"):
-            return format_flops(value), True
-        if key.endswith("_count") or key == "params":
-            return format_count(value), True
-        if key == "mfu":
-            return f"{100 * value:.1f} %", True
-        return (f"{value:,}" if isinstance(value, int) else f"{value:.4g}"), True
-    if isinstance(value, dict) and set(value) == {"value", "unit"}:
-        return f"{value['value']:.4g} {value['unit']}", True
-    return str(value), False
+</form></details>"""
 
 
 def _cell(key: str, value: Any) -> str:
-    text, num = _value(key, value)
+    text, num = value_text(key, value)
     return f'<td class="num">{escape(text)}</td>' if num else f"<td>{escape(text)}</td>"
 
 
@@ -192,7 +179,7 @@ def _is_scalar(value: Any) -> bool:
 def _pairs_table(caption: str, items: Sequence[tuple[str, Any]], table_id: str = "", unit_key: str = "") -> str:
     """Name / value rows; ``unit_key`` (the dict's own key, e.g. ``components`` or ``by_phase_s``) gives
     the unit of values whose names carry none."""
-    rows = "".join(f"<tr><th scope=\"row\">{escape(k.replace('_', ' '))}</th>{_cell(unit_key or k, v)}</tr>"
+    rows = "".join(f"<tr><th scope=\"row\">{escape(label(k))}</th>{_cell(unit_key or k, v)}</tr>"
                    for k, v in items)
     attr = f' id="{table_id}"' if table_id else ""
     return f"<table{attr}><caption>{escape(caption)}</caption><tbody>{rows}</tbody></table>"
@@ -202,7 +189,7 @@ def _list_table(caption: str, rows: list[dict[str, Any]]) -> str:
     columns: list[str] = []
     for row in rows:
         columns += [k for k, v in row.items() if _is_scalar(v) and k not in columns]
-    head = "".join(f'<th scope="col">{escape(c.replace("_", " "))}</th>' for c in columns)
+    head = "".join(f'<th scope="col">{escape(label(c))}</th>' for c in columns)
     body = "".join("<tr>" + "".join(_cell(c, r.get(c)) for c in columns) + "</tr>" for r in rows[:MAX_ROWS])
     more = f"<p>{len(rows) - MAX_ROWS} more rows in the JSON.</p>" if len(rows) > MAX_ROWS else ""
     return (f"<table><caption>{escape(caption)}</caption><thead><tr>{head}</tr></thead>"
@@ -242,18 +229,18 @@ def render_result(query: Query, outcome: Outcome) -> str:
     if head:
         parts.append(_pairs_table("Headline figures", head, "headline"))
     if outcome.svg:
-        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(CAPTIONS.get(query.verb, ""))}'
-                     "</figcaption></figure>")
+        caption = VIEWS[query.verb].caption if query.verb in VIEWS else ""
+        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(caption)}</figcaption></figure>')
     for key, value in data.items():
         if key in HEADLINE or key == "assumptions":
             continue
         if isinstance(value, dict) and value and all(_is_scalar(v) for v in value.values()) \
                 and set(value) != {"value", "unit"}:
-            parts.append(_pairs_table(key.replace("_", " "), list(value.items()),
+            parts.append(_pairs_table(label(key), list(value.items()),
                                       "components" if key == "components" else "",
                                       unit_key=key if key == "components" or key.endswith(("_bytes", "_s")) else ""))
         elif isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            parts.append(_list_table(key.replace("_", " "), value))
+            parts.append(_list_table(label(key), value))
     rest = [(k, v) for k, v in data.items() if k not in HEADLINE and _is_scalar(v)]
     if rest:
         parts.append(_pairs_table("Other figures", rest))
@@ -275,4 +262,5 @@ def render_page(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
 <title>gpuplan</title><style>{STYLE}</style></head>
 <body>{skip}<header><h1>gpuplan</h1><p>What a PyTorch workload needs from a GPU: memory, time, fit, GPUs to use,
 and a multi-GPU plan. The same answers as the command line; JSON at <code>/api/VERB</code>.</p></header>
-<main>{render_form(values, catalog, gpus)}{error_html}{notes_html}{result_html}</main></body></html>"""
+<main>{error_html}{notes_html}{result_html}{render_form(values, catalog, gpus, open_=not result_html)}</main>
+</body></html>"""

@@ -1,0 +1,29 @@
+"""Which renderer presents which result type (gpuplan/presentation.py): the result modules never import
+``report/``; this module, imported by ``gpuplan/__init__.py``, ties them together by type name.
+Importing it imports only the renderers (no result module, no torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpuplan.presentation import JSON, TEXT, register
+from gpuplan.report import advise, json_report, measure, plan, serve, text
+
+RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("gpuplan.estimate.Estimate", JSON): json_report.estimate_to_dict,
+    ("gpuplan.estimate.Estimate", TEXT): text.render_estimate,
+    ("gpuplan.serve.capacity.ServeResult", JSON): serve.serve_to_dict,
+    ("gpuplan.serve.capacity.ServeResult", TEXT): serve.render_serve,
+    ("gpuplan.parallel.plan.Plan", JSON): plan.plan_to_dict,
+    ("gpuplan.parallel.plan.Plan", TEXT): plan.render_plan,
+    ("gpuplan.advise.fit.FitResult", TEXT): advise.render_fit,
+    ("gpuplan.advise.fit.SeqLenFit", TEXT): advise.render_seq_len_fit,
+    ("gpuplan.advise.recommend.Recommendation", TEXT): advise.render_recommendation,
+    ("gpuplan.advise.recommend.ServeRecommendation", TEXT): serve.render_serve_recommendation,
+    ("gpuplan.measure.results.Measurement", JSON): measure.measurement_to_dict,
+    ("gpuplan.measure.results.Measurement", TEXT): measure.render_measurement,
+}
+
+for (_name, _kind), _renderer in RENDERERS.items():
+    register(_name, _kind, _renderer)
