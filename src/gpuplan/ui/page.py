@@ -72,14 +72,16 @@ def _number(name: str, label: str, value: str, minimum: int = 1) -> str:
     return _input(name, label, value, kind="number", extra=f' min="{minimum}" step="1" inputmode="numeric"')
 
 
-def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str], *, open_: bool = True) -> str:
+def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str], *,
+                collapsed: bool = False) -> str:
+    """The form; ``collapsed`` (below an answer) folds it under a summary so the answer comes first."""
     v = {k: str(x) for k, x in values.items()}
     g = v.get
     models = "".join(f'<option value="{escape(m)}"></option>' for m in catalog)
     gpu_list = "".join(f'<option value="{escape(x)}"></option>' for x in gpus)
+    fold = '<details id="ask"><summary>Ask another question (the form)</summary>' if collapsed else ""
     return f"""
-<details id="ask"{" open" if open_ else ""}><summary>Ask a question (the form)</summary>
-<form method="get" action="/" id="query">
+{fold}<form method="get" action="/" id="query">
  <div class="grid">
   {_select("verb", "Question", VERBS, g("verb", "estimate"), None)}
   {_input("model", "Model (catalog name or upload:ID)", g("model", ""),
@@ -163,7 +165,7 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   <input id="f-file" name="file" type="file" accept=".json,.safetensors,application/json">
   <button type="submit" id="upload-submit">Upload</button>
  </fieldset>
-</form></details>"""
+</form>{"</details>" if collapsed else ""}"""
 
 
 def _cell(key: str, value: Any) -> str:
@@ -262,5 +264,5 @@ def render_page(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
 <title>gpuplan</title><style>{STYLE}</style></head>
 <body>{skip}<header><h1>gpuplan</h1><p>What a PyTorch workload needs from a GPU: memory, time, fit, GPUs to use,
 and a multi-GPU plan. The same answers as the command line; JSON at <code>/api/VERB</code>.</p></header>
-<main>{error_html}{notes_html}{result_html}{render_form(values, catalog, gpus, open_=not result_html)}</main>
+<main>{error_html}{notes_html}{result_html}{render_form(values, catalog, gpus, collapsed=bool(result_html))}</main>
 </body></html>"""
