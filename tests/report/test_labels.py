@@ -3,7 +3,8 @@ JSON keys such as "step time s" and "mfu", numbers printed as 4.787e+04)."""
 
 from __future__ import annotations
 
-from gpuplan.report.labels import field_label as label, value_text
+from gpuplan.report.labels import field_label as label
+from gpuplan.report.labels import value_text
 
 
 def test_labels_are_words_without_units() -> None:

@@ -399,7 +399,7 @@ def trace_profile_run(source: HFConfigSource, *, tokens: int, num_seqs: int, dty
 
 
 def _text_get(config: dict[str, Any], key: str) -> Any:
-    return text_config(config).get(key)
+    return ConfigView(config).get(key)
 
 
 def _expert_bytes(source: HFConfigSource, step: TracedStep, gpu: GPU) -> int:
