@@ -16,10 +16,10 @@ from pathlib import Path
 
 
 def main(models: list[str]) -> int:
-    from gpuplan.cli.pictures import estimate_sections, estimate_timeline
     from gpuplan.estimate import estimate
     from gpuplan.report.html import render_html
-    from gpuplan.report.plot import estimate_figure, figure_svg, save_figure
+    from gpuplan.report.plot import estimate_figure, estimate_timeline, figure_svg, save_figure
+    from gpuplan.report.verbs import estimate_sections
 
     print(f"{'model':<16} {'ops':>6} {'timeline s':>10} {'draw s':>7} {'png s':>6} {'png KB':>7} "
           f"{'svg s':>6} {'svg KB':>7} {'html s':>7} {'html KB':>8}")
