@@ -24,13 +24,16 @@ VERBS: Final = ("estimate", "fit", "recommend", "plan", "serve")
 UPLOAD_PREFIX: Final = "upload:"
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
 
-WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank")
+WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank", "steps",
+                        "frames", "image_width")
 WORKLOAD_FLOATS: Final = ("lora_alpha", "lora_dropout")
 WORKLOAD_CHOICES: Final = ("mode", "precision", "optimizer", "checkpointing", "attention", "optimizer_impl",
-                           "zero_grad", "loss", "load_in", "peft")
-WORKLOAD_NAMES: Final = ("lora_targets", "train_modules")
+                           "zero_grad", "loss", "load_in", "peft", "offload", "component_quant")
+WORKLOAD_NAMES: Final = ("lora_targets", "train_modules", "quantize_components")
 """Comma-separated module names (``q_proj,v_proj``), as the CLI's --lora-targets / --train-modules."""
-WORKLOAD_PARAMS: Final = (*WORKLOAD_INTS, *WORKLOAD_FLOATS, *WORKLOAD_CHOICES, *WORKLOAD_NAMES)
+WORKLOAD_FLAGS: Final = ("vae_tiling", "vae_slicing", "cache_latents", "cache_text_embeddings")
+"""Pipeline switches: 'on' (a checkbox) or absent."""
+WORKLOAD_PARAMS: Final = (*WORKLOAD_INTS, *WORKLOAD_FLOATS, *WORKLOAD_CHOICES, *WORKLOAD_NAMES, *WORKLOAD_FLAGS)
 """Every Workload field the page takes; tests/ui/test_query.py checks that this is all of them, so a new
 field is offered or refused by name, never dropped silently."""
 
@@ -170,6 +173,12 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
         if name in values:
             work[name] = parse_names(name, values[name])
             given[name] = ",".join(work[name])  # type: ignore[arg-type]
+    for name in WORKLOAD_FLAGS:
+        if name in values:
+            if values[name] not in ("1", "on", "true"):
+                raise ConfigError(f"{name} is a checkbox: 'on' or absent, got {values[name][:40]!r}")
+            work[name] = True
+            given[name] = "on"
     check_peft_settings(tuple(n for n in PEFT_SETTINGS if n in work), str(work.get("peft", "none")))
     if verb == "plan":
         work.setdefault("mode", "train")
