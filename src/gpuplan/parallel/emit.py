@@ -165,6 +165,11 @@ def torch_snippet(p: Plan) -> str:
                 "    #   selective-op: checkpoint_wrapper(block, context_fn=..., preserve_rng_state=False) with",
                 "    #   torchtitan's op-level SAC policy (odd mm outputs, SDPA outputs, reduce-scatter saved)",
             ]
+    if lay.first_stage_layers:
+        lines.append(
+            f"    # uneven pipeline stages: {lay.first_stage_layers} blocks on the first stage, "
+            f"{lay.last_stage_layers} on the last, the rest split evenly (split the model so)"
+        )
     if lay.cp > 1:
         lines += [
             f"    # context parallelism over {lay.cp} ranks (ring attention, load-balanced causal chunks): torchtitan",
@@ -310,6 +315,11 @@ def megatron_args(p: Plan) -> list[str]:
         args.append(f"--num-experts {prof.experts} --moe-router-topk {prof.experts_per_token}")
     if lay.ep > 1:
         args.append(f"--expert-model-parallel-size {lay.ep}")
+    if lay.first_stage_layers:
+        args.append(
+            f"--decoder-first-pipeline-num-layers {lay.first_stage_layers} "
+            f"--decoder-last-pipeline-num-layers {lay.last_stage_layers}"
+        )
     if lay.cp > 1:
         cp_type = {"ring": "p2p", "all-to-all": "a2a", "hierarchical": "a2a+p2p"}[lay.cp_comm]
         args.append(f"--context-parallel-size {lay.cp} --cp-comm-type {cp_type}")

@@ -146,16 +146,17 @@ def zero3_buckets(hidden: int) -> tuple[int, int, int]:
     return hidden * hidden, int(0.9 * hidden * hidden), 10 * hidden
 
 
-def _stage_params(p: ModelProfile, pp: int) -> tuple[float, float]:
-    """Parameters held by the (first, last) pipeline stage, before tensor parallelism."""
+def _stage_params(p: ModelProfile, layout: Layout) -> tuple[float, float, float]:
+    """Parameters held by the (first, middle, last) pipeline stage, before tensor parallelism."""
+    pp = layout.pp
     if pp == 1:
-        return float(p.params_count), float(p.params_count)
-    blocks = p.block_params * p.layers / pp
+        return (float(p.params_count),) * 3
+    first_l, mid_l, last_l = layout.stage_layers(p.layers)
     head = p.outer_params - p.embedding_params
     tied = head < p.vocab * p.hidden / 2
     # Megatron keeps a copy of tied word embeddings on the last stage for the output layer.
-    last = blocks + head + (p.vocab * p.hidden if tied else 0)
-    return blocks + p.embedding_params, last
+    last = p.block_params * last_l + head + (p.vocab * p.hidden if tied else 0)
+    return p.block_params * first_l + p.embedding_params, p.block_params * mid_l, last
 
 
 def _inflight(layout: Layout) -> float:
@@ -249,8 +250,8 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     sp = layout.sequence_parallel and tp > 1
     rep = p.block_act_replicated_bytes
     blk = (p.block_act_bytes - rep) / tp + rep / (tp if sp else 1)
-    per_stage_layers = p.layers / layout.pp
-    first_p, last_p = _stage_params(p, layout.pp)
+    first_l, mid_l, last_l = layout.stage_layers(p.layers)
+    first_p, mid_p, last_p = _stage_params(p, layout)
     transient = p.transient_bytes / tp
     p2p = 0.0
     if layout.pp > 1:
@@ -259,27 +260,28 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
     # AMP); FSDP2's MixedPrecisionPolicy and DeepSpeed hold the compute copy in 16 bits already.
     casts = layout.fp32_weights_with_autocast
-    block_cast = p.block_weight_cast_bytes * per_stage_layers / tp if casts else 0.0
+    cast_per_block = p.block_weight_cast_bytes / tp if casts else 0.0
     outer_cast = p.outer_weight_cast_bytes / tp if casts else 0.0
-    kinds: list[tuple[str, float, float, float]] = []
+    # (kind, parameters, activations, autocast copies, blocks held)
+    kinds: list[tuple[str, float, float, float, float]] = []
     if layout.pp == 1:
         act = blk * p.layers + p.first_act_bytes / tp + p.last_act_bytes / tp
-        kinds.append(("every rank", first_p / tp, act, block_cast + outer_cast))
+        kinds.append(("every rank", first_p / tp, act, cast_per_block * p.layers + outer_cast, float(p.layers)))
     else:
         n = _inflight(layout)
-        kinds.append(("first stage", first_p / tp, (blk * per_stage_layers + p.first_act_bytes / tp) * n, block_cast))
-        kinds.append(
-            (
-                "last stage",
-                last_p / tp,
-                blk * per_stage_layers + p.last_act_bytes / tp,
-                block_cast + outer_cast,
-            )
-        )
+        first_act = (blk * first_l + p.first_act_bytes / tp) * n
+        kinds.append(("first stage", first_p / tp, first_act, cast_per_block * first_l, first_l))
+        if layout.first_stage_layers and layout.pp > 2:
+            # uneven stages: the second stage holds the most blocks of the middle ones and, in 1F1B,
+            # pp−1 micro-batches in flight
+            n_mid = float(min(layout.pp - 1, layout.grad_accum))
+            kinds.append(("middle stage", mid_p / tp, blk * mid_l * n_mid, cast_per_block * mid_l, mid_l))
+        last_act = blk * last_l + p.last_act_bytes / tp
+        kinds.append(("last stage", last_p / tp, last_act, cast_per_block * last_l + outer_cast, last_l))
     out = []
     a2a = _a2a_message_bytes(p, layout)
-    for kind, rank_params, act, cast in kinds:
-        dense, expert = _expert_split(p, layout, rank_params, per_stage_layers)
+    for kind, rank_params, act, cast, stage_blocks in kinds:
+        dense, expert = _expert_split(p, layout, rank_params, stage_blocks)
         params, grads, opt, buffers = _states(ctx, layout, dense)
         opt_temp = _optimizer_temp(ctx, layout, dense)
         if expert:
@@ -476,10 +478,15 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
         cf, cb_ = p.block_cast_time.at(1.0, tp)
         of, ob_ = p.outer_cast_time.at(1.0, tp)
         bf, bb, lf, lb = bf + cf, bb + cb_, lf + of, lb + ob_
-    layers = p.layers / pp
-    stage_f = [layers * bf + (ff if i == 0 else 0) + (lf if i == pp - 1 else 0) for i in (0, pp - 1)]
-    stage_b = [layers * bb + (fb if i == 0 else 0) + (lb if i == pp - 1 else 0) for i in (0, pp - 1)]
+    first_l, mid_l, last_l = layout.stage_layers(p.layers)
+    # (blocks, holds the embeddings, holds the head) of the first, last and (pp > 2) a middle stage
+    stages = [(first_l, True, pp == 1)]
+    stages += [(last_l, False, True)] if pp > 1 else []
+    stages += [(mid_l, False, False)] if pp > 2 else []
+    stage_f = [n * bf + (ff if a else 0) + (lf if z else 0) for n, a, z in stages]
+    stage_b = [n * bb + (fb if a else 0) + (lb if z else 0) for n, a, z in stages]
     slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
+    layers = max(n for n, _, _ in stages)  # the slowest stage's blocks pay the per-block collectives
     # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
     # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
     act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / layout.cp

@@ -147,6 +147,11 @@ class Layout:
     Megatron's order); the model is replicated over them and FSDP2 shards it over dp·cp."""
     cp_comm: str = "ring"
     """One of :data:`CP_COMMS`."""
+    first_stage_layers: int = 0
+    """Uneven pipeline stages (Megatron-LM ``--decoder-first-pipeline-num-layers``, torchtitan's
+    manual split): blocks on the first stage; 0 when every stage holds layers/pp."""
+    last_stage_layers: int = 0
+    """Blocks on the last stage (uneven stages); the middle stages split the rest evenly."""
 
     def __post_init__(self) -> None:
         s = self.sharding
@@ -185,6 +190,13 @@ class Layout:
                 f"({self.dp} mod {s.hsdp_shard} = {self.dp % s.hsdp_shard}); "
                 "use a divisor of dp, or hsdp_shard None to shard over all of dp"
             )
+
+    def stage_layers(self, layers: int) -> tuple[float, float, float]:
+        """Blocks on the (first, middle, last) pipeline stage of a model with ``layers`` blocks."""
+        if not self.first_stage_layers:
+            return (layers / self.pp,) * 3
+        mid = (layers - self.first_stage_layers - self.last_stage_layers) / (self.pp - 2) if self.pp > 2 else 0.0
+        return float(self.first_stage_layers), mid, float(self.last_stage_layers)
 
     @property
     def gpus(self) -> int:
@@ -247,6 +259,8 @@ class Layout:
             parts.append("sp")
         if self.pp > 1:
             parts.append(self.schedule if self.schedule == "1f1b" else f"interleaved×{self.virtual_stages}")
+        if self.first_stage_layers:
+            parts.append(f"stages={self.first_stage_layers}…{self.last_stage_layers}")
         parts.append(f"mbs={self.micro_batch_size}")
         parts.append(f"ga={self.grad_accum}")
         if self.checkpointing != "none":
@@ -281,12 +295,27 @@ def check_model(tp: int, pp: int, *, heads: int, kv_heads: int, layers: int, vir
         )
     if pp > layers:
         raise LayoutError(f"pp({pp}) > {layers} layers: a pipeline stage needs at least one layer")
+    if layers % (pp * virtual_stages) and virtual_stages == 1 and uneven_stages(layers, pp) is not None:
+        return  # fewer blocks on the first and last stages (Megatron-LM, torchtitan run it)
     if layers % (pp * virtual_stages):
         chunks = pp * virtual_stages
         raise LayoutError(
             f"{layers} layers do not split into pp({pp})·chunks({virtual_stages}) = {chunks} stages "
             f"({layers} mod {chunks} = {layers % chunks})"
         )
+
+
+def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
+    """(first, last) stage blocks when ``layers`` do not split evenly over ``pp`` stages: the middle
+    stages take ceil(layers/pp) each and the first and last share the rest (they also hold the
+    embeddings and the head), as Megatron-LM's --decoder-first/last-pipeline-num-layers express.
+    None when the layers split evenly or no such split exists."""
+    if pp < 2 or layers % pp == 0 or layers < pp:
+        return None
+    k = -(-layers // pp)
+    rest = layers - (pp - 2) * k
+    first = rest // 2
+    return (first, rest - first) if first >= 1 else None
 
 
 def check_context(cp: int, cp_comm: str, *, seq_len: int, heads: int, tp: int) -> None:

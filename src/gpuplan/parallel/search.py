@@ -21,6 +21,7 @@ from gpuplan.parallel.layout import (
     check_experts,
     check_model,
     check_sharding,
+    uneven_stages,
 )
 
 MAX_MICRO_BATCH = 32
@@ -157,7 +158,9 @@ def _layouts(
             if per_rank % m:
                 continue
             ga = per_rank // m
-            for sched, v in _schedules(pp, layers, ga):
+            # a pp the user fixed that does not divide the layers: uneven stages, 1F1B only
+            uneven = uneven_stages(layers, pp) if layers % pp else None
+            for sched, v in _schedules(pp, layers, ga) if uneven is None else [("1f1b", 1)]:
                 for shard in _shardings(c, dp, tp, pp, gpus_per_node, cp):
                     for ep in eps:
                         if ep > 1 and isinstance(shard, FSDP2) and shard.hsdp_shard is not None:
@@ -178,6 +181,8 @@ def _layouts(
                             ep=ep,
                             cp=cp,
                             cp_comm=c.cp_comm,
+                            first_stage_layers=uneven[0] if uneven else 0,
+                            last_stage_layers=uneven[1] if uneven else 0,
                         )
 
 

@@ -23,6 +23,8 @@ def parallelism(lay: Layout) -> dict[str, Any]:
         "ep": lay.ep,
         "cp": lay.cp,
         "cp_comm": lay.cp_comm if lay.cp > 1 else None,
+        "first_stage_layers": lay.first_stage_layers or None,
+        "last_stage_layers": lay.last_stage_layers or None,
         "zero": lay.zero,
         "fsdp": lay.fsdp,
         "sharding": s.name,
