@@ -78,8 +78,10 @@ def test_unknown_emit(capsys: pytest.CaptureFixture[str]) -> None:
 def test_library_errors_are_layout_errors() -> None:
     with pytest.raises(LayoutError, match=r"dp\(3\)·tp\(2\)·pp\(1\) = 6 ≠ 8 GPUs"):
         check_degrees(8, 3, 2, 1)
+    # 80 layers on pp 3 run as uneven stages (26/27/27); the interleaved schedule needs equal chunks
+    check_model(1, 3, heads=64, kv_heads=8, layers=80)
     with pytest.raises(LayoutError, match="80 layers do not split into pp"):
-        check_model(1, 3, heads=64, kv_heads=8, layers=80)
+        check_model(1, 3, heads=64, kv_heads=8, layers=80, virtual_stages=2)
     with pytest.raises(LayoutError, match="key/value heads"):
         check_model(16, 1, heads=64, kv_heads=6, layers=80)
     assert check_batch(512, 32, 4) == 4
