@@ -163,6 +163,11 @@ class Workload:
         _check_range("grad accumulation", self.grad_accum, 1, MAX_GRAD_ACCUM, "use 1 for no accumulation")
         self._check_peft()
         self._check_pipeline()
+        if self.precision == "fp8" and self.mode != "train":
+            # torchao's Float8Linear is its training API; its fp8 inference is a different one
+            # (quantize_ with Float8DynamicActivationFloat8WeightConfig: weights stored in fp8 ahead of time)
+            raise ConfigError(f"--precision fp8 is torchao float8 training and applies to --mode train only, not "
+                              f"{self.mode}; for fp8 inference use --precision bf16 --weight-quant fp8")
         if self.mode != "train" and self.grad_accum != 1:
             raise ConfigError(f"--grad-accum {self.grad_accum} applies to --mode train only, not {self.mode}")
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import quantize_weights
 from gpuplan.perf.efficiency import Efficiency, efficiency_for
+from gpuplan.perf.float8_cast import CAST_KERNELS, cast_op_time, float8_modules, is_folded
 from gpuplan.perf.roofline import (
     WEIGHT_QUANT_BITS,
     NoRateError,
@@ -197,13 +198,19 @@ def step_time(
     acc = KernelSum()
     by_class: dict[str, float] = {}
     quant = "none" if workload.trains else weight_quant
+    # fp8 training: torchao's scaling casts as torch.compile fuses them (perf/float8_cast.py)
+    fp8_modules = float8_modules(step.ops) if workload.precision == "fp8" else frozenset()
     for op in step.ops:
         decode = generate and op.phase == "decode"
-        t = op_time(op, gpu, workload.precision, eff, graph=decode, weight_quant=quant)
+        cast = cast_op_time(op, fp8_modules, gpu, eff) if fp8_modules else None
+        t = cast if cast is not None else op_time(op, gpu, workload.precision, eff, graph=decode, weight_quant=quant)
         n = op.count * time_factor
         acc.add(t, n, op.op_class, op.phase)
         by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
-        acc.kernels += op.count if launches_kernel(op) else 0
+        if cast is None:
+            acc.kernels += op.count if launches_kernel(op) else 0
+        elif not is_folded(cast):
+            acc.kernels += op.count * CAST_KERNELS
     kernels = acc.kernels
     if acc.cpu_bound_s > 0:  # the GPU waiting for eager dispatch: its own entry, so the classes sum to the step
         by_class["cpu_dispatch"] = acc.cpu_bound_s

@@ -80,4 +80,6 @@ def fp8_notes(workload: Workload) -> list[str]:
         return []
     return ["--precision fp8: torchao Float8Linear on every linear layer with both sides divisible by 16 (not the "
             "output head), tensorwise dynamic scaling, bf16 parameters, gradients and optimizer state; the three "
-            "GEMMs per layer at the fp8 rate; under FSDP2 weights can be all-gathered in fp8 (not modelled)"]
+            "GEMMs per layer at the fp8 rate; each scaling cast as torch.compile fuses it (amax + cast: 2 kernels, "
+            "the bf16 tensor read twice; torchtitan requires --compile.enable for float8); under FSDP2 weights "
+            "can be all-gathered in fp8 (not modelled)"]
