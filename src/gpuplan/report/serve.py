@@ -50,7 +50,14 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
         "engine": r.settings.to_dict(),
         "command": r.command,
         "assumptions": list(r.assumptions),
+        "time_unknown": r.time_unknown,
     }
+    if r.time_unknown is not None:  # no rate for the dtype: every time is left out (null), the memory stands
+        for phase in ("prefill", "decode"):
+            for key in ("ttft_s", "step_s", "tokens_per_s", "tokens_per_s_per_sequence", "seconds", "compute_s",
+                        "memory_s", "communication_s"):
+                if key in out[phase]:
+                    out[phase][key] = None
     if r.rate is not None:
         q = r.rate
         out["rate"] = {"requests_per_s": q.rate_per_s, "input_len": q.input_len, "output_len": q.output_len,
@@ -86,10 +93,13 @@ def render_serve(r: ServeResult) -> str:
                  f" ({r.concurrency:,} asked: {'fits' if r.concurrency_fits else 'does NOT fit'})"),
               f"  worst case, every sequence at --max-model-len {s.max_model_len:,}: "
               f"{r.max_concurrency_at_max_model_len:,} sequences (pages are allocated as tokens arrive)",
-              f"  longest max_model_len that fits: {r.max_model_len_fits:,}",
-              f"time: TTFT {format_seconds(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
-              f"{format_seconds(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
-              f"({r.decode_tokens_per_s:,.0f} tokens/s)"]
+              f"  longest max_model_len that fits: {r.max_model_len_fits:,}"]
+    if r.time_unknown is not None:
+        lines.append(f"time: unknown ({r.time_unknown})")
+    else:
+        lines.append(f"time: TTFT {format_seconds(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
+                     f"{format_seconds(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
+                     f"({r.decode_tokens_per_s:,.0f} tokens/s)")
     if r.compute_bound_batch is not None:
         lines.append(f"  decode turns compute-bound above a batch of ~{r.compute_bound_batch:,}")
     if r.slo_met is not None and r.rate is None:

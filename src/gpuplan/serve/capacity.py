@@ -21,6 +21,7 @@ from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.memory.weight_quant import quantized_weight_bytes
 from gpuplan.models.config_view import ConfigView
 from gpuplan.presentation import to_json, to_text
+from gpuplan.perf.roofline import NoRateError
 from gpuplan.serve import budget as budgets
 from gpuplan.serve import engines
 from gpuplan.serve.kv import (
@@ -101,6 +102,9 @@ class ServeResult:
     itl_slo_s: float | None = None
     slo_concurrency: int | None = None
     """The largest concurrency meeting --ttft-slo / --itl-slo (None: no target asked; 0: none meets them)."""
+    time_unknown: str | None = None
+    """Why no time could be modelled (a GPU without a documented rate for the dtype): TTFT, decode
+    step and the rate answer are then left out; the memory answer stands."""
 
     @property
     def layout(self) -> KVLayout:
@@ -301,26 +305,33 @@ def serve(
         return decode_step(shape, target, tp, batch=b, context=decode_context,
                            kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization, ep=ep)
 
-    slo_conc = None
-    if ttft_slo is not None or itl_slo is not None:
-        slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, shape, target, tp, prefill_tokens, quantization,
-                                    ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo)
     rate_answer = None
-    if rate is not None and input_len is not None and output_len is not None:
-        rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices,
-                            ttft_slo=ttft_slo, itl_slo=itl_slo)
-    # the time line is for the batch the answer runs: the asked concurrency, the rate's per-replica
-    # concurrency (the same batch as the rate line), the latency targets' concurrency, else as many as fit
-    if concurrency is not None:
-        batch = concurrency
-    elif rate_answer is not None:
-        batch = max(1, rate_answer.concurrency_per_replica)
-    elif slo_conc is not None:
-        batch = max(1, slo_conc)
-    else:
-        batch = max(1, min(max_conc, seqs))
-    decode = step_at(batch)
-    first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep)
+    slo_conc = None
+    time_unknown = None
+    batch = concurrency or max(1, min(max_conc, seqs))
+    try:
+        if ttft_slo is not None or itl_slo is not None:
+            slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, shape, target, tp, prefill_tokens, quantization,
+                                        ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo)
+        if rate is not None and input_len is not None and output_len is not None:
+            rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices,
+                                ttft_slo=ttft_slo, itl_slo=itl_slo)
+        # the time line is for the batch the answer runs: the asked concurrency, the rate's per-replica
+        # concurrency (the same batch as the rate line), the latency targets' concurrency, else as many as fit
+        if concurrency is not None:
+            batch = concurrency
+        elif rate_answer is not None:
+            batch = max(1, rate_answer.concurrency_per_replica)
+        elif slo_conc is not None:
+            batch = max(1, slo_conc)
+        else:
+            batch = max(1, min(max_conc, seqs))
+        decode = step_at(batch)
+        first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep)
+    except NoRateError as exc:  # the memory answer stands; the times are left out and the result says why
+        time_unknown = str(exc)
+        decode = first = PhaseTime(0.0, 0.0, 0.0, 0.0)
+        assumptions.append(f"time unknown: {exc}")
     return ServeResult(
         model=source.name, gpu=target, settings=settings, budget=budget, kv=cost, ok=ok, reason=reason,
         context=context_used, concurrency=concurrency, kv_cache_tokens=kv_tokens, max_concurrency=max_conc,
@@ -328,7 +339,7 @@ def serve(
         decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
         command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
         params_count=step.params_count, max_concurrency_at_max_model_len=worst, ttft_slo_s=ttft_slo,
-        itl_slo_s=itl_slo, slo_concurrency=slo_conc)
+        itl_slo_s=itl_slo, slo_concurrency=slo_conc, time_unknown=time_unknown)
 
 
 _CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "int4", "gptq": "int4", "awq": "int4"}
