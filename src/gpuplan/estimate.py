@@ -116,6 +116,8 @@ class Estimate:
     """Seconds the host link adds to the generation for offloaded weights (included in ``step_time_s``)."""
     pipeline_shape: dict[str, int | None] | None = None
     """A pipeline's generation as modelled: steps, height, width, frames (its defaults filled in)."""
+    time_unknown: str | None = None
+    """Why there is no step time on ``gpu`` (no documented rate for the dtype); the memory answer stands."""
 
     @property
     def tensor_peak_bytes(self) -> int:
@@ -227,6 +229,7 @@ def estimate(
     assumptions.extend(mem.notes)
     timing = None
     offload_s: float | None = None
+    time_unknown: str | None = None
     if target_gpu is not None:
         from gpuplan.perf.roofline import NoRateError
         from gpuplan.perf.summary import summarize_source
@@ -235,6 +238,7 @@ def estimate(
         try:
             timing = summarize_source(source, step, target_gpu, work, weight_quant=weight_quant, time_factor=factor)
         except NoRateError as exc:
+            time_unknown = str(exc)
             assumptions.append(f"no step time: {exc}")
         else:
             assumptions.extend(timing.notes(target_gpu, work.batch_size))
@@ -250,6 +254,7 @@ def estimate(
         min_required_bytes=mem.min_required_bytes, assumptions=tuple(assumptions), timing=timing,
         calibration=cal, quantized_weights=mem.quantized_weights, pipeline=placement,
         component_params=component_params, offload_transfer_s=offload_s, pipeline_shape=pipeline_shape,
+        time_unknown=time_unknown,
     )
 
 

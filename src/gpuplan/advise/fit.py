@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.summary import Throughput
+    from gpuplan.perf.workload_family import TimeInterval
 
 MAX_SEARCH_TRACES = 12
 """Traces one largest-batch search may spend after its two scaling traces."""
@@ -75,6 +76,8 @@ class Point:
     min_required_bytes: int = 0
     """What the fit is decided on: the least the step needs (the caching allocator releases
     cached blocks under pressure)."""
+    interval: TimeInterval | None = None
+    """80% prediction interval of ``step_time_s`` (perf/workload_family.py)."""
 
     @property
     def need_bytes(self) -> int:
@@ -93,6 +96,7 @@ class Point:
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "fits": self.fits,
             "step_time_s": self.step_time_s,
+            "step_time_interval_s": self.interval.to_list() if self.interval is not None else None,
             "throughput": self.throughput,
         }
 
@@ -260,6 +264,7 @@ class _Tracer:
             throughput,
             est.tensor_peak_bytes,
             est.min_required_bytes,
+            est.timing.interval.of(time_s) if est.timing is not None and est.timing.interval is not None else None,
         )
         self.probes.append(pt)
         return pt
@@ -711,6 +716,7 @@ def _offload_step(
             throughput,
             pt.tensor_peak_bytes,
             pt.min_required_bytes,
+            pt.interval.of(time_s) if pt.interval is not None else None,
         ),
         notes=(offload.describe() + " added",),
     )

@@ -19,11 +19,13 @@ Counts tried: 1, 2, 4, 8, 16, ... up to ``max_gpus`` (and ``max_gpus`` itself).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.hardware.support import refusal
+from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.roofline import NoRateError
+from gpuplan.perf.workload_family import time_interval, workload_family
 from gpuplan.presentation import to_text
 from gpuplan.units import format_bytes
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
     from gpuplan.perf.summary import Throughput
+    from gpuplan.perf.workload_family import TimeInterval
     from gpuplan.trace.step import TracedStep
     from gpuplan.workload import Workload
 
@@ -56,6 +59,11 @@ class Candidate:
     timed: bool = True
     """False: the memory fits but the catalog documents no rate the step's ops run at on this GPU, so
     it is listed (``untimed``) with the reason instead of ranked."""
+    interval: TimeInterval | None = None
+    """80% prediction interval of ``step_time_s`` (perf/workload_family.py)."""
+    within_uncertainty_of: str | None = None
+    """The next faster fitting GPU whose interval overlaps this one's: the order of the two is within
+    the model's uncertainty, not a ranking."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +76,8 @@ class Candidate:
             "per_gpu_bytes": self.per_gpu_bytes,
             "gpu_usable_memory_bytes": self.gpu.usable_memory_bytes,
             "step_time_s": self.step_time_s,
+            "step_time_interval_s": self.interval.to_list() if self.interval is not None else None,
+            "within_uncertainty_of": self.within_uncertainty_of,
             "throughput": self.throughput,
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "cost_per_million_usd": self.cost_per_million_usd,
@@ -224,6 +234,19 @@ class _Sharded:
         return ev.per_gpu_peak_bytes, ev.step_time_s
 
 
+def mark_overlaps(ranked: list[Candidate]) -> list[Candidate]:
+    """``ranked`` (fastest first) with ``within_uncertainty_of`` set where a candidate's 80% interval
+    overlaps the next faster one's: the model cannot tell those two apart."""
+    out: list[Candidate] = []
+    for i, c in enumerate(ranked):
+        prev = ranked[i - 1] if i else None
+        if (prev is not None and c.interval is not None and prev.interval is not None
+                and c.interval.low_s <= prev.interval.high_s):
+            c = replace(c, within_uncertainty_of=prev.gpu.id)
+        out.append(c)
+    return out
+
+
 def recommend(
     model: str | ModelSource,
     workload: Workload | None = None,
@@ -308,8 +331,11 @@ def recommend(
                     cand.cost_per_million_usd,
                     cand.purchase_usd,
                 )
+        family = workload_family(task, w.mode, cand.count, step.ops)
+        cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu.arch)))
         (ins if cand.fits else outs).append(cand)
     ins.sort(key=lambda c: (c.step_time_s or float("inf"), c.count, c.gpu.id))
+    ins = mark_overlaps(ins)
     outs.sort(key=lambda c: -c.gpu.usable_memory_bytes)
     by_cost = tuple(
         sorted(

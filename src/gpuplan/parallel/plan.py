@@ -20,6 +20,9 @@ from gpuplan.parallel.layout import MegatronDDP, Zero
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
+from gpuplan.perf.efficiency import arch_key
+from gpuplan.perf.uncertainty import family_key
+from gpuplan.perf.workload_family import TimeInterval, time_interval
 from gpuplan.presentation import to_json, to_text
 from gpuplan.units import format_bytes
 
@@ -61,6 +64,12 @@ class Plan:
     @property
     def gpus(self) -> int:
         return self.best.layout.gpus
+
+    def interval(self, e: Evaluation | None = None) -> TimeInterval | None:
+        """80% prediction interval of the step time of ``e`` (the best layout when None)."""
+        e = e or self.best
+        family = family_key(self.profile.kind, self.workload.mode, e.layout.gpus)
+        return time_interval(e.step_time_s, family, arch_key(self.gpu.arch))
 
     @property
     def tokens_per_s_per_gpu(self) -> float:

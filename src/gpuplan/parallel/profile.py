@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
 from gpuplan.models.config_view import ConfigView
+from gpuplan.perf.workload_family import workload_kind
 from gpuplan.trace.scaling import TRACED_BLOCKS
 
 if TYPE_CHECKING:
@@ -161,6 +162,9 @@ class ModelProfile:
     megatron_time: EngineTime | None = None
     """block/first/last times as Megatron-LM runs them (parallel/engine.py: fused scale-mask-softmax,
     its GEMM rate); None: the eager times stand for it."""
+    kind: str = "llm"
+    """Workload kind (cnn | vit | encoder | llm) whose public rows give the time's 80% interval
+    (perf/workload_family.py)."""
 
     @property
     def model_flops_per_sample(self) -> float:
@@ -286,6 +290,7 @@ def profile_from_step(
         frozen_float_params_per_param=params.frozen_float_params_per_param,
         frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
         frozen_packed_bytes_per_param=params.frozen_packed_bytes_per_param,
+        kind=workload_kind(str(getattr(source, "task", "custom")), run.trace.ops),
     )
 
 

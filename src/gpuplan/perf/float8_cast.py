@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuplan.perf.gemm_shape import DTYPE_BYTES
+from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.perf.roofline import OpTime, short_name
 
 if TYPE_CHECKING:

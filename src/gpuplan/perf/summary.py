@@ -4,10 +4,11 @@ no number of a result can disagree with another."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from gpuplan.perf.step_time import InferenceTime, StepTime, step_time
+from gpuplan.perf.workload_family import TimeInterval, time_interval, workload_family
 from gpuplan.units import format_decimal_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ class Timing:
     tokens_per_s: float | None
     """Tokens of the step per second (training/inference with a sequence length), else None."""
     weight_quant: str = "none"
+    interval: TimeInterval | None = None
+    """80% prediction interval of ``step_time_s`` (perf/workload_family.py)."""
+    ttft_interval: TimeInterval | None = None
+    """Generation: 80% interval of the time to first token."""
 
     @property
     def step_time_s(self) -> float:
@@ -101,7 +106,11 @@ def summarize(
     """The timing of ``step`` on ``gpu``; raises :class:`gpuplan.perf.roofline.NoRateError` when the
     catalog has no rate to time it with. ``time_factor``: a calibration (see ``step_time``)."""
     st = step_time(step, gpu, workload, weight_quant=weight_quant, time_factor=time_factor)
-    return timing_of(st, workload, task=task, seq_len=seq_len, weight_quant=weight_quant)
+    timing = timing_of(st, workload, task=task, seq_len=seq_len, weight_quant=weight_quant)
+    family = workload_family(task, workload.mode, 1, step.ops)
+    ttft = st.inference.ttft_s if st.inference is not None else None
+    return replace(timing, interval=time_interval(st.total_s, family, st.arch),
+                   ttft_interval=time_interval(ttft, family, st.arch))
 
 
 def seq_len_of(source: Any, workload: Workload) -> int | None:

@@ -35,8 +35,15 @@ def _point_row(label: str, p: Point, digits: int = 2) -> list[str]:
         _gib(p.need_bytes, digits),
         "yes" if p.fits else "no",
         _time(p.step_time_s),
+        p.interval.span() if p.interval is not None else "-",
         _tp(p.throughput),
     ]
+
+
+def _interval_basis(points: list[Point]) -> list[str]:
+    """The line naming the public rows the 80% column comes from."""
+    basis = next((p.interval.basis for p in points if p.interval is not None), None)
+    return [f"80%: prediction interval of the step time, from {basis}"] if basis else []
 
 
 def render_fit(r: FitResult) -> str:
@@ -60,7 +67,7 @@ def render_fit(r: FitResult) -> str:
             "",
             table(
                 [_point_row("confirmed by trace", p, digits) for p in confirm],
-                ["", "batch", "needs GiB", "fits", "step", "throughput"],
+                ["", "batch", "needs GiB", "fits", "step", "80%", "throughput"],
             ),
         ]
     if r.techniques:
@@ -71,12 +78,13 @@ def render_fit(r: FitResult) -> str:
         lines.append(
             table(
                 [_point_row(t.name, t.point, digits) for t in r.techniques],
-                ["technique", "batch", "needs GiB", "fits", "step", "throughput"],
+                ["technique", "batch", "needs GiB", "fits", "step", "80%", "throughput"],
             )
         )
         lines.append(
             "answer: " + answer_flags(r) if r.target_fits else "answer: does not fit even with every technique"
         )
+    lines += _interval_basis(points)
     if not r.ok and r.largest_gpu:
         lines.append(
             f"needs at least {format_bytes(r.needed_bytes or 0)}; {r.gpu.id} has {usable}; the largest "
@@ -105,9 +113,10 @@ def render_seq_len_fit(r: SeqLenFit) -> str:
         lines.append(r.reason or "")
     if points:
         rows = [[label, f"{p.workload.seq_len:,}", _gib(p.need_bytes, digits), "yes" if p.fits else "no",
-                 _time(p.step_time_s), _tp(p.throughput)]
+                 _time(p.step_time_s), p.interval.span() if p.interval is not None else "-", _tp(p.throughput)]
                 for label, p in (("confirmed by trace", q) for q in points)]
-        lines += ["", table(rows, ["", "seq-len", "needs GiB", "fits", "step", "throughput"])]
+        lines += ["", table(rows, ["", "seq-len", "needs GiB", "fits", "step", "80%", "throughput"])]
+        lines += _interval_basis(points)
     if r.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
     return "\n".join(lines)
@@ -161,6 +170,7 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
                 _gib(c.per_gpu_bytes),
                 _gib(c.gpu.usable_memory_bytes),
                 _time(c.step_time_s),
+                c.interval.span() if c.interval is not None else "-",
                 _tp(c.throughput),
                 f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-",
                 f"{c.cost_per_million_usd:,.3f}" if c.cost_per_million_usd is not None else "-",
@@ -180,12 +190,21 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
                 "GiB/GPU",
                 "has GiB",
                 "step",
+                "80%",
                 "throughput",
                 "$/h",
                 f"$/1M {per}",
             ],
         )
     )
+    ties = [c for c in shown if c.within_uncertainty_of is not None]
+    if ties:
+        lines.append("within the model's uncertainty (80% intervals overlap; the order is not a ranking): "
+                     + ", ".join(f"{c.gpu.id} vs {c.within_uncertainty_of}" for c in ties))
+    basis = next((c.interval.basis for c in shown if c.interval is not None), None)
+    if basis:
+        lines.append(f"80%: prediction interval of the step time (e.g. {shown[0].gpu.id}: from {basis})"
+                     if shown[0].interval is not None else f"80%: prediction interval of the step time ({basis})")
     if not r.candidates_in:
         lines.append("(nothing fits)" if not r.untimed else "(nothing that fits can be timed)")
     elif len(shown) < len(r.candidates_in):

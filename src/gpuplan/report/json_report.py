@@ -34,6 +34,10 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
         out["fits"] = est.fits
         out["headroom_bytes"] = est.headroom_bytes
         out["step_time_s"] = est.step_time_s
+        iv = est.timing.interval if est.timing is not None else None
+        out["step_time_interval_s"] = iv.to_list() if iv is not None else None
+        out["step_time_interval_basis"] = iv.basis if iv is not None else None
+        out["time_unknown"] = est.time_unknown
         out["throughput"] = dict(est.throughput) if est.throughput is not None else None
         out["mfu"] = est.mfu
     if est.timing is not None:
@@ -93,6 +97,7 @@ def timing_to_dict(timing: Timing) -> dict[str, Any]:
     if inf is not None:
         out["generation"] = {
             "ttft_s": inf.ttft_s,
+            "ttft_interval_s": timing.ttft_interval.to_list() if timing.ttft_interval is not None else None,
             "prefill_s": inf.prefill_s,
             "decode_per_token_s": inf.decode_per_token_s,
             "decode_tokens_per_s": inf.decode_tokens_per_s,

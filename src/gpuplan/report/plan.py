@@ -43,12 +43,14 @@ def parallelism(lay: Layout) -> dict[str, Any]:
     }
 
 
-def _eval_dict(e: Evaluation) -> dict[str, Any]:
+def _eval_dict(e: Evaluation, p: Plan) -> dict[str, Any]:
+    iv = p.interval(e)
     return {
         "layout": e.layout.describe(),
         "parallelism": parallelism(e.layout),
         "per_gpu_peak_bytes": e.per_gpu_peak_bytes,
         "step_time_s": e.step_time_s,
+        "step_time_interval_s": iv.to_list() if iv is not None else None,
         "time_parts_s": dict(e.time_parts_s),
         "ranks": [r.to_dict() for r in e.ranks],
     }
@@ -56,6 +58,7 @@ def _eval_dict(e: Evaluation) -> dict[str, Any]:
 
 def plan_to_dict(p: Plan) -> dict[str, Any]:
     lm = _is_lm(p)
+    best_iv = p.interval()
     out: dict[str, Any] = {
         "model": p.model,
         "gpu": p.gpu.id,
@@ -68,6 +71,8 @@ def plan_to_dict(p: Plan) -> dict[str, Any]:
         "usable_bytes_per_gpu": p.usable_bytes,
         "fits": p.fits,
         "step_time_s": p.step_time_s,
+        "step_time_interval_s": best_iv.to_list() if best_iv is not None else None,
+        "step_time_interval_basis": best_iv.basis if best_iv is not None else None,
         "tflops_per_gpu": p.tflops_per_gpu,
         "mfu": p.mfu,
         "parallelism": parallelism(p.best.layout),
@@ -75,7 +80,7 @@ def plan_to_dict(p: Plan) -> dict[str, Any]:
         "ranks": [r.to_dict() for r in p.best.ranks],
         "time_parts_s": dict(p.best.time_parts_s),
         "alternatives": [
-            {**_eval_dict(e), "fits": e.per_gpu_peak_bytes <= p.usable_bytes, "why_not": why}
+            {**_eval_dict(e, p), "fits": e.per_gpu_peak_bytes <= p.usable_bytes, "why_not": why}
             for e, why in p.alternatives
         ],
         "layouts_considered": p.layouts_considered,
@@ -100,6 +105,11 @@ def _rate(p: Plan) -> str:
     return f"{p.samples_per_s:,.1f} samples/s"
 
 
+def _span(p: Plan) -> str:
+    iv = p.interval()
+    return f" ({iv.describe()})" if iv is not None else ""
+
+
 def render_plan(p: Plan) -> str:
     from gpuplan.parallel.evaluate import time_part_name
     from gpuplan.report.text import table
@@ -110,7 +120,7 @@ def render_plan(p: Plan) -> str:
         f"best layout: {lay.describe()}  [{lay.engine}]",
         f"  per-GPU peak {format_bytes(p.per_gpu_peak_bytes)} of {format_bytes(p.usable_bytes)} usable: "
         f"{'fits' if p.fits else 'DOES NOT FIT'}",
-        f"  step {format_seconds(p.step_time_s)}, {_rate(p)}, "
+        f"  step {format_seconds(p.step_time_s)}{_span(p)}, {_rate(p)}, "
         f"{p.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {p.mfu * 100:.1f}%",
         "",
     ]

@@ -8,6 +8,7 @@ from gpuplan.units import GIB, format_seconds
 
 if TYPE_CHECKING:
     from gpuplan.advise.recommend import ServeRecommendation
+    from gpuplan.perf.workload_family import TimeInterval
     from gpuplan.serve.capacity import ServeResult
 
 
@@ -40,8 +41,10 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
                       "sliding_layers": r.layout.sliding_layers, "sliding_window": r.layout.sliding_window,
                       "state_layers": r.layout.state_layers,
                       "state_bytes_per_sequence": r.kv.state_bytes_per_sequence},
-        "prefill": {"tokens": r.prefill_tokens, "ttft_s": r.prefill.seconds, **r.prefill.to_dict()},
+        "prefill": {"tokens": r.prefill_tokens, "ttft_s": r.prefill.seconds,
+                    "ttft_interval_s": _span(r.ttft_interval), **r.prefill.to_dict()},
         "decode": {"batch": r.decode_batch, "context": r.decode_context, "step_s": r.decode.seconds,
+                   "step_interval_s": _span(r.step_interval),
                    "tokens_per_s": r.decode_tokens_per_s,
                    "tokens_per_s_per_sequence": 1 / r.decode.seconds if r.decode.seconds > 0 else 0.0,
                    "compute_bound_batch": r.compute_bound_batch, **r.decode.to_dict()},
@@ -68,6 +71,10 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
                        "ttft_p50_s": q.ttft_p50_s, "ttft_p99_s": q.ttft_p99_s, "e2e_p50_s": q.e2e_p50_s,
                        "e2e_p99_s": q.e2e_p99_s, "queue_model": "M/D/c, Allen-Cunneen (serve/latency.py)"}
     return out
+
+
+def _span(iv: TimeInterval | None) -> list[float] | None:
+    return iv.to_list() if iv is not None else None
 
 
 def _gib(n: int) -> str:
@@ -97,9 +104,14 @@ def render_serve(r: ServeResult) -> str:
     if r.time_unknown is not None:
         lines.append(f"time: unknown ({r.time_unknown})")
     else:
-        lines.append(f"time: TTFT {format_seconds(r.prefill.seconds)} for {r.prefill_tokens:,} tokens; decode step "
-                     f"{format_seconds(r.decode.seconds)} at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
+        tt, st = r.ttft_interval, r.step_interval
+        lines.append(f"time: TTFT {format_seconds(r.prefill.seconds)}" + (f" (80%: {tt.span()})" if tt else "")
+                     + f" for {r.prefill_tokens:,} tokens; decode step {format_seconds(r.decode.seconds)}"
+                     + (f" (80%: {st.span()})" if st else "")
+                     + f" at batch {r.decode_batch:,} and {r.decode_context:,} tokens "
                      f"({r.decode_tokens_per_s:,.0f} tokens/s)")
+        if st is not None:
+            lines.append(f"  80% intervals from {st.basis}")
     if r.compute_bound_batch is not None:
         lines.append(f"  decode turns compute-bound above a batch of ~{r.compute_bound_batch:,}")
     if r.slo_met is not None and r.rate is None:

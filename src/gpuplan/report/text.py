@@ -90,9 +90,13 @@ def render_estimate(est: Estimate) -> str:
         lines.append(verdict_line(est))
         if est.timing is not None:
             tp = est.timing.throughput
-            lines.append(f"step time {format_seconds(est.timing.step_time_s)}   throughput {tp['value']:,.1f} "
+            iv = est.timing.interval
+            span = f" ({iv.describe()})" if iv is not None else ""
+            lines.append(f"step time {format_seconds(est.timing.step_time_s)}{span}   throughput {tp['value']:,.1f} "
                          f"{tp['unit']}   MFU {100 * est.timing.mfu:.1f}%")
             lines.append(_breakdown_line(est.timing.time.breakdown_s, est.timing.step_time_s))
+        elif est.time_unknown is not None:
+            lines.append(f"step time unknown ({est.time_unknown}); the memory above stands")
     if est.step.top_activation_modules:
         where = f"the peak ({est.step.peak_phase}), as in the activations component"
         lines += ["", f"activation memory at {where}, by module (top 10):"]

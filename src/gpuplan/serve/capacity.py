@@ -20,8 +20,10 @@ from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.memory.weight_quant import quantized_weight_bytes
 from gpuplan.models.config_view import ConfigView
-from gpuplan.presentation import to_json, to_text
+from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.roofline import NoRateError
+from gpuplan.perf.workload_family import TimeInterval, time_interval, workload_family
+from gpuplan.presentation import to_json, to_text
 from gpuplan.serve import budget as budgets
 from gpuplan.serve import engines
 from gpuplan.serve.kv import (
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from gpuplan.trace.step import TracedStep
 
 MAX_PARALLEL = 1024
+SERVE_FAMILY = workload_family("causal-lm", "infer")
+"""The residuals' family of a served decoder (LLM inference)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,16 @@ class ServeResult:
         if self.concurrency is not None:
             return self.slo_concurrency is not None and self.concurrency <= self.slo_concurrency
         return bool(self.slo_concurrency)
+
+    @property
+    def ttft_interval(self) -> TimeInterval | None:
+        """80% prediction interval of the time to first token (perf/workload_family.py)."""
+        return None if self.time_unknown else time_interval(self.prefill.seconds, SERVE_FAMILY, arch_key(self.gpu.arch))
+
+    @property
+    def step_interval(self) -> TimeInterval | None:
+        """80% prediction interval of the decode step."""
+        return None if self.time_unknown else time_interval(self.decode.seconds, SERVE_FAMILY, arch_key(self.gpu.arch))
 
     @property
     def decode_tokens_per_s(self) -> float:
