@@ -61,7 +61,10 @@ def _estimate_headline(text: str, doc: dict[str, Any]) -> None:
         return
     verdict = "fits" if doc["fits"] else "does NOT fit"
     assert _line(text, f"{doc['gpu']}: ").startswith(f"{doc['gpu']}: {verdict}: ")
-    assert _line(text, "step time ").startswith(f"step time {format_seconds(doc['step_time_s'])}   ")
+    step = _line(text, "step time ")
+    assert step.startswith(f"step time {format_seconds(doc['step_time_s'])} ")
+    low, high = doc["step_time_interval_s"]  # the 80% interval (issue 17) printed beside the time
+    assert f"(80%: {format_seconds(low)}–{format_seconds(high)}, {doc['step_time_interval_basis']})   " in step
 
 
 def _fit_headline(text: str, doc: dict[str, Any]) -> None:
@@ -87,7 +90,10 @@ def _plan_headline(text: str, doc: dict[str, Any]) -> None:
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     assert _line(text, "per-GPU peak").startswith(f"per-GPU peak {format_bytes(doc['per_gpu_peak_bytes'])} of ")
     assert _line(text, "per-GPU peak").endswith(f": {verdict}")
-    assert _line(text, "step ").startswith(f"step {format_seconds(doc['step_time_s'])}, ")
+    step = _line(text, "step ")
+    assert step.startswith(f"step {format_seconds(doc['step_time_s'])} ")
+    low, high = doc["step_time_interval_s"]  # the best layout's 80% interval (issue 17)
+    assert f"(80%: {format_seconds(low)}–{format_seconds(high)}, {doc['step_time_interval_basis']}), " in step
     assert _line(text, "best layout:").startswith(f"best layout: {doc['layout']}  ")
 
 
