@@ -101,6 +101,14 @@ class Point:
         }
 
 
+def _interval_of(est: Estimate, time_s: float | None) -> TimeInterval | None:
+    """The 80% interval of ``time_s``, in the estimate's workload family and GPU generation (None
+    when the estimate has no timed interval)."""
+    timing = getattr(est, "timing", None)  # stand-in estimates in tests carry only the figures fit reads
+    iv = timing.interval if timing is not None else None
+    return iv.of(time_s) if iv is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class TechniqueStep:
     """One rung of the technique ladder, at the target batch."""
@@ -264,7 +272,7 @@ class _Tracer:
             throughput,
             est.tensor_peak_bytes,
             est.min_required_bytes,
-            est.timing.interval.of(time_s) if est.timing is not None and est.timing.interval is not None else None,
+            _interval_of(est, time_s),
         )
         self.probes.append(pt)
         return pt
