@@ -184,7 +184,7 @@ def test_grad_accum(grad_accum: str, tiny: Path) -> None:
 @pytest.mark.slow
 def test_weight_quant(tiny: Path, tiny_params: int) -> None:
     """Weight-only quantization shrinks the weights and the headline peak (issue 9 item 7)."""
-    runs = {q: estimate_json(str(tiny), *SHAPE, "--mode", "infer", "--weight-quant", q)
+    runs = {q: estimate_json(str(tiny), *SHAPE, "--mode", "infer", "--precision", "fp32", "--weight-quant", q)
             for q in ("none", "int8", "fp8", "int4")}
     weights = {q: r["components"]["parameters"] for q, r in runs.items()}
     peaks = {q: r["peak_allocated_bytes"] for q, r in runs.items()}
@@ -200,7 +200,7 @@ def test_load_in(flag: str, method: str, tiny: Path, tiny_params: int, tiny_mode
     """bitsandbytes base weights: every Conv1D/Linear but lm_head in the format's exact bytes (issue 11)."""
     from gpuplan.memory.weight_quant import layer_bytes, weight_format
 
-    result = estimate_json(str(tiny), *SHAPE, "--mode", "infer", flag)
+    result = estimate_json(str(tiny), *SHAPE, "--mode", "infer", "--precision", "fp32", flag)
     layers = [m.weight.shape for n, m in tiny_model.named_modules() if type(m).__name__ == "Conv1D"]
     packed = sum(layer_bytes(weight_format(method), int(out), int(inp)) for inp, out in layers)
     quantized = sum(int(inp) * int(out) for inp, out in layers)

@@ -59,7 +59,7 @@ def test_text_table_names_components_and_gpu() -> None:
                                                                     "_DataDependent", "_local_scalar_dense",
                                                                     "reads tensor values"]),
     (["estimate", "gpt2", "--batch-size", "0"], ["batch size 0 is out of range"]),
-    (["estimate", "gpt2", "--seq-len", "1000000000000"], ["sequence length 1000000000000 is out of range"]),
+    (["estimate", "gpt2", "--seq-len", "1000000000000"], ["sequence length 1,000,000,000,000 is out of range"]),
     (["estimate", "gpt2", "--seq-len", "-5"], ["sequence length -5 is out of range"]),
     (["estimate", "gpt2", "--precision", "fp12"], ["unknown precision 'fp12'", "allowed"]),
     (["estimate", "gpt2", "--optimizer", "adamx"], ["unknown optimizer 'adamx'", "adamw"]),

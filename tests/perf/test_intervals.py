@@ -145,8 +145,8 @@ def test_every_catalog_gpu_and_precision_has_a_time_or_says_time_unknown(tiny_gp
     time_unknown, checked end to end below)."""
     from gpuplan.advise.recommend import kernel_class
     from gpuplan.errors import ConfigError
-    from gpuplan.estimate import _check_precision
     from gpuplan.hardware import all_gpus
+    from gpuplan.hardware.support import check_workload_on_gpu
     from gpuplan.models.sources import resolve_model
     from gpuplan.perf.roofline import NoRateError
     from gpuplan.perf.summary import summarize_source
@@ -160,7 +160,7 @@ def test_every_catalog_gpu_and_precision_has_a_time_or_says_time_unknown(tiny_gp
         steps: dict[tuple[int, int], Any] = {}
         for gpu in (g for g in all_gpus() if not g.is_mig):
             try:
-                _check_precision(work, gpu)
+                check_workload_on_gpu(work, gpu)
             except ConfigError:
                 continue  # the GPU cannot run this precision at all: a usage refusal, not a missing rate
             cls = kernel_class(gpu, work)

@@ -181,7 +181,8 @@ def test_plan_picture(monkeypatch: pytest.MonkeyPatch, tiny_gpt2: str, tmp_path:
         y = round(patch.get_y() + patch.get_height() / 2)
         ends[y] = max(ends.get(y, 0.0), patch.get_x() + patch.get_width())
     assert ends[rows - 1] * div == pytest.approx(data["ranks"][0]["total_bytes"], rel=1e-9)
-    legend = [t.get_text() for t in tim.get_legend().get_texts()]
+    # the legends sit below the figure (fig.legends: memory parts left, time parts right)
+    legend = [t.get_text() for t in fig.legends[-1].get_texts()]
     assert "compute" in legend
     step_ms = sum(patch.get_width() for patch in tim.patches if round(patch.get_y() + 0.3) == len(data["alternatives"]))
     assert step_ms == pytest.approx(sum(data["time_parts_s"].values()) * 1e3, rel=1e-9)

@@ -245,17 +245,16 @@ def ignored_flag_notes(args: argparse.Namespace) -> list[str]:
 
 
 def precision_for(args: argparse.Namespace) -> str:
-    """--precision left out: what people run on the verb's --gpu (workload.default_precision); without one
-    (recommend, estimate without --gpu), on the default GPU class, sm_90, as the trace assumes."""
-    from gpuplan.workload import default_precision
+    """--precision left out: what people run on the verb's --gpu (hardware.support.default_precision_on);
+    without one (recommend, estimate without --gpu), on the default GPU class, sm_90, as the trace assumes."""
+    from gpuplan.hardware.support import default_precision_on
 
+    if getattr(args, "verb", None) == "measure":
+        # measure runs the step as written on the device that is present: fp32 unless told otherwise (a
+        # CPU gains nothing from autocast, and DeepSpeed's ZeRO layouts take fp32 or bf16, never autocast)
+        return "fp32"
     name = getattr(args, "gpu", None)
-    if not isinstance(name, str) or not name:
-        return default_precision(args.mode)
-    from gpuplan.hardware import resolve_gpu
-
-    gpu = resolve_gpu(name)  # an unknown name is its own one-line error, as it would be a moment later
-    return default_precision(args.mode, gpu.half_precision if gpu is not None else "bf16")
+    return default_precision_on(args.mode, name if isinstance(name, str) else None)
 
 
 def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
@@ -264,7 +263,8 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     height, width = args.image_size if isinstance(args.image_size, tuple) else (args.image_size, None)
     fields: dict[str, Any] = dict(
         mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len, image_size=height, image_width=width,
-        precision=args.precision or precision_for(args), grad_accum=args.grad_accum, attention=args.attention,
+        precision=args.precision if args.precision is not None else precision_for(args),
+        grad_accum=args.grad_accum, attention=args.attention,
         load_in=getattr(args, "load_in", "none"),
     )
     for field in MODE_ONLY_FLAGS:  # given ones only: Workload holds the defaults

@@ -63,3 +63,16 @@ def check_workload_on_gpu(workload: Workload, gpu: GPU | None) -> None:
     found = refusal(workload, gpu)
     if found is not None:
         raise ConfigError(found.message)
+
+
+def default_precision_on(mode: str, gpu_name: str | None) -> str:
+    """The precision people run on the named GPU (workload.default_precision of its fast 16-bit type); without
+    a GPU, on the default class (sm_90, as the trace assumes). The one rule behind the command line's and the
+    web page's default when no precision is given."""
+    from gpuplan.hardware.catalog import resolve_gpu
+    from gpuplan.workload import default_precision
+
+    if not gpu_name:
+        return default_precision(mode)
+    gpu = resolve_gpu(gpu_name)  # an unknown name is its own one-line error, as it would be a moment later
+    return default_precision(mode, gpu.half_precision if gpu is not None else "bf16")

@@ -14,6 +14,7 @@ from typing import Final
 
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
+from gpuplan.hardware.support import default_precision_on
 from gpuplan.serve.engines import ENGINES
 from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.workload import PEFT_SETTINGS, WEIGHT_QUANTS, Workload, check_peft_settings, make_workload
@@ -182,6 +183,10 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
     check_peft_settings(tuple(n for n in PEFT_SETTINGS if n in work), str(work.get("peft", "none")))
     if verb == "plan":
         work.setdefault("mode", "train")
+    if "precision" not in work and verb not in NO_WORKLOAD:
+        # the command line's default: what people run on the query's GPU (one rule, hardware.support)
+        gpu_name = values.get("gpu") if "gpu" in options_spec else None
+        work["precision"] = default_precision_on(str(work.get("mode", "train")), gpu_name)
     workload = make_workload(**work)  # ranges and choices: the library's one check
     options: dict[str, str] = {}
     for name, kind in options_spec.items():
