@@ -24,8 +24,8 @@ CASES = [
                                        cache_text_embeddings=True, checkpointing="full"),
                  marks=pytest.mark.xfail(strict=True, reason=(
                      "open: LoRA + full checkpointing on the tiny FLUX, fake 3,427,496 B vs real 3,428,516 B at the "
-                     "backward peak (1,020 B, 0.03%), and trainable_param_bytes 43,008 (scaled) vs 57,344 (real); found "
-                     "by the end-of-session CI run, cause not yet traced"))),
+                     "backward peak (1,020 B, 0.03%), and trainable_param_bytes 43,008 (scaled) vs 57,344 (real); "
+                     "found by the end-of-session CI run, cause not yet traced"))),
     ("tiny-wan", Workload(mode="infer", image_size=32, frames=5, steps=2)),
 ]
 
