@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("parallel",),
     ("serve",),
     ("advise",),
+    ("rl",),           # RL post-training: the trainer through estimate/parallel, the rollout through serve
     ("measure",),
     ("report",),
     ("cli", "ui"),

@@ -83,6 +83,11 @@ def _check_range(name: str, value: int, low: int, high: int, hint: str) -> int:
     return value
 
 
+check_range = _check_range
+"""The one whole-number range check (one-line ConfigError naming the value, the range and ``hint``), for
+settings outside Workload (gpuplan.rl)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
     """One step of a training or inference program.

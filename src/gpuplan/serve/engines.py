@@ -46,9 +46,9 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def check_utilization(value: float) -> float:
+def check_utilization(value: float, flag: str = "--gpu-memory-utilization") -> float:
     if not (0.0 < value <= 1.0):
-        raise ConfigError(f"--gpu-memory-utilization {value:g} is outside (0, 1]: it is the fraction of the GPU's "
+        raise ConfigError(f"{flag} {value:g} is outside (0, 1]: it is the fraction of the GPU's "
                           "memory the engine may use; pass e.g. 0.9")
     return value
 
