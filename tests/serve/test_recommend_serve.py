@@ -36,4 +36,4 @@ def test_cli_mode_serve_json(tiny_gpt2: str) -> None:
     assert code == 0
     data = json.loads(out.getvalue())
     assert data["mode"] == "serve" and data["recommendations"]
-    assert all(c["gpus"] == c["tp"] * c["replicas"] for c in data["recommendations"])
+    assert all(c["gpus"] == c["tp"] * c["dp"] * c["replicas"] for c in data["recommendations"])

@@ -209,27 +209,40 @@ EXPERT_BYTES = 6 * 16 * 3 * 64 * 256 * 2  # 6 MoE layers × 16 experts × (gate,
 
 
 def test_expert_parallel_weights_commands_and_all_to_all(tiny_moe: str) -> None:
+    one = serve(tiny_moe, gpu="H100-SXM", tp=1, **SMALL)
     tp_only = serve(tiny_moe, gpu="H100-SXM", tp=1, dp=2, **SMALL)
     ep = serve(tiny_moe, gpu="H100-SXM", tp=1, dp=2, ep=2, **SMALL)
-    # the dense part stays whole on each DP rank; the experts split over the 2 EP ranks
-    assert tp_only.budget.weights_bytes - ep.budget.weights_bytes == EXPERT_BYTES // 2
+    # the dense part stays whole on each DP rank; the MoE layers span both ranks (vLLM: a DP × TP group),
+    # experts TP-split (ep 1) or 8 whole experts each (ep 2): the same bytes when ep divides the 16 experts
+    assert one.budget.weights_bytes - ep.budget.weights_bytes == EXPERT_BYTES // 2
+    assert tp_only.budget.weights_bytes == ep.budget.weights_bytes
     assert "--data-parallel-size 2 --enable-expert-parallel" in ep.command
-    assert ep.decode.communication_s > 0 == tp_only.decode.communication_s
+    assert ep.decode.communication_s > 0 == one.decode.communication_s
+    assert tp_only.decode.communication_s > 0  # the DP ranks' tokens gathered into the MoE group
     sglang = serve(tiny_moe, gpu="H100-SXM", engine="sglang", tp=1, dp=2, ep=2, **SMALL)
     assert "--tp-size 2" in sglang.command and "--dp-size 2 --enable-dp-attention --ep-size 2" in sglang.command
     assert ep.settings.to_dict()["expert_parallel_size"] == 2
 
 
 @settings(max_examples=80, deadline=None)
-@given(experts=st.integers(0, 1 << 40), tp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4, 8]),
-       pp=st.sampled_from([1, 2]))
-def test_more_ep_never_more_expert_weights_per_gpu(experts: int, tp: int, dp: int, pp: int) -> None:
+@given(per_expert=st.integers(1, 1 << 30), experts=st.integers(1, 512), tp=st.sampled_from([1, 2, 4, 8]),
+       dp=st.sampled_from([1, 2, 3, 4, 8]), pp=st.sampled_from([1, 2]))
+def test_more_ep_never_more_expert_weights_per_gpu(per_expert: int, experts: int, tp: int, dp: int, pp: int) -> None:
     from gpuplan.serve.capacity import expert_weights_per_gpu
 
-    sharded = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=1)
-    parallel = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=tp * dp)
-    wider = expert_weights_per_gpu(experts, tp=tp, pp=pp, ep=tp * dp * 2)
-    assert wider <= parallel <= sharded
+    total = per_expert * experts
+    sizes = [ep for ep in (2, 3, 4, 6, 8, 16, 32, 64) if ep <= experts]
+    held = [expert_weights_per_gpu(total, experts=experts, tp=1, dp=ep, pp=pp, ep=ep) for ep in sizes]
+    assert held == sorted(held, reverse=True)  # more EP ranks: never more expert bytes on the heaviest GPU
+    # against the experts TP-split over the same tp × dp GPUs: equal when ep divides the experts, else the
+    # heaviest EP rank holds one whole expert more than the even share
+    n = tp * dp
+    split = expert_weights_per_gpu(total, experts=experts, tp=tp, dp=dp, pp=pp, ep=1)
+    whole = expert_weights_per_gpu(total, experts=experts, tp=tp, dp=dp, pp=pp, ep=n)
+    if n <= experts and experts % n == 0:
+        assert whole == split
+    elif n <= experts:
+        assert split <= whole <= split + -(-per_expert // pp)
 
 
 @pytest.mark.parametrize("argv, message", [

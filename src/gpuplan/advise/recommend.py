@@ -502,7 +502,7 @@ def _best_count(
 
 @dataclass(frozen=True, slots=True)
 class ServeCandidate:
-    """The fewest GPUs of one type (tp × replicas) that meet the serving target, or why none does."""
+    """The fewest GPUs of one type (tp × dp × replicas) that meet the serving target, or why none does."""
 
     gpu: GPU
     tp: int
@@ -516,9 +516,12 @@ class ServeCandidate:
     cost_per_hour_usd: float | None = None
     usd_per_million_output_tokens: float | None = None
     command: str = ""
+    dp: int = 1
+    ep: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu.id, "tp": self.tp, "fits": self.fits, "reason": self.reason,
+        return {"gpu": self.gpu.id, "tp": self.tp, "dp": self.dp, "ep": self.ep, "fits": self.fits,
+                "reason": self.reason,
                 "replicas": self.replicas, "gpus": self.gpus, "max_concurrency": self.max_concurrency,
                 "decode_tokens_per_s": self.decode_tokens_per_s, "ttft_s": self.ttft_s,
                 "cost_per_hour_usd": self.cost_per_hour_usd,
@@ -566,14 +569,15 @@ def recommend_serve(
     gpus: list[GPU] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ServeRecommendation:
-    """For each catalog GPU, the smallest tensor-parallel size (1, 2, 4, ... ``max_gpus``) at which the
-    engine starts and holds ``concurrency`` sequences of ``context`` tokens, or, with a ``rate``, the TP size
-    needing the fewest GPUs in all (replicas × tp). One profile-run trace per shape and kernel class."""
+    """For each catalog GPU, the fewest GPUs (1, 2, 4, ... ``max_gpus``) one of whose layouts
+    (``serve.layouts.search_layouts``: tp × dp, MoE experts TP-split or expert-parallel) starts and holds
+    ``concurrency`` sequences of ``context`` tokens, or, with a ``rate``, the layout needing the fewest GPUs in
+    all (instances × tp × dp). One profile-run trace per shape and kernel class."""
     from gpuplan.errors import ConfigError, GpuplanError
     from gpuplan.hardware import all_gpus
     from gpuplan.models.sources import ModelSource as SourceType
     from gpuplan.models.sources import resolve_model
-    from gpuplan.serve import serve
+    from gpuplan.serve.layouts import search_layouts
 
     if max_gpus < 1 or max_gpus > 1024:
         raise ConfigError(f"--max-gpus {max_gpus} is out of range for serving: allowed 1..1024")
@@ -590,35 +594,40 @@ def recommend_serve(
         if progress is not None:
             progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
         best: ServeCandidate | None = None
-        why = "no tensor-parallel size up to --max-gpus holds the target"
-        for tp in counts_up_to(max_gpus):
-            if tp > 1 and not gpu.intra_node_gb_per_s_per_direction:
+        why = "no layout of up to --max-gpus GPUs holds the target"
+        for n in counts_up_to(max_gpus):
+            if n > 1 and not gpu.intra_node_gb_per_s_per_direction:
                 why = f"{gpu.id} has no peer link for tensor parallelism and one GPU is not enough"
                 break
             try:
-                r = serve(source, gpu=gpu, tp=tp, engine=engine, context=context, concurrency=concurrency,
-                          input_len=input_len, output_len=output_len, rate=rate, kv_cache_dtype=kv_cache_dtype,
-                          quantization=quantization, prices=prices, profiles=profiles,
-                          trace_compute_capability=kernel_class(gpu))
+                search = search_layouts(source, gpu=gpu, gpus=n, engine=engine, context=context,
+                                        concurrency=concurrency, input_len=input_len, output_len=output_len,
+                                        rate=rate, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
+                                        prices=prices, profiles=profiles, trace_compute_capability=kernel_class(gpu))
             except GpuplanError as exc:
                 why = str(exc)
-                if "attention heads" in why or "KV heads" in why:
-                    continue  # another TP size may divide them
                 break
-            if not (r.ok and r.concurrency_fits and (r.rate is None or r.rate.replicas > 0)):
-                why = r.reason if not r.ok else (f"at most {r.max_concurrency:,} sequences of {r.context:,} tokens "
-                                                 f"on {tp}× {gpu.id}")
+            chosen = search.chosen
+            if chosen is None or chosen.result is None:
+                tried = search.outcomes[0] if search.outcomes else None
+                why = tried.reason if tried is not None else why
+                if tried is not None and tried.result is not None and tried.result.ok:
+                    why = f"at most {tried.result.max_concurrency * tried.dp:,} sequences of " \
+                          f"{tried.result.context:,} tokens on {n}× {gpu.id}"
                 continue
-            total = r.rate.gpus if r.rate is not None else tp
+            r = chosen.result
+            instances = -(-r.rate.replicas // chosen.dp) if r.rate else 1
+            total = instances * n
             price = prices.get(gpu.id)
-            cand = ServeCandidate(gpu, tp, True, r.reason, r.rate.replicas if r.rate else 1, total, r.max_concurrency,
-                                  r.decode_tokens_per_s, r.prefill.seconds,
+            cand = ServeCandidate(gpu, chosen.tp, True, r.reason, instances, total, r.max_concurrency * chosen.dp,
+                                  r.decode_tokens_per_s * chosen.dp, r.prefill.seconds,
                                   price * total if price is not None else None,
-                                  r.rate.usd_per_million_output_tokens if r.rate else None, r.command)
+                                  r.rate.usd_per_million_output_tokens if r.rate else None, r.command,
+                                  dp=chosen.dp, ep=chosen.ep)
             if best is None or cand.gpus < best.gpus:
                 best = cand
             if rate is None:
-                break  # the smallest TP that holds the concurrency
+                break  # the fewest GPUs that hold the concurrency
         if best is not None:
             ins.append(best)
         else:
@@ -629,7 +638,8 @@ def recommend_serve(
         ins.sort(key=lambda c: (c.gpus, -c.decode_tokens_per_s, c.gpu.id))
     target = {"context": context, "concurrency": concurrency, "input_len": input_len, "output_len": output_len,
               "rate": rate, "kv_cache_dtype": kv_cache_dtype, "quantization": quantization, "max_gpus": max_gpus}
-    notes = ("per GPU type: the smallest tensor-parallel size that starts and holds the target (with --rate: the "
-             "one needing the fewest GPUs, replicas × tp), sized by gpuplan serve",
+    notes = ("per GPU type: the fewest GPUs one of whose layouts (tp × dp; MoE experts TP-split or expert-"
+             "parallel; gpuplan serve --gpus N) starts and holds the target, the best layout by goodput per GPU "
+             "(with --rate: the layout needing the fewest GPUs, instances × tp × dp)",
              "ranked by $/hour of all GPUs with --prices, else by GPU count then decode tokens/s")
     return ServeRecommendation(source.name, engine, target, tuple(ins), tuple(outs), len(profiles), notes)

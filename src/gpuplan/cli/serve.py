@@ -1,4 +1,5 @@
-"""``gpuplan serve MODEL --gpu GPU [--tp N] [--pp N] [--engine vllm|sglang|hf] [--max-model-len L]
+"""``gpuplan serve MODEL --gpu GPU [--tp N] [--pp N] [--dp N] [--ep N] | [--gpus N] [--engine vllm|sglang|hf]
+[--max-model-len L]
 [--context L --concurrency C | --input-len I --output-len O --rate R] [--gpu-memory-utilization U]
 [--kv-cache-dtype auto|fp8] [--max-num-batched-tokens T] [--max-num-seqs S] [--quantization ...]
 [--ttft-slo S] [--itl-slo S] [--prices FILE] [--json]``.
@@ -22,12 +23,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
     add_model_argument(parser)
     parser.add_argument("--gpu", required=True, metavar="GPU", help="catalog GPU (gpuplan gpus lists them)")
-    parser.add_argument("--tp", type=_int, default=1, metavar="N", help="tensor-parallel size (default 1)")
+    parser.add_argument("--tp", type=_int, default=None, metavar="N", help="tensor-parallel size (default 1)")
     parser.add_argument("--pp", type=_int, default=1, metavar="N", help="pipeline-parallel size (default 1)")
-    parser.add_argument("--dp", type=_int, default=1, metavar="N",
+    parser.add_argument("--dp", type=_int, default=None, metavar="N",
                         help="data-parallel attention ranks, each with --tp GPUs and its own KV cache (default 1)")
-    parser.add_argument("--ep", type=_int, default=1, metavar="N",
+    parser.add_argument("--ep", type=_int, default=None, metavar="N",
                         help="expert parallelism for MoE models: 1 (experts split by TP) or --tp × --dp")
+    parser.add_argument("--gpus", type=_int, default=None, metavar="N",
+                        help="search the layouts of N GPUs (tp × dp = N, MoE experts TP-split or expert-parallel) "
+                        "instead of giving --tp/--dp/--ep; the best one that starts and meets the target is chosen")
     parser.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine modelled (default vllm)")
     parser.add_argument("--max-model-len", type=_int, default=None, metavar="L",
                         help="longest sequence the engine accepts (default: the model's trained context)")
@@ -70,21 +74,39 @@ def run(args: argparse.Namespace) -> int:
     if prices is not None and args.rate is None:
         raise ConfigError("--prices prices a target rate: add --rate R --input-len I --output-len O")
     check_output_paths(args)
-    result = serve(args.model, gpu=args.gpu, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, engine=args.engine,
-                   max_model_len=args.max_model_len, context=args.context, concurrency=args.concurrency,
-                   input_len=args.input_len, output_len=args.output_len, rate=args.rate,
-                   gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
-                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-                   quantization=args.quantization, prices=prices, ttft_slo=args.ttft_slo, itl_slo=args.itl_slo)
+    common = {"engine": args.engine, "max_model_len": args.max_model_len, "context": args.context,
+              "concurrency": args.concurrency, "input_len": args.input_len, "output_len": args.output_len,
+              "rate": args.rate, "gpu_memory_utilization": args.gpu_memory_utilization,
+              "kv_cache_dtype": args.kv_cache_dtype, "max_num_batched_tokens": args.max_num_batched_tokens,
+              "max_num_seqs": args.max_num_seqs, "quantization": args.quantization, "prices": prices,
+              "ttft_slo": args.ttft_slo, "itl_slo": args.itl_slo}
+    if args.gpus is not None:
+        given = [flag for flag, value in (("--tp", args.tp), ("--dp", args.dp), ("--ep", args.ep)) if value is not None]
+        given += ["--pp"] if args.pp != 1 else []
+        if given:
+            raise ConfigError(f"--gpus {args.gpus} searches the layouts; drop {', '.join(given)} (or drop --gpus to "
+                              "size the one layout given)")
+        from gpuplan.serve.layouts import search_layouts
+
+        search = search_layouts(args.model, gpu=args.gpu, gpus=args.gpus, **common)
+        return _print(args, search, search.shown, ok=search.ok)
+    result = serve(args.model, gpu=args.gpu, tp=args.tp or 1, pp=args.pp, dp=args.dp or 1, ep=args.ep or 1,
+                   **common)
+    return _print(args, result, result, ok=result.ok and result.concurrency_fits and result.slo_met is not False)
+
+
+def _print(args: argparse.Namespace, answer: object, result: object, *, ok: bool) -> int:
     from gpuplan.cli.pictures import write_outputs
     from gpuplan.report.plot import serve_figure
     from gpuplan.report.verbs import serve_sections
 
-    data = result.to_dict()
-    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(result),
-                  figure=lambda: serve_figure(data), sections=lambda: serve_sections(data))
+    data = answer.to_dict()  # type: ignore[attr-defined]
+    # the figure and report sections picture one serve answer: the chosen layout's in a search
+    shown = result.to_dict() if result is not None else data  # type: ignore[attr-defined]
+    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(answer),
+                  figure=lambda: serve_figure(shown), sections=lambda: serve_sections(shown))
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        print(result)
-    return 0 if result.ok and result.concurrency_fits and result.slo_met is not False else 1
+        print(answer)
+    return 0 if ok else 1

@@ -15,6 +15,8 @@ RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.estimate.Estimate", TEXT): text.render_estimate,
     ("gpuplan.serve.capacity.ServeResult", JSON): serve.serve_to_dict,
     ("gpuplan.serve.capacity.ServeResult", TEXT): serve.render_serve,
+    ("gpuplan.serve.layouts.LayoutSearch", JSON): serve.layout_search_to_dict,
+    ("gpuplan.serve.layouts.LayoutSearch", TEXT): serve.render_layout_search,
     ("gpuplan.parallel.plan.Plan", JSON): plan.plan_to_dict,
     ("gpuplan.parallel.plan.Plan", TEXT): plan.render_plan,
     ("gpuplan.advise.fit.FitResult", TEXT): advise.render_fit,

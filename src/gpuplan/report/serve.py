@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from gpuplan.advise.recommend import ServeRecommendation
     from gpuplan.perf.workload_family import TimeInterval
     from gpuplan.serve.capacity import ServeResult
+    from gpuplan.serve.layouts import LayoutSearch
 
 
 def serve_to_dict(r: ServeResult) -> dict[str, Any]:
@@ -140,16 +141,53 @@ def render_serve(r: ServeResult) -> str:
     return "\n".join(lines)
 
 
+def layout_search_to_dict(r: LayoutSearch) -> dict[str, Any]:
+    """The shown layout's whole serve answer, plus every layout tried (best first) and the chosen one."""
+    shown = r.shown
+    out: dict[str, Any] = serve_to_dict(shown) if shown is not None else {"model": r.model, "gpu": r.gpu.id}
+    chosen = r.chosen
+    out["ok"] = r.ok and bool(out.get("ok", True))
+    out["search"] = {"gpus": r.gpus, "ranking": r.ranking, "assumptions": list(r.assumptions)}
+    out["chosen"] = None if chosen is None else {"tp": chosen.tp, "dp": chosen.dp, "ep": chosen.ep}
+    out["layouts"] = [o.to_dict() for o in r.outcomes]
+    return out
+
+
+def render_layout_search(r: LayoutSearch) -> str:
+    lines = [f"layouts of {r.gpus}× {r.gpu.id} for {r.model} (ranked by {r.ranking}):",
+             f"  {'tp':>3}{'dp':>4}{'ep':>4}  {'weights/GPU':>12}{'KV/GPU':>11}{'max seqs':>10}{'ITL':>10}"
+             f"{'tok/s/GPU':>11}  verdict"]
+    for o in r.outcomes:
+        res = o.result
+        if res is None:
+            lines.append(f"  {o.tp:>3}{o.dp:>4}{o.ep:>4}  {'-':>12}{'-':>11}{'-':>10}{'-':>10}{'-':>11}  {o.reason}")
+            continue
+        itl = "-" if res.time_unknown else format_seconds(res.decode.seconds)
+        lines.append(f"  {o.tp:>3}{o.dp:>4}{o.ep:>4}  {_gib(res.budget.weights_bytes):>12}"
+                     f"{_gib(res.budget.kv_cache_bytes):>11}{res.max_concurrency * o.dp:>10,}{itl:>10}"
+                     f"{o.goodput_tokens_per_s_per_gpu:>11,.0f}  {'meets' if o.meets else o.reason[:60]}")
+    chosen = r.chosen
+    lines.append(f"chosen: tp {chosen.tp}, dp {chosen.dp}, ep {chosen.ep}" if chosen is not None
+                 else "chosen: none (no layout starts and meets the target; the best one tried follows)")
+    shown = r.shown
+    if shown is not None:
+        lines += ["", render_serve(shown)]
+    lines += [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
 def render_serve_recommendation(r: ServeRecommendation) -> str:
     t = r.target
     what = (f"{t['rate']:g} req/s of {t['input_len']:,} in / {t['output_len']:,} out" if t["rate"] is not None
             else f"{t['concurrency'] or 1:,} sequence(s) of {t['context'] or 0:,} tokens" if t["context"]
             else f"{t['concurrency'] or 1:,} sequence(s) at the model's context")
     lines = [f"serving {r.model} with {r.engine}: {what}", "",
-             f"{'GPU':<22}{'tp':>4}{'GPUs':>7}{'max seqs':>10}{'decode tok/s':>14}{'TTFT':>10}{'$/hour':>10}"]
+             f"{'GPU':<22}{'tp':>4}{'dp':>4}{'ep':>4}{'GPUs':>7}{'max seqs':>10}{'decode tok/s':>14}{'TTFT':>10}"
+             f"{'$/hour':>10}"]
     for c in r.candidates_in:
         cost = f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-"
-        lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.gpus:>7}{c.max_concurrency:>10,}{c.decode_tokens_per_s:>14,.0f}"
+        lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.dp:>4}{c.ep:>4}{c.gpus:>7}{c.max_concurrency:>10,}"
+                     f"{c.decode_tokens_per_s:>14,.0f}"
                      f"{format_seconds(c.ttft_s):>10}{cost:>10}")
     if not r.candidates_in:
         lines.append("  (no GPU type meets the target)")

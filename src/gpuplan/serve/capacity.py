@@ -298,7 +298,9 @@ def serve(
             profiles[key] = step
     rank_step = _rank_profile(source, settings, key, step, profiles, dtype=dtype, compute_capability=cc,
                               images=images, num_seqs=num_seqs)
-    expert_bytes = _expert_bytes(source, step, target) if ep > 1 else 0
+    # routed experts (MoE): what expert parallelism and DP attention's MoE group split, and the share of
+    # the weights a decode step reads only for the experts its tokens reach
+    expert_bytes = _expert_bytes(source, step, target) if _text_get(config, "num_experts_per_tok") else 0
     budget = _budget(settings, config, step, rank_step, target, total, dtype, expert_bytes)
     assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
     asked = input_len + (output_len or 0) if input_len is not None else None
@@ -308,7 +310,7 @@ def serve(
     worst = cost.max_concurrency(budget.kv_cache_bytes, max_model_len)
     fits_len = cost.max_context(max(0, budget.kv_cache_bytes), trained or max_model_len * 64)
     ok, reason = eng.verdict(settings, budget, cost, fits_len, source.name)
-    shape = _shape(config, layout, step, dtype)
+    shape = _shape(config, layout, step, dtype, expert_bytes)
     if input_len is not None:
         decode_context = input_len + (output_len or 0) // 2
     else:
@@ -317,7 +319,8 @@ def serve(
 
     def step_at(b: int) -> PhaseTime:
         return decode_step(shape, target, tp, batch=b, context=decode_context,
-                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization, ep=ep)
+                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization, ep=ep,
+                           dp=dp)
 
     rate_answer = None
     slo_conc = None
@@ -326,7 +329,8 @@ def serve(
     try:
         if ttft_slo is not None or itl_slo is not None:
             slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, shape, target, tp, prefill_tokens, quantization,
-                                        ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo)
+                                        ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo, ep=ep,
+                                        dp=dp)
         if rate is not None and input_len is not None and output_len is not None:
             rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices,
                                 ttft_slo=ttft_slo, itl_slo=itl_slo)
@@ -341,7 +345,7 @@ def serve(
         else:
             batch = max(1, min(max_conc, seqs))
         decode = step_at(batch)
-        first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep)
+        first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep, dp=dp)
     except NoRateError as exc:  # the memory answer stands; the times are left out and the result says why
         time_unknown = str(exc)
         decode = first = PhaseTime(0.0, 0.0, 0.0, 0.0)
@@ -439,9 +443,16 @@ def _expert_bytes(source: HFConfigSource, step: TracedStep, gpu: GPU) -> int:
     return params * step.param_bytes // max(1, step.params_count)
 
 
-def expert_weights_per_gpu(expert_bytes: int, *, tp: int, pp: int, ep: int) -> int:
-    """Routed-expert weight bytes on one GPU: each expert split by TP (ep 1), or whole experts over ep ranks."""
-    return -(-expert_bytes // ((ep if ep > 1 else tp) * pp))
+def expert_weights_per_gpu(expert_bytes: int, *, experts: int, tp: int, dp: int, pp: int, ep: int) -> int:
+    """Routed-expert weight bytes on the most loaded GPU. The MoE layers span the whole instance (tp × dp
+    GPUs; vLLM docs "Data Parallel Deployment": "expert layers form a tensor parallel group of size DP ×
+    TP"; SGLang's --tp-size is tp × dp): each expert split over tp × dp (ep 1), or whole experts over the
+    ep ranks, the first ``experts % ep`` ranks holding one more (vLLM ``fused_moe/layer.py``
+    ``determine_expert_map``). Whole experts are never fewer bytes than the even split: with ep not
+    dividing the experts the heaviest rank holds one expert more than its share."""
+    if ep > 1 and experts > 0:
+        return -(-expert_bytes * -(-experts // ep) // (experts * pp))
+    return -(-expert_bytes // (tp * dp * pp))
 
 
 def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str,
@@ -453,7 +464,9 @@ def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], s
     experts = expert_bytes * weights // max(1, step.param_bytes)
     dense = -(-(weights - experts) // (settings.tp * settings.pp))
     rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if engines.get_engine(settings.engine).paged else 0
-    return dense + expert_weights_per_gpu(experts, tp=settings.tp, pp=settings.pp, ep=settings.ep) + rope
+    count = ConfigView(config).experts
+    return dense + expert_weights_per_gpu(experts, experts=count, tp=settings.tp, dp=settings.dp, pp=settings.pp,
+                                          ep=settings.ep) + rope
 
 
 def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, rank_step: TracedStep,
@@ -479,7 +492,8 @@ def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: Trac
                       non_torch=non_torch, context_bytes=context, graphs=graphs)
 
 
-def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str) -> ModelShape:
+def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str,
+           expert_bytes: int = 0) -> ModelShape:
     text = ConfigView(config)
     layers = text.layers or 1
     head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
@@ -487,19 +501,20 @@ def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: st
     dense = int(text.get("first_k_dense_replace") or 0) + len(text.get("mlp_only_layers") or [])
     return ModelShape(step.params_count, step.param_bytes, layers, layout.attention_layers,
                       text.hidden_size or 0, layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype],
-                      max(0, layers - dense) if top_k else 0, top_k)
+                      max(0, layers - dense) if top_k else 0, top_k, expert_bytes if top_k else 0,
+                      text.experts if top_k else 0)
 
 
 def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], shape: ModelShape, gpu: GPU, tp: int,
                      prompt_tokens: int, quantization: str, *, ttft_slo: float | None,
-                     itl_slo: float | None) -> int:
+                     itl_slo: float | None, ep: int = 1, dp: int = 1) -> int:
     """The largest concurrency whose decode step is within --itl-slo and whose prompts, arriving together
     and prefilled back to back (chunked prefill), all see their first token within --ttft-slo."""
     def meets(b: int) -> bool:
         if itl_slo is not None and step_at(b).seconds > itl_slo:
             return False
-        return ttft_slo is None or prefill(shape, gpu, tp, tokens=b * prompt_tokens,
-                                           weight_quant=quantization).seconds <= ttft_slo
+        return ttft_slo is None or prefill(shape, gpu, tp, tokens=b * prompt_tokens, weight_quant=quantization,
+                                           ep=ep, dp=dp).seconds <= ttft_slo
 
     return largest_batch(limit, meets)
 
@@ -517,20 +532,21 @@ def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: bu
     def step_at(b: int) -> PhaseTime:
         return decode_step(shape, gpu, settings.tp, batch=b, context=context,
                            kv_read_bytes=b * cost.sequence_bytes(context) * settings.pp,
-                           weight_quant=settings.quantization, ep=settings.ep)
+                           weight_quant=settings.quantization, ep=settings.ep, dp=settings.dp)
 
     conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
     if itl_slo is not None:
         conc = largest_batch(conc, lambda b: step_at(b).seconds <= itl_slo)
     ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization,
-                   ep=settings.ep).seconds
+                   ep=settings.ep, dp=settings.dp).seconds
     if conc == 0:
         return RateAnswer(rate, input_len, output_len, 0, 0.0, 0, 0, gpu.id, None, ttft_s=ttft)
     itl = step_at(conc).seconds
     service = conc * ttft + output_len * itl
     per_replica = conc / service
     replicas = replicas_for(rate, conc, service, ttft_s=ttft, ttft_slo_s=ttft_slo)
-    gpus = replicas * settings.tp * settings.pp
+    # replicas are DP ranks; GPUs come in whole instances of tp × dp × pp
+    gpus = -(-replicas // settings.dp) * settings.dp * settings.tp * settings.pp
     usd = None
     if prices is not None and gpu.id in prices:
         tokens_per_hour = per_replica * output_len * 3600

@@ -12,7 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuplan.perf.collectives import all_reduce_s, all_to_all_s, intra_node_group
+from gpuplan.parallel.collectives import group
+from gpuplan.parallel.topology import make_topology
+from gpuplan.perf.collectives import (
+    Group,
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    intra_node_group,
+    reduce_scatter_s,
+)
 from gpuplan.perf.efficiency import efficiency_for
 from gpuplan.perf.roofline import op_time
 from gpuplan.trace.records import OpRecord
@@ -37,6 +46,28 @@ class ModelShape:
     moe_layers: int = 0
     """MoE layers (0: dense); with expert parallelism each dispatches and combines its tokens all-to-all."""
     experts_per_token: int = 0
+    expert_bytes_16bit: int = 0
+    """Routed experts' weights (16-bit) of the whole model: a token's forward reads only top-k of them."""
+    experts: int = 0
+    """Routed experts per MoE layer."""
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token's forward multiplies: the dense part and its top-k of the routed experts."""
+        share = self.expert_bytes_16bit / max(1, self.weight_bytes_16bit)
+        routed = self.experts_per_token / self.experts if self.experts else 1.0
+        return self.params_count * (1 - share + share * routed)
+
+    def weight_bytes_read(self, tp: int, dp: int, tokens: int) -> float:
+        """16-bit weight bytes one GPU reads in a forward of ``tokens`` per DP rank: the dense part split by
+        tp, the routed experts by the MoE group (tp × dp, ``capacity.expert_weights_per_gpu``'s even share),
+        of which only the experts some token reaches are read — with balanced routing an expert is missed
+        by all ``tokens × dp`` tokens of the group with probability ``(1 − k/E)^(tokens·dp)``."""
+        dense = (self.weight_bytes_16bit - self.expert_bytes_16bit) / tp
+        if not self.experts:
+            return dense + self.expert_bytes_16bit / tp
+        touched = 1.0 - (1.0 - self.experts_per_token / self.experts) ** (tokens * dp)
+        return dense + self.expert_bytes_16bit * touched / (tp * dp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,29 +94,43 @@ def _ops_time(ops: list[OpRecord], gpu: GPU, precision: str, *, graph: bool,
     return total, compute, memory
 
 
-def _all_reduces_s(shape: ModelShape, gpu: GPU, tp: int, tokens: int) -> float:
+def _group(gpu: GPU, size: int, instance: int) -> Group:
+    """The process group of ``size`` consecutive ranks of an instance of ``instance`` GPUs, placed on nodes
+    of 8 (parallel/topology.py; past one node the group crosses the network)."""
+    if instance <= 8 or not gpu.intra_node_gb_per_s_per_direction:
+        return intra_node_group(size, gpu.intra_node_gb_per_s_per_direction or 0.0)
+    return group(make_topology(gpu, instance), size, 1)
+
+
+def _all_reduces_s(shape: ModelShape, gpu: GPU, tp: int, tokens: int, instance: int = 1) -> float:
     if tp <= 1:
         return 0.0
-    link = gpu.intra_node_gb_per_s_per_direction or 0.0
-    group = intra_node_group(tp, link)
-    return 2 * shape.layers * all_reduce_s(group, tokens * shape.hidden_size * shape.dtype_bytes)
+    return 2 * shape.layers * all_reduce_s(_group(gpu, tp, max(tp, instance)),
+                                           tokens * shape.hidden_size * shape.dtype_bytes)
 
 
-def _all_to_alls_s(shape: ModelShape, gpu: GPU, ep: int, tokens: int) -> float:
-    """Expert parallelism: per MoE layer a dispatch and a combine all-to-all of each rank's ``tokens`` ×
-    top-k hidden states (the one collectives model, perf/collectives.py)."""
-    if ep <= 1 or not shape.moe_layers:
+def _moe_collectives_s(shape: ModelShape, gpu: GPU, tp: int, ep: int, dp: int, tokens: int) -> float:
+    """The MoE layers' traffic across DP ranks (one collectives model, perf/collectives.py). Expert
+    parallelism: per MoE layer a dispatch and a combine all-to-all of each rank's ``tokens`` × top-k hidden
+    states. DP attention without EP (the experts TP-split over tp × dp): the DP ranks' tokens all-gathered
+    into the MoE group and the outputs reduce-scattered back (vLLM's default ``allgather_reducescatter``)."""
+    if not shape.moe_layers or (ep <= 1 and dp <= 1):
         return 0.0
-    group = intra_node_group(ep, gpu.intra_node_gb_per_s_per_direction or 0.0)
-    size = tokens * shape.experts_per_token * shape.hidden_size * shape.dtype_bytes
-    return 2 * shape.moe_layers * all_to_all_s(group, size)
+    group_ = _group(gpu, tp * dp, tp * dp)
+    if ep > 1:
+        size = tokens * shape.experts_per_token * shape.hidden_size * shape.dtype_bytes
+        return 2 * shape.moe_layers * all_to_all_s(group_, size)
+    gathered = tokens * dp * shape.hidden_size * shape.dtype_bytes
+    return shape.moe_layers * (all_gather_s(group_, gathered) + reduce_scatter_s(group_, gathered))
 
 
 def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops: float, kv_read_bytes: int,
-           phase: str, weight_quant: str, ep: int = 1) -> PhaseTime:
+           phase: str, weight_quant: str, ep: int = 1, dp: int = 1) -> PhaseTime:
     precision = "bf16" if shape.dtype == "bfloat16" else "fp16"
-    per_layer_weights = shape.weight_bytes_16bit // max(1, tp * shape.layers)
-    per_layer_flops = 2 * shape.params_count * tokens // max(1, tp * shape.layers)
+    layers = max(1, shape.layers)
+    per_layer_weights = int(shape.weight_bytes_read(tp, dp, tokens)) // layers
+    # FLOPs per GPU: the dense part split by tp, the experts' top-k work of all dp ranks' tokens over tp × dp
+    per_layer_flops = int(2 * shape.active_params * tokens) // (tp * layers)
     activations = 2 * tokens * shape.hidden_size * shape.dtype_bytes
     ops = [OpRecord("aten.mm.default", phase, "", "matmul", shape.dtype, per_layer_flops,
                     per_layer_weights + activations, activations, None, shape.layers)]
@@ -95,25 +140,25 @@ def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops
                             kv_read_bytes // shape.attention_layers + activations, activations, None,
                             shape.attention_layers))
     total, compute, memory = _ops_time(ops, gpu, precision, graph=phase == "decode", weight_quant=weight_quant)
-    comm = _all_reduces_s(shape, gpu, tp, tokens) + _all_to_alls_s(shape, gpu, ep, tokens)
+    comm = _all_reduces_s(shape, gpu, tp, tokens, tp * dp) + _moe_collectives_s(shape, gpu, tp, ep, dp, tokens)
     return PhaseTime(total + comm, compute, memory, comm)
 
 
 def decode_step(shape: ModelShape, gpu: GPU, tp: int, *, batch: int, context: int, kv_read_bytes: int,
-                weight_quant: str = "none", ep: int = 1) -> PhaseTime:
+                weight_quant: str = "none", ep: int = 1, dp: int = 1) -> PhaseTime:
     """One decode step (one new token for each of ``batch`` sequences at ``context`` tokens);
     ``kv_read_bytes``: the KV the batch reads, per GPU."""
     flops = 4.0 * batch * context * shape.attention_heads * shape.head_dim * shape.attention_layers
     return _phase(shape, gpu, tp, tokens=batch, attention_flops=flops, kv_read_bytes=kv_read_bytes,
-                  phase="decode", weight_quant=weight_quant, ep=ep)
+                  phase="decode", weight_quant=weight_quant, ep=ep, dp=dp)
 
 
 def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none",
-            ep: int = 1) -> PhaseTime:
+            ep: int = 1, dp: int = 1) -> PhaseTime:
     """The prompt's forward (time to first token, one request): causal attention is half the square."""
     flops = 2.0 * tokens * tokens * shape.attention_heads * shape.head_dim * shape.attention_layers
     return _phase(shape, gpu, tp, tokens=tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
-                  weight_quant=weight_quant, ep=ep)
+                  weight_quant=weight_quant, ep=ep, dp=dp)
 
 
 def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
@@ -123,6 +168,6 @@ def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
     if not peak:
         return None
     eff = efficiency_for(gpu.arch)
-    per_token_s = 2 * shape.params_count / (peak * eff.tensor_core_matmul)
+    per_token_s = 2 * shape.active_params / (peak * eff.tensor_core_matmul)
     weights_s = shape.weight_bytes_16bit / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
     return max(1, int(weights_s / per_token_s))

@@ -1,0 +1,116 @@
+"""Issue 20 item 2: ``serve MODEL --gpu G --gpus N`` searches the TP × DP (× EP for MoE) layouts of N GPUs, each
+sized by ``serve`` itself; ``recommend --mode serve`` uses the search. On the tiny Qwen3-MoE of test_serve_v2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from gpuplan.cli.main import main
+from gpuplan.serve import serve
+from gpuplan.serve.layouts import layouts_for, search_layouts
+from tests.serve.test_serve_v2 import SMALL, SMALL_ARGS, TINY_LLAMA_LM, TINY_QWEN3_MOE
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("layouts") / "tiny-qwen3-moe.json"
+    path.write_text(json.dumps({**TINY_QWEN3_MOE, "num_hidden_layers": 6, "num_experts_per_tok": 2}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("layouts-dense") / "tiny-llama.json"
+    path.write_text(json.dumps(TINY_LLAMA_LM))
+    return str(path)
+
+
+def run(verb: str, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([verb, *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_layouts_enumerated() -> None:
+    assert layouts_for(4, moe=False) == [(1, 4, 1), (2, 2, 1), (4, 1, 1)]
+    assert layouts_for(2, moe=True) == [(1, 2, 1), (1, 2, 2), (2, 1, 1), (2, 1, 2)]
+    assert layouts_for(1, moe=True) == [(1, 1, 1)]
+
+
+def test_search_sizes_each_layout_as_serve_does_and_ranks_by_goodput(tiny_moe: str) -> None:
+    search = search_layouts(tiny_moe, gpu="H100-SXM", gpus=2, **SMALL)
+    assert {(o.tp, o.dp, o.ep) for o in search.outcomes} == set(layouts_for(2, moe=True))
+    for o in search.outcomes:
+        assert o.result is not None
+        alone = serve(tiny_moe, gpu="H100-SXM", tp=o.tp, dp=o.dp, ep=o.ep, **SMALL)
+        assert (o.result.budget.weights_bytes, o.result.budget.kv_cache_bytes) == (
+            alone.budget.weights_bytes, alone.budget.kv_cache_bytes)
+        assert o.goodput_tokens_per_s_per_gpu == pytest.approx(alone.decode_tokens_per_s * o.dp / 2)
+    chosen = search.chosen
+    assert chosen is not None and chosen is search.outcomes[0]
+    assert chosen.goodput_tokens_per_s_per_gpu == max(o.goodput_tokens_per_s_per_gpu for o in search.outcomes)
+    # DP attention: each rank its own KV cache with the whole (unsharded) KV heads, the experts split over both
+    dp2 = next(o for o in search.outcomes if (o.tp, o.dp, o.ep) == (1, 2, 2))
+    tp2 = next(o for o in search.outcomes if (o.tp, o.dp, o.ep) == (2, 1, 1))
+    assert dp2.result is not None and tp2.result is not None
+    assert dp2.result.budget.weights_bytes > tp2.result.budget.weights_bytes  # the dense part is whole per rank
+
+
+def test_concurrency_is_the_instance_s_spread_over_dp_ranks(tiny_moe: str) -> None:
+    one = serve(tiny_moe, gpu="H100-SXM", context=256, **SMALL, total_memory_bytes=4 << 30)
+    asked = one.max_concurrency + 1
+    search = search_layouts(tiny_moe, gpu="H100-SXM", gpus=2, context=256, concurrency=asked,
+                            total_memory_bytes=4 << 30, **SMALL)
+    for o in search.outcomes:
+        assert o.result is not None and o.result.concurrency == -(-asked // o.dp)
+        assert o.meets == (o.result.max_concurrency * o.dp >= asked and o.result.ok)
+
+
+def test_cli_gpus_json_lists_layouts_and_the_chosen_one(tiny_moe: str) -> None:
+    code, out, err = run("serve", tiny_moe, "--gpu", "H100-SXM", "--gpus", "2", "--json", *SMALL_ARGS)
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["layouts"]) == 4 and data["layouts"][0]["meets"]
+    chosen = data["chosen"]
+    assert chosen == {k: data["layouts"][0][k] for k in ("tp", "dp", "ep")}
+    assert (data["engine"]["tensor_parallel_size"], data["engine"]["data_parallel_size"],
+            data["engine"]["expert_parallel_size"]) == (chosen["tp"], chosen["dp"], chosen["ep"])
+    code, text, _ = run("serve", tiny_moe, "--gpu", "H100-SXM", "--gpus", "2", *SMALL_ARGS)
+    assert code == 0 and text.startswith("layouts of 2× H100-SXM") and "chosen: tp " in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "2", "--tp", "2"], "--gpus 2 searches the layouts; drop --tp"),
+    (["--gpus", "0"], "--gpus"),
+])
+def test_gpus_with_a_layout_is_exit_2(tiny_moe: str, argv: list[str], message: str) -> None:
+    code, out, err = run("serve", tiny_moe, "--gpu", "H100-SXM", *argv, *SMALL_ARGS)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_dense_model_searches_tp_and_dp_only_and_a_miss_is_exit_1(tiny_llama: str) -> None:
+    code, out, _ = run("serve", tiny_llama, "--gpu", "H100-SXM", "--gpus", "2", "--concurrency", "100000000",
+                       "--context", "256", "--json", *SMALL_ARGS)
+    data = json.loads(out)
+    assert code == 1 and data["chosen"] is None and data["ok"] is False
+    assert [(x["tp"], x["dp"], x["ep"]) for x in data["layouts"]] in ([(1, 2, 1), (2, 1, 1)], [(2, 1, 1), (1, 2, 1)])
+
+
+def test_recommend_serve_uses_the_layout_search(tiny_moe: str) -> None:
+    from gpuplan.advise.recommend import recommend_serve
+    from gpuplan.hardware import resolve_gpu
+
+    h100 = resolve_gpu("H100-SXM")
+    assert h100 is not None
+    one = serve(tiny_moe, gpu=h100, context=256)  # the engine's default budgets, as recommend runs them
+    result = recommend_serve(tiny_moe, context=256, concurrency=one.max_concurrency + 1, gpus=[h100], max_gpus=2)
+    (cand,) = result.candidates_in
+    search = search_layouts(tiny_moe, gpu=h100, gpus=2, context=256, concurrency=one.max_concurrency + 1)
+    assert search.chosen is not None
+    assert (cand.gpus, cand.tp, cand.dp, cand.ep) == (2, search.chosen.tp, search.chosen.dp, search.chosen.ep)
+    assert cand.to_dict()["dp"] == cand.dp
