@@ -252,6 +252,38 @@ def test_top_k_is_honoured(cnn_rec: Recommendation, capsys: pytest.CaptureFixtur
     assert f"(2 of {len(cnn_rec.candidates_in)} that fit shown" in out
 
 
+def test_without_precision_each_gpu_runs_its_default(tmp_path: object) -> None:
+    """Old main: recommend without --precision ran amp-bf16 on every GPU, so every pre-Ampere GPU was left
+    out ("no bfloat16 support"). Each GPU is now sized and timed in the precision the CLI's estimate would
+    default to on it (hardware.support.default_precision_for), one trace per precision, and each row says it."""
+    import json
+    from pathlib import Path
+
+    from gpuplan.hardware.support import default_precision_for
+
+    config = Path(str(tmp_path)) / "config.json"
+    config.write_text(json.dumps(_TINY_LM))
+    gpus = [get_gpu(g) for g in ("H100-SXM", "T4", "GTX-1080-Ti")]
+    r = recommend(str(config), Workload(mode="train", seq_len=64, precision="amp-bf16"), max_gpus=1, gpus=gpus,
+                  precision_per_gpu=True)
+    got = {c.gpu.id: c.precision for c in r.candidates_in}
+    assert got == {"H100-SXM": "amp-bf16", "T4": "amp-fp16", "GTX-1080-Ti": "fp32"}
+    assert all(got[g.id] == default_precision_for("train", g) for g in gpus) and not r.candidates_out
+    t4 = next(c for c in r.candidates_in if c.gpu.id == "T4")
+    est = estimate(str(config), mode="train", seq_len=64, precision="amp-fp16", gpu="T4")
+    assert t4.per_gpu_bytes == est.min_required_bytes and t4.step_time_s == pytest.approx(est.step_time_s)
+    data = r.to_dict()
+    assert data["precision_per_gpu"] is True
+    assert {c["gpu"]: c["precision"] for c in data["recommendations"]} == got
+    text = str(r)
+    assert "precision per GPU" in text and " amp-fp16 " in _table_rows(text)[[c.gpu.id for c in
+                                                                               r.candidates_in].index("T4")]
+    explicit = recommend(str(config), Workload(mode="train", seq_len=64, precision="amp-bf16"), max_gpus=1,
+                         gpus=gpus)
+    assert [c.gpu.id for c in explicit.candidates_in] == ["H100-SXM"]  # the given precision is kept
+    assert {c.gpu.id for c in explicit.candidates_out} == {"T4", "GTX-1080-Ti"}
+
+
 @pytest.mark.parametrize(
     "flag,value",
     [
@@ -309,6 +341,12 @@ def test_every_recommend_flag_runs_end_to_end(
     if "--json" in extra:
         d = json.loads(out)
         assert d["recommendations"] and all(c["fits"] for c in d["recommendations"])
+        if "--precision" not in extra:  # each GPU in the precision people run on it
+            from gpuplan.hardware.support import default_precision_for
+
+            mode = extra[extra.index("--mode") + 1] if "--mode" in extra else "train"
+            assert d["precision_per_gpu"] is True
+            assert all(c["precision"] == default_precision_for(mode, get_gpu(c["gpu"])) for c in d["recommendations"])
         if "--prices" in extra:
             assert d["by_cost"] and all(c["cost_per_million_usd"] is not None for c in d["by_cost"])
         if "--budget-usd" in extra:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.hardware.support import refusal
+from gpuplan.hardware.support import default_precision_for, refusal
 from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.roofline import NoRateError
 from gpuplan.perf.workload_family import time_interval, workload_family
@@ -64,11 +64,15 @@ class Candidate:
     within_uncertainty_of: str | None = None
     """The next faster fitting GPU whose interval overlaps this one's: the order of the two is within
     the model's uncertainty, not a ranking."""
+    precision: str = ""
+    """The precision this GPU was sized and timed in: the workload's, or without --precision the one people
+    run on this GPU (hardware.support.default_precision_for: amp-fp16 on a T4, amp-bf16 on an A100)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpu": self.gpu.id,
             "count": self.count,
+            "precision": self.precision,
             "tier": self.gpu.tier,
             "fits": self.fits,
             "reason": self.reason,
@@ -108,6 +112,9 @@ class Recommendation:
     untimed: tuple[Candidate, ...] = ()
     """GPUs the workload fits whose step time cannot be modelled (no documented rate): listed with the
     reason, never ranked, and never the reason the whole ranking fails."""
+    precision_per_gpu: bool = False
+    """No precision was given: each GPU runs the one people run on it (``Candidate.precision``);
+    ``workload.precision`` is then the default class's (sm_90)."""
 
     @property
     def ok(self) -> bool:
@@ -128,6 +135,7 @@ class Recommendation:
             "traces": self.traces,
             "largest_gpu": self.largest_gpu,
             "needed_bytes": self.needed_bytes,
+            "precision_per_gpu": self.precision_per_gpu,
             "assumptions": list(self.assumptions),
         }
 
@@ -256,9 +264,13 @@ def recommend(
     prices: dict[str, float] | None = None,
     gpus: list[GPU] | None = None,
     progress: Callable[[str], None] | None = None,
+    precision_per_gpu: bool = False,
 ) -> Recommendation:
     """Rank every catalog GPU (or ``gpus``) for ``workload``: see the module docstring. ``progress``
-    is called with a short line before each trace and each GPU."""
+    is called with a short line before each trace and each GPU. ``precision_per_gpu`` (the command
+    line's default without --precision): each GPU is sized and timed in the precision people run on it
+    (hardware.support.default_precision_for), not ``workload.precision``, so pre-Ampere GPUs are ranked
+    in amp-fp16 rather than left out for lacking bf16."""
     from gpuplan.errors import ConfigError
     from gpuplan.hardware import all_gpus
     from gpuplan.models.sources import ModelSource as SourceType
@@ -281,14 +293,23 @@ def recommend(
     prices = prices or {}
     t0 = time.perf_counter()
     seq = seq_len_of(source, w)
-    traced_w, gen = _traced_workload(w, seq)
-    steps: dict[tuple[int, int], TracedStep] = {}
-    for cls in sorted({kernel_class(g, w) for g in catalog if _dtype_ok(g, w) is None}, reverse=True):
+
+    def on(gpu: GPU) -> Workload:
+        """The workload as ``gpu`` runs it (its precision, without one given)."""
+        return w.with_(precision=default_precision_for(w.mode, gpu)) if precision_per_gpu else w
+
+    # one trace per (precision, attention-kernel class) that some GPU runs; sm_90 first
+    keys = sorted({(kernel_class(g, on(g)), on(g).precision) for g in catalog if _dtype_ok(g, on(g)) is None},
+                  reverse=True)
+    steps: dict[tuple[tuple[int, int], str], TracedStep] = {}
+    for cls, precision in keys:
         if progress is not None:
-            progress(f"recommend: tracing {source.name} for sm_{cls[0]}{cls[1]} kernels")
-        steps[cls] = trace_step(source, traced_w, compute_capability=cls)
+            progress(f"recommend: tracing {source.name} for sm_{cls[0]}{cls[1]} kernels"
+                     + (f" in {precision}" if precision_per_gpu else ""))
+        steps[cls, precision] = trace_step(source, _traced_workload(w.with_(precision=precision), seq)[0],
+                                           compute_capability=cls)
     trace_s = time.perf_counter() - t0
-    shardings: dict[tuple[int, int], _Sharded] = {}
+    shardings: dict[tuple[tuple[int, int], str], _Sharded] = {}
     task = str(getattr(source, "task", "custom"))
     ins: list[Candidate] = []
     outs: list[Candidate] = []
@@ -296,21 +317,24 @@ def recommend(
     for i, gpu in enumerate(catalog, 1):
         if progress is not None:
             progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
-        bad = _dtype_ok(gpu, w)
+        wg = on(gpu)
+        bad = _dtype_ok(gpu, wg)
         if bad is not None:
-            outs.append(Candidate(gpu, 0, False, bad))
+            outs.append(Candidate(gpu, 0, False, bad, precision=wg.precision))
             continue
-        cls = kernel_class(gpu, w)
-        step = steps[cls]
-        if cls not in shardings:
-            shardings[cls] = _Sharded(source, step, traced_w, cls)
-        timer = _Timer(w, traced_w, gen, task, seq)
+        key = (kernel_class(gpu, wg), wg.precision)
+        step = steps[key]
+        traced_w, gen = _traced_workload(wg, seq)
+        if key not in shardings:
+            shardings[key] = _Sharded(source, step, traced_w, key[0])
+        timer = _Timer(wg, traced_w, gen, task, seq)
         try:
-            cand = _best_count(step, gpu, w, max_gpus, prices.get(gpu.id), timer, shardings[cls])
+            cand = _best_count(step, gpu, wg, max_gpus, prices.get(gpu.id), timer, shardings[key])
         except NoRateError as exc:  # the sharded layouts are sized by a timed evaluator
             outs.append(Candidate(gpu, 0, False, _untimed_reason(exc, gpu) + "; sharded layouts are sized by "
-                                  "the timed planner, so none could be tried", timed=False))
+                                  "the timed planner, so none could be tried", timed=False, precision=wg.precision))
             continue
+        cand = replace(cand, precision=wg.precision)
         if not cand.timed:
             untimed.append(cand)
             continue
@@ -318,19 +342,7 @@ def recommend(
             cost = cand.cost_per_hour_usd if prices else cand.purchase_usd
             if cost is not None and cost > budget_usd:
                 what = "$/hour" if prices else "purchase $"
-                cand = Candidate(
-                    gpu,
-                    cand.count,
-                    False,
-                    f"over budget: {cost:,.2f} {what} > {budget_usd:,.2f}",
-                    cand.layout,
-                    cand.per_gpu_bytes,
-                    cand.step_time_s,
-                    cand.throughput,
-                    cand.cost_per_hour_usd,
-                    cand.cost_per_million_usd,
-                    cand.purchase_usd,
-                )
+                cand = replace(cand, fits=False, reason=f"over budget: {cost:,.2f} {what} > {budget_usd:,.2f}")
         family = workload_family(task, w.mode, cand.count, step.ops)
         cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu.arch)))
         (ins if cand.fits else outs).append(cand)
@@ -343,7 +355,8 @@ def recommend(
             key=lambda c: (c.cost_per_million_usd or 0.0, c.step_time_s or 0.0),
         )
     )
-    any_step = next(iter(steps.values()), None)
+    # the header's model state and activations: the default class's trace (sm_90, the workload's precision)
+    any_step = steps.get(((9, 0), w.precision)) or next(iter(steps.values()), None)
     fixed = _model_state_bytes(any_step) if any_step else 0
     batch_bytes = ((any_step.min_reserved_bytes or any_step.reserved_peak_bytes) - fixed) if any_step else 0
     largest = needed = None
@@ -365,7 +378,14 @@ def recommend(
                 f"generate: traced with {DECODE_STEPS_TRACED} decode steps; the KV cache of the other new "
                 "tokens is added to the memory and the decode time scaled to all new tokens"
             ]
-            if gen
+            if _traced_workload(w, seq)[1] is not None
+            else []
+        ),
+        *(
+            ["no --precision: each GPU sized and timed in the precision people run on it (autocast bf16 from "
+             "Ampere on, fp16 with a gradient scaler before; the weights in that type for inference), one trace "
+             "per precision"]
+            if precision_per_gpu
             else []
         ),
         "ranked by step time (fewest GPUs that fit, per GPU model)"
@@ -390,6 +410,7 @@ def recommend(
         largest_gpu=largest,
         needed_bytes=needed,
         untimed=tuple(untimed),
+        precision_per_gpu=precision_per_gpu,
     )
 
 

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             budget_usd=args.budget_usd,
             prices=prices,
             progress=progress,
+            precision_per_gpu=args.precision is None,  # each GPU in what people run on it
         )
     data = result.to_dict()
     text = render_recommendation(result, top=args.top)

@@ -70,9 +70,16 @@ def default_precision_on(mode: str, gpu_name: str | None) -> str:
     a GPU, on the default class (sm_90, as the trace assumes). The one rule behind the command line's and the
     web page's default when no precision is given."""
     from gpuplan.hardware.catalog import resolve_gpu
-    from gpuplan.workload import default_precision
 
     if not gpu_name:
-        return default_precision(mode)
+        return default_precision_for(mode, None)
     gpu = resolve_gpu(gpu_name)  # an unknown name is its own one-line error, as it would be a moment later
+    return default_precision_for(mode, gpu)
+
+
+def default_precision_for(mode: str, gpu: GPU | None) -> str:
+    """:func:`default_precision_on` for a resolved GPU (None: the default class, sm_90): ``recommend`` asks it
+    for every catalog GPU when no precision is given, so a T4 is ranked in amp-fp16, not left out for bf16."""
+    from gpuplan.workload import default_precision
+
     return default_precision(mode, gpu.half_precision if gpu is not None else "bf16")

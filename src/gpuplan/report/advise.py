@@ -152,7 +152,8 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
     lines = [
         f"{r.model} — {w.mode}, batch {w.batch_size}"
         + (f", seq {w.seq_len}" if w.seq_len else "")
-        + f", {w.precision}; per GPU: {format_bytes(r.per_gpu_fixed_bytes)} model state + "
+        + (", precision per GPU" if r.precision_per_gpu else f", {w.precision}")
+        + f"; per GPU: {format_bytes(r.per_gpu_fixed_bytes)} model state + "
         f"{format_bytes(r.per_gpu_batch_bytes)} activations/cache (single GPU); "
         f"traced once in {r.trace_s:.1f} s",
         "",
@@ -167,6 +168,7 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
                 str(c.count),
                 c.gpu.tier,
                 c.layout,
+                *([c.precision] if r.precision_per_gpu else []),
                 _gib(c.per_gpu_bytes),
                 _gib(c.gpu.usable_memory_bytes),
                 _time(c.step_time_s),
@@ -187,6 +189,7 @@ def render_recommendation(r: Recommendation, *, top: int | None = None, show_out
                 "n",
                 "tier",
                 "layout",
+                *(["precision"] if r.precision_per_gpu else []),
                 "GiB/GPU",
                 "has GiB",
                 "step",

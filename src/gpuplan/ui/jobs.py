@@ -92,7 +92,8 @@ def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
 
         budget = query.option("budget_usd")
         result = recommend(source, w, max_gpus=_int(query, "max_gpus") or 8,
-                           budget_usd=float(budget) if budget is not None else None)
+                           budget_usd=float(budget) if budget is not None else None,
+                           precision_per_gpu="precision" not in dict(query.given))  # as the command line
     elif query.verb == "serve":
         from gpuplan.serve import serve
 
