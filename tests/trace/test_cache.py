@@ -211,14 +211,39 @@ def test_the_command_line_caches_by_default_and_no_cache_bypasses_it(
 
 
 @pytest.mark.slow
-def test_a_cache_hit_does_not_import_torch(tiny_gpt2: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("verb", [["estimate", "--gpu", "H100-SXM"], ["plan", "--gpu", "H100-SXM", "--gpus", "2"]],
+                         ids=lambda v: v[0])
+def test_a_cache_hit_does_not_import_torch(tiny_gpt2: str, tmp_path: Path, verb: list[str]) -> None:
+    """Old main: a cached plan imported torch (37 s on a busy machine) through transformers' AutoConfig, read
+    for the layer counts; they are cached beside the traces (trace/cache.layer_counts_of)."""
     env = {**os.environ, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": str(tmp_path / "c"),
            "PYTHONPATH": str(REPO / "src")}
-    argv = ["estimate", tiny_gpt2, "--seq-len", "32", "--gpu", "H100-SXM", "--json"]
+    argv = [verb[0], tiny_gpt2, "--seq-len", "32", *verb[1:], "--json"]
     probe = ("import sys, io, contextlib; from gpuplan.cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()): code = main(sys.argv[1:])\n"
-             "print(code, 'torch' in sys.modules)")
+             "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
     first = subprocess.run([sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True, check=True)
-    assert first.stdout.split() == ["0", "True"], first.stderr
+    assert first.stdout.split() == ["0", "True", "True"], first.stderr
     second = subprocess.run([sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True, check=True)
-    assert second.stdout.split() == ["0", "False"], second.stderr
+    assert second.stdout.split() == ["0", "False", "False"], second.stderr
+
+
+def test_layer_counts_are_cached_beside_the_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' reading of the layer counts is kept per model and library versions; a damaged entry is
+    read again, never trusted."""
+    from gpuplan.models.sources import HFConfigSource
+    from gpuplan.trace.cache import layer_counts_key, layer_counts_of
+
+    source = HFConfigSource("tiny", {"model_type": "gpt2", "n_layer": 5, "n_embd": 32, "n_head": 2,
+                                     "vocab_size": 100, "n_positions": 64})
+    cache = TraceCache(tmp_path / "c")
+    with use_trace_cache(cache):
+        assert layer_counts_of(source) == {"num_hidden_layers": 5} == source.layer_counts()
+        monkeypatch.setattr(HFConfigSource, "layer_counts", lambda self: pytest.fail("read the config again"))
+        assert layer_counts_of(source) == {"num_hidden_layers": 5}
+        key = layer_counts_key(source)
+        assert key is not None
+        entry = cache.directory / f"{key}.facts"
+        entry.write_text(entry.read_text().replace("5", "-5"))
+        monkeypatch.setattr(HFConfigSource, "layer_counts", lambda self: {"num_hidden_layers": 5})
+        assert layer_counts_of(source) == {"num_hidden_layers": 5} and "-5" not in entry.read_text()

@@ -27,6 +27,7 @@ from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.roofline import NoRateError
 from gpuplan.perf.workload_family import time_interval, workload_family
 from gpuplan.presentation import to_text
+from gpuplan.trace.cache import layer_counts_of
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ class _Sharded:
 
     def why_not(self) -> str | None:
         """Why sharding over several GPUs is not modelled for this model (None: it is)."""
-        if self.traced.trains and len(self.source.layer_counts()) > 1:
+        if self.traced.trains and len(layer_counts_of(self.source)) > 1:
             return "sharded layouts of multi-stack (encoder-decoder) models are not modelled"
         return None
 

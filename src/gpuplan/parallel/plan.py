@@ -24,6 +24,7 @@ from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.uncertainty import family_key
 from gpuplan.perf.workload_family import TimeInterval, time_interval
 from gpuplan.presentation import to_json, to_text
+from gpuplan.trace.cache import layer_counts_of
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def plan(
     cfg = ConfigView(getattr(source, "config_dict", None))
     heads = cfg.attention_heads or 0
     kv = cfg.kv_heads or heads
-    layers = max(source.layer_counts().values(), default=1)
+    layers = max(layer_counts_of(source).values(), default=1)  # cached beside the traces: no torch on a hit
     base = Constraints(
         gpus=gpus,
         global_batch=gb,

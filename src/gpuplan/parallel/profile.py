@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from gpuplan.errors import ConfigError
 from gpuplan.models.config_view import ConfigView
 from gpuplan.perf.workload_family import workload_kind
+from gpuplan.trace.cache import layer_counts_of
 from gpuplan.trace.scaling import TRACED_BLOCKS
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: Trace
 
     if not workload.trains:
         raise ConfigError(f"gpuplan plan covers training (--mode train), got --mode {workload.mode}")
-    counts = source.layer_counts()
+    counts = layer_counts_of(source)
     if len(counts) > 1:
         raise ConfigError(
             f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
@@ -216,7 +217,7 @@ def profile_from_step(
     run = step.run
     if run is None:
         raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
-    counts = source.layer_counts()
+    counts = layer_counts_of(source)
     key = next(iter(counts), None)
     container = run.containers.get(key or "", "")
     traced_layers = run.block_counts.get(key, 1) if key else 1

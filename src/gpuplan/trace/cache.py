@@ -52,6 +52,9 @@ DEFAULT_MAX_BYTES = 512 * 2**20
 is about 0.1 MB compressed, so this keeps thousands of answers."""
 _MAX_ENTRY_BYTES = 64 * 2**20
 """An entry larger than this is not read (a stray or hostile file is never decompressed in full)."""
+_FACTS_SUFFIX = ".facts"
+"""Entries of facts about a model read with a library (its layer counts), beside its ``.trace`` entries."""
+_MAX_FACTS_BYTES = 64 * 2**10
 # Libraries whose version changes what is built or traced.
 _LIBRARIES: tuple[str, ...] = ("torch", "transformers", "peft", "timm", "torchvision", "bitsandbytes", "torchao")
 
@@ -216,6 +219,32 @@ def _code_hash() -> str:
     return digest.hexdigest()
 
 
+def layer_counts_key(source: ModelSource) -> str | None:
+    """The cache key of ``source.layer_counts()`` (None: this model is not cached): the same identity and
+    library versions as its traces, so an upgraded transformers reads its config again."""
+    identity = model_identity(source)
+    if identity is None:
+        return None
+    document = {"format": FORMAT_VERSION, "model": identity, "fact": "layer_counts", "environment": _environment()}
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def layer_counts_of(source: ModelSource) -> dict[str, int]:
+    """``source.layer_counts()``, read from the active cache when it holds the answer. For a transformers
+    config the answer is transformers' own reading (``AutoConfig``: defaults, derived ``layer_types``), and
+    building one imports torch: kept beside the traces, a cached ``plan`` or ``fit`` never imports torch."""
+    cache = active_trace_cache()
+    key = layer_counts_key(source) if cache is not None else None
+    if cache is None or key is None:
+        return source.layer_counts()
+    found = cache.load_layer_counts(key)
+    if found is not None:
+        return found
+    counts = source.layer_counts()
+    cache.store_layer_counts(key, counts)
+    return counts
+
+
 def trace_key(source: ModelSource, workload: Workload, compute_capability: tuple[int, int]) -> str | None:
     """The cache key of tracing ``source`` under ``workload`` for a GPU of ``compute_capability``
     (None: this model is not cached)."""
@@ -262,6 +291,34 @@ class TraceCache:
 
     def path_for(self, key: str) -> Path:
         return self.directory / f"{key}.trace"
+
+    def load_layer_counts(self, key: str) -> dict[str, int] | None:
+        """The layer counts stored under ``key``; None when absent or not exactly what
+        :meth:`store_layer_counts` writes (then removed: it is rewritten)."""
+        path = self.directory / f"{key}{_FACTS_SUFFIX}"
+        try:
+            with path.open("rb") as f:
+                data = f.read(_MAX_FACTS_BYTES + 1)
+        except OSError:
+            return None
+        try:
+            doc = json.loads(data) if len(data) <= _MAX_FACTS_BYTES else None
+        except ValueError:
+            doc = None
+        counts = doc.get("layer_counts") if isinstance(doc, dict) else None
+        if (isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("version") == FORMAT_VERSION
+                and doc.get("key") == key and isinstance(counts, dict)
+                and all(isinstance(k, str) and type(v) is int and v > 0 for k, v in counts.items())):
+            return dict(counts)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+    def store_layer_counts(self, key: str, counts: dict[str, int]) -> None:
+        """Keep ``counts`` under ``key`` (best effort, as :meth:`store`)."""
+        doc = {"format": FORMAT, "version": FORMAT_VERSION, "key": key, "layer_counts": dict(counts)}
+        with contextlib.suppress(OSError):
+            self._write(self.directory / f"{key}{_FACTS_SUFFIX}", json.dumps(doc).encode())
 
     def load(self, key: str) -> Lookup:
         path = self.path_for(key)
@@ -317,24 +374,27 @@ class TraceCache:
             return  # a field the codec does not know: not cached rather than stored wrong
         header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "key": key,
                              "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+        with contextlib.suppress(OSError):
+            self._write(self.path_for(key), header + b"\n" + payload)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """``data`` at ``path`` through a private temporary file renamed into place (atomic on POSIX), then
+        the directory brought under its cap."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=self.directory)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".trace", dir=self.directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(header + b"\n" + payload)
-                os.replace(tmp, self.path_for(key))
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            self._evict()
-        except OSError:
-            return
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._evict()
 
     def _evict(self) -> None:
         entries: list[tuple[float, int, Path]] = []
-        for path in self.directory.glob("*.trace"):
+        for path in (*self.directory.glob("*.trace"), *self.directory.glob(f"*{_FACTS_SUFFIX}")):
             with contextlib.suppress(OSError):
                 st = path.stat()
                 entries.append((st.st_mtime, st.st_size, path))

@@ -73,6 +73,7 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
                   scale: bool = True) -> TracedStep:
     from gpuplan.memory.allocator import min_capacity, replay
     from gpuplan.models.sources import WeightsOnlySource
+    from gpuplan.trace.cache import layer_counts_of
     from gpuplan.trace.decode import extend_decode, scale_decode_ops
     from gpuplan.trace.runner import StepRunner, Target
     from gpuplan.trace.scaling import TRACED_BLOCKS, Scaler, ScalingMismatch
@@ -80,7 +81,7 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
     if isinstance(source, WeightsOnlySource):
         return _weights_only_step(source, workload)
     target = Target(cuda=cuda, compute_capability=cc)
-    counts = source.layer_counts() if fake and scale else {}
+    counts = layer_counts_of(source) if fake and scale else {}
     notes: list[str] = list(source.workload_notes(workload))
     if counts and all(n > TRACED_BLOCKS for n in counts.values()):
         reduced = dict.fromkeys(counts, TRACED_BLOCKS)
