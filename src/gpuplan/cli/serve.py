@@ -4,6 +4,11 @@
 [--kv-cache-dtype auto|fp8] [--max-num-batched-tokens T] [--max-num-seqs S] [--quantization ...]
 [--ttft-slo S] [--itl-slo S] [--prices FILE] [--json]``.
 
+``--engine llama.cpp|ollama`` (local inference, serve/llamacpp.py) takes a .gguf file, or a catalog name /
+config.json with ``--gguf-type T``, and ``[--n-gpu-layers N] [--context L] [--concurrency C]
+[--cache-type-k T] [--cache-type-v T] [--flash-attn on|off] [--tensor-split A,B,...]
+[--override-tensor PATTERN=CPU] [--n-cpu-moe N] [--ubatch-size N] [--host-memory-bandwidth GB/s]``.
+
 Exit 0 when the engine starts and the asked concurrency fits, 1 when it would refuse to start or the
 concurrency does not fit, 2 on a usage error."""
 
@@ -58,16 +63,99 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         metavar="SECONDS", help="inter-token latency target: the largest decode batch meeting it")
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
+    _add_local_arguments(parser)
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
+
+
+_LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "flash_attn", "tensor_split",
+                "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
+_PAGED_FLAGS = ("dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate", "gpu_memory_utilization",
+                "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization", "ttft_slo", "itl_slo",
+                "prices")
+
+
+def _split(text: str) -> tuple[float, ...]:
+    parts = text.split(",")
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares per GPU (e.g. 3,1), got {text[:40]!r}")
+    return values
+
+
+def _add_local_arguments(parser: argparse.ArgumentParser) -> None:
+    from gpuplan.models.gguf_mix import GGUF_TYPES
+    from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S, KV_CACHE_TYPES
+
+    local = parser.add_argument_group("local inference (--engine llama.cpp | ollama)")
+    local.add_argument("--gguf-type", choices=GGUF_TYPES, default=None, metavar="T",
+                       help=f"llama-quantize file type for a catalog / config.json model ({', '.join(GGUF_TYPES)})")
+    local.add_argument("-ngl", "--n-gpu-layers", type=_int, default=None, metavar="N",
+                       help="layers on the GPU (llama.cpp -ngl, Ollama num_gpu; default: the most that fit)")
+    local.add_argument("--cache-type-k", choices=KV_CACHE_TYPES, default="f16", help="K cache type (default f16)")
+    local.add_argument("--cache-type-v", choices=KV_CACHE_TYPES, default="f16",
+                       help="V cache type (default f16; quantized types need --flash-attn on)")
+    local.add_argument("--flash-attn", choices=("on", "off"), default="off", help="llama.cpp -fa (default off)")
+    local.add_argument("--tensor-split", type=_split, default=None, metavar="A,B,...",
+                       help="share of the layers per GPU, one per GPU (llama.cpp --tensor-split; default one GPU)")
+    local.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=CPU",
+                       help="keep tensors whose name matches PATTERN in host memory (e.g. exps=CPU); repeatable")
+    local.add_argument("--n-cpu-moe", type=_int, default=0, metavar="N",
+                       help="keep the MoE experts of the first N layers on the CPU")
+    local.add_argument("--ubatch-size", type=_int, default=512, metavar="N", help="llama.cpp -ub (default 512)")
+    local.add_argument("--host-memory-bandwidth", type=positive_float("a bandwidth in GB/s"),
+                       default=DEFAULT_HOST_BANDWIDTH_GB_PER_S, metavar="GB_PER_S",
+                       help=f"sustained CPU memory bandwidth (default {DEFAULT_HOST_BANDWIDTH_GB_PER_S:g} GB/s)")
+
+
+def _given(args: argparse.Namespace, parser_defaults: dict[str, object], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if getattr(args, n) != parser_defaults.get(n)]
+
+
+def _defaults() -> dict[str, object]:
+    """The parser's defaults of the flags one engine kind takes and the other refuses."""
+    from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S
+
+    return {"dp": 1, "ep": 1, "tp": 1, "pp": 1, "kv_cache_dtype": "auto", "quantization": "none",
+            "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "off", "override_tensor": [], "n_cpu_moe": 0,
+            "ubatch_size": 512, "host_memory_bandwidth": DEFAULT_HOST_BANDWIDTH_GB_PER_S}
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    from gpuplan.errors import ConfigError
+    from gpuplan.serve.llamacpp import serve_local
+
+    paged = _given(args, _defaults(), _PAGED_FLAGS)
+    if paged:
+        flags = ", ".join("--" + n.replace("_", "-") for n in paged)
+        raise ConfigError(f"{flags} belong to the paged engines (vllm, sglang, hf); --engine {args.engine} takes "
+                          "--n-gpu-layers, --context, --concurrency, --cache-type-k/-v, --flash-attn, --tensor-split")
+    if args.plot is not None or args.html is not None:
+        raise ConfigError(f"--plot / --html are not drawn for --engine {args.engine} yet; use --json for the figures")
+    result = serve_local(args.model, gpu=args.gpu, engine=args.engine, gguf_type=args.gguf_type,
+                         n_gpu_layers=args.n_gpu_layers, context=args.context, concurrency=args.concurrency,
+                         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                         flash_attn=args.flash_attn == "on", tensor_split=args.tensor_split,
+                         override_tensor=args.override_tensor, n_cpu_moe=args.n_cpu_moe, ubatch=args.ubatch_size,
+                         host_memory_bandwidth_gb_per_s=args.host_memory_bandwidth)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result)
+    return 0 if result.fits else 1
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuplan.advise.prices import load_prices
     from gpuplan.errors import ConfigError
     from gpuplan.serve import serve
+    from gpuplan.serve.engines import is_local
 
+    if is_local(args.engine):
+        return _run_local(args)
+    local = _given(args, _defaults(), _LOCAL_FLAGS)
+    if local:
+        flags = ", ".join("--" + n.replace("_", "-") for n in local)
+        raise ConfigError(f"{flags} are for local inference: add --engine llama.cpp or --engine ollama")
     if args.concurrency is not None and args.rate is not None:
         raise ConfigError("pass either --context/--concurrency or --input-len/--output-len/--rate, not both")
     prices = load_prices(args.prices) if args.prices else None

@@ -18,6 +18,7 @@ import mmap
 import os
 import re
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -133,8 +134,37 @@ class _Header:
         return None
 
 
-def _read_one(path: Path, gguf: Any) -> tuple[list[tuple[str, int, int]], str | None]:
-    """(quant type, elements, bytes) of each tensor of one file, and its architecture."""
+@dataclass(frozen=True, slots=True)
+class GGUFTensor:
+    """One tensor of a GGUF file as its tensor info states it (the data is never read)."""
+
+    name: str
+    type_name: str
+    """ggml type name (``Q4_K``, ``F16``...)."""
+    shape: tuple[int, ...]
+    """ggml order: ``ne[0]`` (the row length) first."""
+    nbytes: int
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFModel:
+    """The tensors and the scalar metadata (``llama.block_count``...) of a GGUF model; arrays (the
+    tokenizer) are skipped."""
+
+    tensors: tuple[GGUFTensor, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    architecture: str | None = None
+
+
+def _read_one(path: Path, gguf: Any) -> tuple[list[GGUFTensor], dict[str, Any], str | None]:
+    """The tensors of one file, its scalar metadata and its architecture."""
     try:
         with path.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -147,7 +177,7 @@ def _read_one(path: Path, gguf: Any) -> tuple[list[tuple[str, int, int]], str | 
         raise ModelSourceError(f"cannot read {path}: {one_line(exc.strerror or exc)}") from exc
 
 
-def _parse(h: _Header, gguf: Any, file_bytes: int) -> tuple[list[tuple[str, int, int]], str | None]:
+def _parse(h: _Header, gguf: Any, file_bytes: int) -> tuple[list[GGUFTensor], dict[str, Any], str | None]:
     path = h.path
     magic = bytes(h.data[:4])
     if magic != GGUF_MAGIC:
@@ -161,28 +191,33 @@ def _parse(h: _Header, gguf: Any, file_bytes: int) -> tuple[list[tuple[str, int,
     kv_count = h.count("key/value", 8 + 4, looped=True)
     architecture: str | None = None
     alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+    metadata: dict[str, Any] = {}
     for _ in range(kv_count):
         key = h.string()
         kind = int(h.take("<I"))
         if key == "general.architecture" and kind == _STRING:
             architecture = h.string()
+            metadata[key] = architecture
         elif key == "general.alignment":
             value = h.value(kind)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value & (value - 1):
                 raise _bad(path, f"general.alignment is {value!r}, not a power of two")
             alignment = value
+        elif kind in _SCALAR or (kind == _STRING and not key.startswith("tokenizer.")):
+            metadata[key] = h.value(kind)
         else:
             h.skip_value(kind)
-    infos: list[tuple[str, int, int, int]] = []
+    infos: list[tuple[GGUFTensor, int]] = []
     for _ in range(tensor_count):
         name = h.string()
         label = one_line(repr(name), 80)
         n_dims = int(h.take("<I"))
         if not 1 <= n_dims <= GGUF_MAX_DIMS:
             raise _bad(path, f"tensor {label} has {n_dims} dimensions (1 to {GGUF_MAX_DIMS})")
+        shape = tuple(int(h.take("<Q")) for _ in range(n_dims))
         numel = 1
-        for _ in range(n_dims):
-            numel *= int(h.take("<Q"))
+        for d in shape:
+            numel *= d
         code = int(h.take("<I"))
         offset = int(h.take("<Q"))
         try:
@@ -193,35 +228,47 @@ def _parse(h: _Header, gguf: Any, file_bytes: int) -> tuple[list[tuple[str, int,
                              "(a newer gguf may)") from None
         if numel % block:
             raise _bad(path, f"tensor {label} has {numel:,} elements, not whole {qtype.name} blocks of {block}")
-        infos.append((qtype.name, numel, numel // block * type_bytes, offset))
+        infos.append((GGUFTensor(name, qtype.name, shape, numel // block * type_bytes), offset))
     data_start = -(-h.pos // alignment) * alignment
-    for name_type, _numel, nbytes, offset in infos:
-        if data_start + offset + nbytes > file_bytes:
-            raise _bad(path, f"a {name_type} tensor of {nbytes:,} bytes at data offset {offset:,} ends past the "
+    for t, offset in infos:
+        if data_start + offset + t.nbytes > file_bytes:
+            raise _bad(path, f"a {t.type_name} tensor of {t.nbytes:,} bytes at data offset {offset:,} ends past the "
                              f"{file_bytes:,}-byte file: it is truncated")
-    return [(t, n, b) for t, n, b, _ in infos], architecture
+    return [t for t, _ in infos], metadata, architecture
+
+
+def _read_files(path: Path) -> tuple[tuple[str, ...], GGUFModel]:
+    gguf = _require_gguf()
+    files = gguf_files(path)
+    tensors: list[GGUFTensor] = []
+    metadata: dict[str, Any] = {}
+    architecture = None
+    for f in files:
+        found, meta, arch = _read_one(f, gguf)
+        tensors += found
+        metadata = metadata or meta  # split files repeat the first file's keys (gguf-split)
+        architecture = architecture or arch
+    if not tensors:
+        raise ModelSourceError(f"{path} holds no tensors; pass a GGUF file with the model's weights")
+    return tuple(str(f) for f in files), GGUFModel(tuple(tensors), metadata, architecture)
+
+
+def read_gguf_model(path: Path) -> GGUFModel:
+    """Every tensor (name, type, shape, bytes) and the scalar metadata of the GGUF model at ``path``."""
+    return _read_files(path)[1]
 
 
 def read_gguf_header(path: Path) -> WeightsSummary:
     """What the GGUF checkpoint at ``path`` (a file, or a folder with one model) holds, from its header."""
-    gguf = _require_gguf()
-    files = gguf_files(path)
-    tensors: list[tuple[str, int, int]] = []
-    architecture = None
-    for f in files:
-        found, arch = _read_one(f, gguf)
-        tensors += found
-        architecture = architecture or arch
-    if not tensors:
-        raise ModelSourceError(f"{path} holds no tensors; pass a GGUF file with the model's weights")
+    files, model = _read_files(path)
     params: dict[str, int] = {}
     stored: dict[str, int] = {}
-    for qtype, numel, nbytes in tensors:
-        params[qtype] = params.get(qtype, 0) + numel
-        stored[qtype] = stored.get(qtype, 0) + nbytes
-    return WeightsSummary(tuple(str(f) for f in files), sum(t[1] for t in tensors), sum(t[2] for t in tensors),
-                          params, tuple(t[2] for t in tensors), format="gguf", dtype_bytes=stored,
-                          architecture=architecture)
+    for t in model.tensors:
+        params[t.type_name] = params.get(t.type_name, 0) + t.elements
+        stored[t.type_name] = stored.get(t.type_name, 0) + t.nbytes
+    return WeightsSummary(files, sum(t.elements for t in model.tensors), sum(t.nbytes for t in model.tensors),
+                          params, tuple(t.nbytes for t in model.tensors), format="gguf", dtype_bytes=stored,
+                          architecture=model.architecture)
 
 
-__all__ = ["GGUF_MAGIC", "gguf_files", "read_gguf_header"]
+__all__ = ["GGUF_MAGIC", "GGUFModel", "GGUFTensor", "gguf_files", "read_gguf_header", "read_gguf_model"]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuplan.presentation import JSON, TEXT, register
-from gpuplan.report import advise, json_report, measure, plan, serve, text
+from gpuplan.report import advise, json_report, local_serve, measure, plan, serve, text
 
 RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.estimate.Estimate", JSON): json_report.estimate_to_dict,
@@ -17,6 +17,8 @@ RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.serve.capacity.ServeResult", TEXT): serve.render_serve,
     ("gpuplan.serve.layouts.LayoutSearch", JSON): serve.layout_search_to_dict,
     ("gpuplan.serve.layouts.LayoutSearch", TEXT): serve.render_layout_search,
+    ("gpuplan.serve.llamacpp.LocalServeResult", JSON): local_serve.local_serve_to_dict,
+    ("gpuplan.serve.llamacpp.LocalServeResult", TEXT): local_serve.render_local_serve,
     ("gpuplan.parallel.plan.Plan", JSON): plan.plan_to_dict,
     ("gpuplan.parallel.plan.Plan", TEXT): plan.render_plan,
     ("gpuplan.advise.fit.FitResult", TEXT): advise.render_fit,

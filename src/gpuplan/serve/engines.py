@@ -6,7 +6,8 @@ and device memory), ``vllm/config.py`` (block size 16, CUDA-graph capture sizes
 ``[1, 2, 4] + range(8, 513, 8)``), ``vllm/v1/worker/gpu_worker.py`` (``determine_available_memory``),
 ``vllm/v1/core/kv_cache_utils.py`` (``check_enough_kv_cache_memory``). SGLang 0.4.6:
 ``python/sglang/srt/server_args.py`` (``mem_fraction_static`` by TP size, ``chunked_prefill_size``),
-``python/sglang/srt/model_executor/model_runner.py`` (``profile_max_num_token``).
+``python/sglang/srt/model_executor/model_runner.py`` (``profile_max_num_token``). llama.cpp and Ollama
+(local inference on GGUF files, serve/llamacpp.py): ``LocalEngine``s, their settings and launch lines.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise ConfigError(f"unknown --engine {engine!r} (allowed: {', '.join(ENGINES)})")
     return engine
+
+
+def is_local(engine: str) -> bool:
+    """A local-inference engine (llama.cpp, Ollama): GGUF weights split between GPU and CPU by layer."""
+    return check_engine(engine) in _LOCAL_ENGINES
 
 
 def check_utilization(value: float, flag: str = "--gpu-memory-utilization") -> float:
@@ -348,13 +354,134 @@ class HFGenerate:
         return ()
 
 
+LLAMA_CPP_DEFAULT_UBATCH = 512
+"""llama.cpp ``common/common.h``: ``n_ubatch = 512``."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSettings:
+    """What llama-server / Ollama runs with (defaults resolved)."""
+
+    engine: str
+    model_path: str
+    n_gpu_layers: int
+    context: int
+    """Tokens per sequence slot."""
+    parallel: int
+    """Sequence slots (``-np``); ``-c`` = context × parallel."""
+    ubatch: int
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: bool
+    tensor_split: tuple[float, ...]
+    cpu_patterns: tuple[str, ...] = ()
+    """``-ot PATTERN=CPU`` regexes."""
+    n_cpu_moe: int = 0
+
+    @property
+    def n_ctx(self) -> int:
+        return self.context * self.parallel
+
+    @property
+    def gpus(self) -> int:
+        return len(self.tensor_split)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.engine, "version": get_local_engine(self.engine).version,
+                "n_gpu_layers": self.n_gpu_layers, "n_ctx": self.n_ctx, "context_per_slot": self.context,
+                "parallel": self.parallel, "ubatch_size": self.ubatch, "cache_type_k": self.cache_type_k,
+                "cache_type_v": self.cache_type_v, "flash_attn": self.flash_attn,
+                "tensor_split": list(self.tensor_split), "override_tensor_cpu": list(self.cpu_patterns),
+                "n_cpu_moe": self.n_cpu_moe}
+
+
+class LocalEngine(Protocol):
+    """A local-inference engine: its launch line for the settings and, for Ollama, the Modelfile."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    def command(self, s: LocalSettings) -> str: ...
+
+    def modelfile(self, s: LocalSettings) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCpp:
+    """llama.cpp's ``llama-server`` (flags of ``common/arg.cpp``; placement of ``src/llama-model.cpp`` @ a5410f04)."""
+
+    name: str = "llama.cpp"
+    version: str = "llama.cpp b5xxx (ggml-org/llama.cpp @ a5410f04)"
+
+    def command(self, s: LocalSettings) -> str:
+        args = ["llama-server", "-m", s.model_path, "-ngl", str(s.n_gpu_layers), "-c", str(s.n_ctx)]
+        if s.parallel > 1:
+            args += ["-np", str(s.parallel)]
+        if s.flash_attn:
+            args += ["-fa"]
+        if s.cache_type_k != "f16":
+            args += ["--cache-type-k", s.cache_type_k]
+        if s.cache_type_v != "f16":
+            args += ["--cache-type-v", s.cache_type_v]
+        if s.ubatch != LLAMA_CPP_DEFAULT_UBATCH:
+            args += ["-ub", str(s.ubatch)]
+        if s.gpus > 1:
+            args += ["--tensor-split", ",".join(f"{f:g}" for f in s.tensor_split)]
+        for p in s.cpu_patterns:
+            args += ["--override-tensor", f"{p}=CPU"]
+        if s.n_cpu_moe:
+            args += ["--n-cpu-moe", str(s.n_cpu_moe)]
+        return shlex.join(args)
+
+    def modelfile(self, s: LocalSettings) -> str | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Ollama:
+    """Ollama: a Modelfile pins ``num_gpu`` (layers on the GPU) and ``num_ctx``; flash attention, the KV type and
+    the slots are the server's environment (``OLLAMA_FLASH_ATTENTION``, ``OLLAMA_KV_CACHE_TYPE``,
+    ``OLLAMA_NUM_PARALLEL``: envconfig/config.go)."""
+
+    name: str = "ollama"
+    version: str = "Ollama (its llama.cpp runner)"
+
+    def command(self, s: LocalSettings) -> str:
+        env = []
+        if s.flash_attn:
+            env.append("OLLAMA_FLASH_ATTENTION=1")
+        if s.cache_type_k != "f16" or s.cache_type_v != "f16":  # one type for K and V
+            env.append(f"OLLAMA_KV_CACHE_TYPE={s.cache_type_v if s.cache_type_v != 'f16' else s.cache_type_k}")
+        if s.parallel > 1:
+            env.append(f"OLLAMA_NUM_PARALLEL={s.parallel}")
+        return " ".join([*env, "ollama", "serve"]) + " & ollama create local-model -f Modelfile && ollama run local-model"
+
+    def modelfile(self, s: LocalSettings) -> str | None:
+        return f"FROM {s.model_path}\nPARAMETER num_gpu {s.n_gpu_layers}\nPARAMETER num_ctx {s.context}\n"
+
+
 _ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), SGLang(), HFGenerate())}
-ENGINES: tuple[str, ...] = tuple(_ENGINES)
+_LOCAL_ENGINES: dict[str, LocalEngine] = {e.name: e for e in (LlamaCpp(), Ollama())}
+ENGINES: tuple[str, ...] = (*_ENGINES, *_LOCAL_ENGINES)
 
 
 def get_engine(name: str) -> Engine:
     """The engine called ``name`` (a one-line error naming the allowed ones otherwise)."""
-    return _ENGINES[check_engine(name)]
+    if check_engine(name) in _LOCAL_ENGINES:
+        raise ConfigError(f"--engine {name} runs GGUF models on one machine (serve/llamacpp.py): it has no paged "
+                          "KV budget; this answer needs --engine vllm, sglang or hf")
+    return _ENGINES[name]
+
+
+def get_local_engine(name: str) -> LocalEngine:
+    """The local-inference engine called ``name``."""
+    if check_engine(name) not in _LOCAL_ENGINES:
+        raise ConfigError(f"--engine {name} is a serving engine; local inference takes --engine "
+                          f"{' or '.join(_LOCAL_ENGINES)}")
+    return _LOCAL_ENGINES[name]
 
 
 def default_batched_tokens(engine: str, device_bytes: int, large_not_a100: bool, *, llm_class: bool = False) -> int:
