@@ -39,15 +39,33 @@ from gpuplan.serve.llamacpp import KV_CACHE_TYPES, layer_devices, load_local_mod
 from gpuplan.units import GIB, MIB
 
 LOG_MIB = 0.005 * MIB  # the logs print MiB with 2 decimals
-TINY = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024)
+TINY = dict(
+    model_type="llama",
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=512,
+    max_position_embeddings=1024,
+)
 """Rows of 256 and 512: every K-quant block fits, so the tensor types are llama-quantize's own choices."""
 TINY_MOE = dict(TINY, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
 
 
-def _settings(ngl: int, context: int, *, parallel: int = 1, fa: bool = False, k: str = "f16", v: str = "f16",
-              split: tuple[float, ...] = (1.0,), cpu: tuple[str, ...] = (), n_cpu_moe: int = 0,
-              engine: str = "llama.cpp") -> LocalSettings:
+def _settings(
+    ngl: int,
+    context: int,
+    *,
+    parallel: int = 1,
+    fa: bool = False,
+    k: str = "f16",
+    v: str = "f16",
+    split: tuple[float, ...] = (1.0,),
+    cpu: tuple[str, ...] = (),
+    n_cpu_moe: int = 0,
+    engine: str = "llama.cpp",
+) -> LocalSettings:
     return LocalSettings(engine, "m.gguf", ngl, context, parallel, 512, k, v, fa, split, cpu, n_cpu_moe)
 
 
@@ -101,11 +119,17 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     specs: list[tuple[str, int, int, Any]] = [("token_embd.weight", 256, 512, Q.Q4_K)]
     for i in range(2):
         b = f"blk.{i}."
-        specs += [(b + "attn_norm.weight", 256, 1, None), (b + "attn_q.weight", 256, 256, Q.Q4_K),
-                  (b + "attn_k.weight", 256, 128, Q.Q4_K), (b + "attn_v.weight", 256, 128, Q.Q6_K),
-                  (b + "attn_output.weight", 256, 256, Q.Q4_K), (b + "ffn_norm.weight", 256, 1, None),
-                  (b + "ffn_gate.weight", 256, 512, Q.Q4_K), (b + "ffn_up.weight", 256, 512, Q.Q4_K),
-                  (b + "ffn_down.weight", 512, 256, Q.Q6_K)]
+        specs += [
+            (b + "attn_norm.weight", 256, 1, None),
+            (b + "attn_q.weight", 256, 256, Q.Q4_K),
+            (b + "attn_k.weight", 256, 128, Q.Q4_K),
+            (b + "attn_v.weight", 256, 128, Q.Q6_K),
+            (b + "attn_output.weight", 256, 256, Q.Q4_K),
+            (b + "ffn_norm.weight", 256, 1, None),
+            (b + "ffn_gate.weight", 256, 512, Q.Q4_K),
+            (b + "ffn_up.weight", 256, 512, Q.Q4_K),
+            (b + "ffn_down.weight", 512, 256, Q.Q6_K),
+        ]
     specs += [("output_norm.weight", 256, 1, None), ("output.weight", 256, 512, Q.Q6_K)]
     written: dict[str, int] = {}
     for name, row, rows, qtype in specs:
@@ -124,10 +148,13 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
 # --------------------------------------------------------------------- public logs ----
 
+
 def test_file_sizes_of_public_quantized_models() -> None:
     # llama-quantize's mix (models/gguf_mix.py) on the catalog configs against the sizes llama.cpp printed
-    for name, ftype, params_b, size_gib in (("llama-3.2-3b", "Q4_K_M", 3.21, 1.87),   # ollama #8310
-                                            ("llama-3.1-70b", "Q4_0", 70.55, 37.22)):  # ollama #6279
+    for name, ftype, params_b, size_gib in (
+        ("llama-3.2-3b", "Q4_K_M", 3.21, 1.87),  # ollama #8310
+        ("llama-3.1-70b", "Q4_0", 70.55, 37.22),
+    ):  # ollama #6279
         g = gguf_from_config(resolve_model(name).config_dict, ftype, name)
         assert round(sum(t.elements for t in g.tensors) / 1e9, 2) == params_b, name
         assert abs(sum(t.nbytes for t in g.tensors) / GIB - size_gib) <= 0.005, name
@@ -144,14 +171,16 @@ def test_layer_placement_and_buffers_match_the_llama_3_2_3b_log() -> None:
     assert abs(p.host_weights_bytes - 308.23 * MIB) <= LOG_MIB
     assert p.kv_bytes == (224 * MIB,)
     assert abs(p.output_buffer_bytes - 0.50 * MIB) <= LOG_MIB
-    assert abs(p.compute_bytes[0] - 256.50 * MIB) <= LOG_MIB   # the logits: ub × (n_vocab + n_embd) f32
+    assert abs(p.compute_bytes[0] - 256.50 * MIB) <= LOG_MIB  # the logits: ub × (n_vocab + n_embd) f32
     assert abs(p.host_compute_bytes - 10.01 * MIB) <= 0.02 * MIB  # the log's 0.01 MiB of graph inputs not modelled
 
 
-@pytest.mark.parametrize("context, kv_mib, compute_mib, host_mib", [(2048, 256.0, 164.0, 12.01),
-                                                                    (32768, 4096.0, 2144.0, 72.01)])
-def test_kv_and_compute_buffers_match_the_logdetective_log(context: int, kv_mib: float, compute_mib: float,
-                                                            host_mib: float) -> None:
+@pytest.mark.parametrize(
+    "context, kv_mib, compute_mib, host_mib", [(2048, 256.0, 164.0, 12.01), (32768, 4096.0, 2144.0, 72.01)]
+)
+def test_kv_and_compute_buffers_match_the_logdetective_log(
+    context: int, kv_mib: float, compute_mib: float, host_mib: float
+) -> None:
     # fedora-copr/logdetective PR #106: no flash attention, so KQ over the whole context dominates
     p = place(load_local_model("mistral-7b", "Q4_K_M"), _settings(33, context))
     assert p.kv_bytes == (int(kv_mib * MIB),)
@@ -167,6 +196,7 @@ def test_metal_working_set_matches_llama_cpp_metal_logs() -> None:
 
 # --------------------------------------------------------------------- exact accounting ----
 
+
 def test_gguf_file_bytes_land_where_the_layers_go(tiny_gguf: tuple[Path, dict[str, int]]) -> None:
     path, written = tiny_gguf
     layer = {i: sum(b for n, b in written.items() if n.startswith(f"blk.{i}.")) for i in range(2)}
@@ -180,8 +210,15 @@ def test_gguf_file_bytes_land_where_the_layers_go(tiny_gguf: tuple[Path, dict[st
 
 
 @pytest.mark.slow  # importing transformers' model classes: ~17 s cold
-@pytest.mark.parametrize("config", [TINY, TINY_MOE, dict(TINY, model_type="qwen2"),
-                                    dict(TINY, model_type="qwen3", head_dim=64, tie_word_embeddings=True)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        TINY,
+        TINY_MOE,
+        dict(TINY, model_type="qwen2"),
+        dict(TINY, model_type="qwen3", head_dim=64, tie_word_embeddings=True),
+    ],
+)
 def test_modelled_tensors_hold_the_transformers_parameters(config: dict[str, Any]) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -194,7 +231,8 @@ def test_modelled_tensors_hold_the_transformers_parameters(config: dict[str, Any
 
 
 def test_k_quant_mixes_follow_llama_quantize() -> None:
-    # llama-quant.cpp: output → Q6_K; Q4_K_M attn_v / ffn_down → Q6_K on use_more_bits layers (4 layers: i ≥ 7·4/8 = 3, and (i − 0) % 3 == 2)
+    # llama-quant.cpp: output → Q6_K; Q4_K_M attn_v / ffn_down → Q6_K on use_more_bits
+    # layers (4 layers: i ≥ 7·4/8 = 3, and (i − 0) % 3 == 2)
     types = {t.name: t.type_name for t in gguf_from_config(TINY, "Q4_K_M").tensors}
     assert types["output.weight"] == "Q6_K" and types["token_embd.weight"] == "Q4_K"
     assert [types[f"blk.{i}.attn_v.weight"] for i in range(4)] == ["Q4_K", "Q4_K", "Q6_K", "Q6_K"]
@@ -212,6 +250,7 @@ def test_tensor_split_follows_the_cumulative_fractions() -> None:
 
 # --------------------------------------------------------------------- every flag, end to end ----
 
+
 @pytest.mark.parametrize("gguf_type", GGUF_TYPES)
 def test_every_gguf_type(tiny_config: str, gguf_type: str) -> None:
     r = serve_json(tiny_config, "--engine", "llama.cpp", "--gguf-type", gguf_type, "--gpu", "RTX-4090")
@@ -221,9 +260,23 @@ def test_every_gguf_type(tiny_config: str, gguf_type: str) -> None:
 
 @pytest.mark.parametrize("cache_type", KV_CACHE_TYPES)
 def test_every_cache_type(tiny_config: str, cache_type: str) -> None:
-    r = serve_json(tiny_config, "--engine", "llama.cpp", "--gguf-type", "Q4_K_M", "--gpu", "RTX-4090",
-                   "--cache-type-k", cache_type, "--cache-type-v", cache_type, "--flash-attn", "on",
-                   "--context", "512")
+    r = serve_json(
+        tiny_config,
+        "--engine",
+        "llama.cpp",
+        "--gguf-type",
+        "Q4_K_M",
+        "--gpu",
+        "RTX-4090",
+        "--cache-type-k",
+        cache_type,
+        "--cache-type-v",
+        cache_type,
+        "--flash-attn",
+        "on",
+        "--context",
+        "512",
+    )
     cell = row_bytes(cache_type.upper(), 128)  # 2 KV heads × 64
     assert r["kv_cache_bytes"] == 4 * 512 * 2 * cell  # 4 layers, n_ctx 512 (a multiple of 256), K and V
     assert ("-fa" in r["command"].split()) and r["engine"]["flash_attn"]
@@ -255,8 +308,25 @@ def test_local_flags_end_to_end(tiny_config: str, tiny_moe: str) -> None:
 
 
 def test_ollama_emits_a_modelfile(tiny_config: str) -> None:
-    r = serve_json(tiny_config, "--engine", "ollama", "--gguf-type", "Q4_0", "--gpu", "RTX-4090", "-ngl", "3",
-                   "--context", "2048", "--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0")
+    r = serve_json(
+        tiny_config,
+        "--engine",
+        "ollama",
+        "--gguf-type",
+        "Q4_0",
+        "--gpu",
+        "RTX-4090",
+        "-ngl",
+        "3",
+        "--context",
+        "2048",
+        "--flash-attn",
+        "on",
+        "--cache-type-k",
+        "q8_0",
+        "--cache-type-v",
+        "q8_0",
+    )
     stem = Path(tiny_config).parent.name
     assert r["modelfile"] == f"FROM {stem}-Q4_0.gguf\nPARAMETER num_gpu 3\nPARAMETER num_ctx 2048\n"
     assert r["command"].startswith("OLLAMA_FLASH_ATTENTION=1 OLLAMA_KV_CACHE_TYPE=q8_0 ollama serve")
@@ -271,24 +341,28 @@ def test_apple_unified_memory_and_the_text_answer(tiny_config: str) -> None:
 
 
 def test_a_model_too_big_for_the_gpu_exits_1() -> None:
-    r = serve_json("llama-3.1-70b", "--engine", "llama.cpp", "--gguf-type", "Q4_K_M", "--gpu", "RTX-4090",
-                   "-ngl", "81", expect=1)
+    r = serve_json(
+        "llama-3.1-70b", "--engine", "llama.cpp", "--gguf-type", "Q4_K_M", "--gpu", "RTX-4090", "-ngl", "81", expect=1
+    )
     assert not r["fits"] and 0 < r["max_gpu_layers"] < 81 and "out of memory" in r["reason"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--gguf-type", "Q4_K_XL"], "invalid choice: 'Q4_K_XL'"),
-    (["--gguf-type", "Q4_K_M", "-ngl", "7"], "--n-gpu-layers 7 is outside 0..5"),
-    (["--gguf-type", "Q4_K_M", "--cache-type-v", "q8_0"], "--cache-type-v q8_0 needs flash attention"),
-    ([], "add --gguf-type"),
-    (["--gguf-type", "Q4_K_M", "--tp", "2"], "--tp belong to the paged engines"),
-    (["--gguf-type", "Q4_K_M", "--n-cpu-moe", "1"], "has no experts"),
-    (["--gguf-type", "Q4_K_M", "-ot", "exps=CUDA0"], "PATTERN=CPU"),
-    (["--gguf-type", "Q4_K_M", "-ot", "(=CPU"], "not a regular expression"),
-    (["--gguf-type", "Q4_K_M", "--tensor-split", "0,0"], "positive sum"),
-    (["--gguf-type", "Q4_K_M", "--gpu", "M4-Max", "--tensor-split", "1,1"], "one GPU"),
-    (["--gguf-type", "Q4_K_M", "--plot", "x.png"], "--plot / --html"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gguf-type", "Q4_K_XL"], "invalid choice: 'Q4_K_XL'"),
+        (["--gguf-type", "Q4_K_M", "-ngl", "7"], "--n-gpu-layers 7 is outside 0..5"),
+        (["--gguf-type", "Q4_K_M", "--cache-type-v", "q8_0"], "--cache-type-v q8_0 needs flash attention"),
+        ([], "add --gguf-type"),
+        (["--gguf-type", "Q4_K_M", "--tp", "2"], "--tp belong to the paged engines"),
+        (["--gguf-type", "Q4_K_M", "--n-cpu-moe", "1"], "has no experts"),
+        (["--gguf-type", "Q4_K_M", "-ot", "exps=CUDA0"], "PATTERN=CPU"),
+        (["--gguf-type", "Q4_K_M", "-ot", "(=CPU"], "not a regular expression"),
+        (["--gguf-type", "Q4_K_M", "--tensor-split", "0,0"], "positive sum"),
+        (["--gguf-type", "Q4_K_M", "--gpu", "M4-Max", "--tensor-split", "1,1"], "one GPU"),
+        (["--gguf-type", "Q4_K_M", "--plot", "x.png"], "--plot / --html"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tiny_config: str, argv: list[str], message: str) -> None:
     gpu = [] if "--gpu" in argv else ["--gpu", "RTX-4090"]
     code, out, err = run_cli(tiny_config, "--engine", "llama.cpp", *gpu, *argv)
@@ -304,11 +378,18 @@ def test_gguf_type_on_a_gguf_file_and_local_flags_on_vllm(tiny_gguf: tuple[Path,
 
 # --------------------------------------------------------------------- properties ----
 
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ngl=st.integers(0, 5), context=st.integers(1, 4096), host_share=st.floats(0.01, 1.0),
-       moe=st.booleans(), parallel=st.integers(1, 4))
-def test_more_gpu_layers_never_fewer_tokens_per_s(ngl: int, context: int, host_share: float, moe: bool,
-                                                  parallel: int) -> None:
+@given(
+    ngl=st.integers(0, 5),
+    context=st.integers(1, 4096),
+    host_share=st.floats(0.01, 1.0),
+    moe=st.booleans(),
+    parallel=st.integers(1, 4),
+)
+def test_more_gpu_layers_never_fewer_tokens_per_s(
+    ngl: int, context: int, host_share: float, moe: bool, parallel: int
+) -> None:
     m = _tiny_local(moe)
     gpu_bw = 1e12
     fewer = place(m, _settings(ngl, context, parallel=parallel))
@@ -317,8 +398,13 @@ def test_more_gpu_layers_never_fewer_tokens_per_s(ngl: int, context: int, host_s
 
 
 @settings(max_examples=25, deadline=None)
-@given(ngl=st.integers(0, 6), context=st.integers(1, 8192), extra=st.integers(1, 8192), fa=st.booleans(),
-       kv=st.sampled_from(["f16", "q8_0", "q4_0"]))
+@given(
+    ngl=st.integers(0, 6),
+    context=st.integers(1, 8192),
+    extra=st.integers(1, 8192),
+    fa=st.booleans(),
+    kv=st.sampled_from(["f16", "q8_0", "q4_0"]),
+)
 def test_more_context_never_less_memory(ngl: int, context: int, extra: int, fa: bool, kv: str) -> None:
     m = _tiny_local(False)
     small = place(m, _settings(ngl, context, fa=fa, k=kv, v=kv if fa else "f16"))

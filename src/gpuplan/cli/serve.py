@@ -81,7 +81,8 @@ def _split(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(p) for p in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated shares per GPU (e.g. 3,1), got {text[:40]!r}")
+        shown = text[:40]
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares per GPU (e.g. 3,1), got {shown!r}") from None
     return values
 
 

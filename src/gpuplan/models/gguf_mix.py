@@ -36,24 +36,47 @@ from gpuplan.models.config_view import ConfigView
 from gpuplan.models.gguf import GGUFModel, GGUFTensor, _require_gguf
 
 BASE_TYPE: Final[dict[str, str]] = {
-    "F32": "F32", "F16": "F16", "BF16": "BF16", "Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0",
-    "Q5_1": "Q5_1", "Q2_K": "Q2_K", "Q3_K_S": "Q3_K", "Q3_K_M": "Q3_K", "Q3_K_L": "Q3_K", "Q4_K_S": "Q4_K",
-    "Q4_K_M": "Q4_K", "Q5_K_S": "Q5_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K",
+    "F32": "F32",
+    "F16": "F16",
+    "BF16": "BF16",
+    "Q8_0": "Q8_0",
+    "Q4_0": "Q4_0",
+    "Q4_1": "Q4_1",
+    "Q5_0": "Q5_0",
+    "Q5_1": "Q5_1",
+    "Q2_K": "Q2_K",
+    "Q3_K_S": "Q3_K",
+    "Q3_K_M": "Q3_K",
+    "Q3_K_L": "Q3_K",
+    "Q4_K_S": "Q4_K",
+    "Q4_K_M": "Q4_K",
+    "Q5_K_S": "Q5_K",
+    "Q5_K_M": "Q5_K",
+    "Q6_K": "Q6_K",
 }
 """``--gguf-type`` (llama-quantize's file type) → the base ggml type (``llama_model_quantize_impl``'s switch)."""
 GGUF_TYPES: Final = tuple(BASE_TYPE)
 _UNQUANTIZED: Final = ("F32", "F16", "BF16")
 _FALLBACK: Final = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL"}
 _MOE8_ATTN_OUTPUT_Q5K: Final = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M")
-_DENSE_ARCH: Final = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mixtral": "llama",
-                      "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}
+_DENSE_ARCH: Final = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "mixtral": "llama",
+    "qwen2_moe": "qwen2moe",
+    "qwen3_moe": "qwen3moe",
+}
 """HF ``model_type`` → llama.cpp architecture, for the decoders whose tensors are laid out here."""
 
 
 def check_gguf_type(name: str) -> str:
     if name not in BASE_TYPE:
-        raise ConfigError(f"unknown --gguf-type {name!r} (allowed: {', '.join(GGUF_TYPES)}); IQ types need an "
-                          "importance matrix: pass the .gguf file itself")
+        raise ConfigError(
+            f"unknown --gguf-type {name!r} (allowed: {', '.join(GGUF_TYPES)}); IQ types need an "
+            "importance matrix: pass the .gguf file itself"
+        )
     return name
 
 
@@ -102,17 +125,32 @@ def _shape(config: Mapping[str, Any], name: str) -> _Shape:
     arch = _DENSE_ARCH.get(model_type)
     layers, heads, hidden, vocab = cfg.layers, cfg.attention_heads, cfg.hidden_size, cfg.vocab_size
     if arch is None or cfg.get("kv_lora_rank") or layers is None or heads is None or hidden is None or vocab is None:
-        raise ModelSourceError(f"{name}: gpuplan lays out the GGUF tensors of llama-style decoders "
-                               f"({', '.join(sorted(_DENSE_ARCH))}), not model_type {model_type!r}; pass the .gguf "
-                               "file itself (its tensors are read from the header)")
+        raise ModelSourceError(
+            f"{name}: gpuplan lays out the GGUF tensors of llama-style decoders "
+            f"({', '.join(sorted(_DENSE_ARCH))}), not model_type {model_type!r}; pass the .gguf "
+            "file itself (its tensors are read from the header)"
+        )
     experts = cfg.experts
     ff = cfg.ffn_size or 0
     ff_exp = cfg.positive("moe_intermediate_size", default=ff) or ff
-    return _Shape(arch, layers, hidden, heads, cfg.kv_heads or heads, cfg.head_dim or hidden // heads, ff, vocab,
-                  experts, cfg.positive("num_experts_per_tok", "num_experts_per_token", default=0) or 0, ff_exp,
-                  cfg.positive("shared_expert_intermediate_size", default=0) or 0,
-                  bool(cfg.get("tie_word_embeddings", False)), model_type in ("qwen2", "qwen2_moe"),
-                  model_type in ("qwen3", "qwen3_moe"), cfg.max_context or 0)
+    return _Shape(
+        arch,
+        layers,
+        hidden,
+        heads,
+        cfg.kv_heads or heads,
+        cfg.head_dim or hidden // heads,
+        ff,
+        vocab,
+        experts,
+        cfg.positive("num_experts_per_tok", "num_experts_per_token", default=0) or 0,
+        ff_exp,
+        cfg.positive("shared_expert_intermediate_size", default=0) or 0,
+        bool(cfg.get("tie_word_embeddings", False)),
+        model_type in ("qwen2", "qwen2_moe"),
+        model_type in ("qwen3", "qwen3_moe"),
+        cfg.max_context or 0,
+    )
 
 
 def _layer_tensors(s: _Shape, i: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -120,33 +158,46 @@ def _layer_tensors(s: _Shape, i: int) -> list[tuple[str, tuple[int, ...]]]:
     q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
     b = f"blk.{i}."
     out: list[tuple[str, tuple[int, ...]]] = [
-        (b + "attn_norm.weight", (s.n_embd,)), (b + "attn_q.weight", (s.n_embd, q)),
-        (b + "attn_k.weight", (s.n_embd, kv)), (b + "attn_v.weight", (s.n_embd, kv)),
-        (b + "attn_output.weight", (q, s.n_embd)), (b + "ffn_norm.weight", (s.n_embd,))]
+        (b + "attn_norm.weight", (s.n_embd,)),
+        (b + "attn_q.weight", (s.n_embd, q)),
+        (b + "attn_k.weight", (s.n_embd, kv)),
+        (b + "attn_v.weight", (s.n_embd, kv)),
+        (b + "attn_output.weight", (q, s.n_embd)),
+        (b + "ffn_norm.weight", (s.n_embd,)),
+    ]
     if s.qkv_bias:
         out += [(b + "attn_q.bias", (q,)), (b + "attn_k.bias", (kv,)), (b + "attn_v.bias", (kv,))]
     if s.qk_norm:
         out += [(b + "attn_q_norm.weight", (s.head_dim,)), (b + "attn_k_norm.weight", (s.head_dim,))]
     if s.n_expert:
         e = s.n_expert
-        out += [(b + "ffn_gate_inp.weight", (s.n_embd, e)), (b + "ffn_gate_exps.weight", (s.n_embd, s.n_ff_exp, e)),
-                (b + "ffn_up_exps.weight", (s.n_embd, s.n_ff_exp, e)),
-                (b + "ffn_down_exps.weight", (s.n_ff_exp, s.n_embd, e))]
+        out += [
+            (b + "ffn_gate_inp.weight", (s.n_embd, e)),
+            (b + "ffn_gate_exps.weight", (s.n_embd, s.n_ff_exp, e)),
+            (b + "ffn_up_exps.weight", (s.n_embd, s.n_ff_exp, e)),
+            (b + "ffn_down_exps.weight", (s.n_ff_exp, s.n_embd, e)),
+        ]
         if s.n_ff_shexp:
-            out += [(b + "ffn_gate_inp_shexp.weight", (s.n_embd,)),
-                    (b + "ffn_gate_shexp.weight", (s.n_embd, s.n_ff_shexp)),
-                    (b + "ffn_up_shexp.weight", (s.n_embd, s.n_ff_shexp)),
-                    (b + "ffn_down_shexp.weight", (s.n_ff_shexp, s.n_embd))]
+            out += [
+                (b + "ffn_gate_inp_shexp.weight", (s.n_embd,)),
+                (b + "ffn_gate_shexp.weight", (s.n_embd, s.n_ff_shexp)),
+                (b + "ffn_up_shexp.weight", (s.n_embd, s.n_ff_shexp)),
+                (b + "ffn_down_shexp.weight", (s.n_ff_shexp, s.n_embd)),
+            ]
     else:
-        out += [(b + "ffn_gate.weight", (s.n_embd, s.n_ff)), (b + "ffn_up.weight", (s.n_embd, s.n_ff)),
-                (b + "ffn_down.weight", (s.n_ff, s.n_embd))]
+        out += [
+            (b + "ffn_gate.weight", (s.n_embd, s.n_ff)),
+            (b + "ffn_up.weight", (s.n_embd, s.n_ff)),
+            (b + "ffn_down.weight", (s.n_ff, s.n_embd)),
+        ]
     return out
 
 
 def _quantized(name: str, shape: tuple[int, ...]) -> bool:
     """``llama_model_quantize_impl``: which tensors the quantizer touches."""
-    return (name.endswith("weight") and len(shape) >= 2 and "_norm.weight" not in name
-            and "ffn_gate_inp.weight" not in name)
+    return (
+        name.endswith("weight") and len(shape) >= 2 and "_norm.weight" not in name and "ffn_gate_inp.weight" not in name
+    )
 
 
 def tensor_type(name: str, row: int, ftype: str, s: _Shape) -> str:
@@ -172,8 +223,10 @@ def tensor_type(name: str, row: int, ftype: str, s: _Shape) -> str:
     if row % block_layout(new)[0]:
         fallback = _FALLBACK.get(new)
         if fallback is None:
-            raise ModelSourceError(f"{name}: rows of {row} are not whole {new} blocks and llama-quantize has no "
-                                   f"fallback for {new} (it refuses); pick another --gguf-type")
+            raise ModelSourceError(
+                f"{name}: rows of {row} are not whole {new} blocks and llama-quantize has no "
+                f"fallback for {new} (it refuses); pick another --gguf-type"
+            )
         new = fallback if row % block_layout(fallback)[0] == 0 else "F16"
     return new
 
@@ -212,11 +265,18 @@ def _ffn_down(ftype: str, base: str, i: int, n: int) -> str:
 
 def _metadata(s: _Shape) -> dict[str, Any]:
     a = s.arch
-    meta: dict[str, Any] = {"general.architecture": a, f"{a}.block_count": s.n_layer,
-                            f"{a}.embedding_length": s.n_embd, f"{a}.attention.head_count": s.n_head,
-                            f"{a}.attention.head_count_kv": s.n_head_kv, f"{a}.attention.key_length": s.head_dim,
-                            f"{a}.attention.value_length": s.head_dim, f"{a}.feed_forward_length": s.n_ff,
-                            f"{a}.context_length": s.ctx_train, f"{a}.vocab_size": s.n_vocab}
+    meta: dict[str, Any] = {
+        "general.architecture": a,
+        f"{a}.block_count": s.n_layer,
+        f"{a}.embedding_length": s.n_embd,
+        f"{a}.attention.head_count": s.n_head,
+        f"{a}.attention.head_count_kv": s.n_head_kv,
+        f"{a}.attention.key_length": s.head_dim,
+        f"{a}.attention.value_length": s.head_dim,
+        f"{a}.feed_forward_length": s.n_ff,
+        f"{a}.context_length": s.ctx_train,
+        f"{a}.vocab_size": s.n_vocab,
+    }
     if s.n_expert:
         meta |= {f"{a}.expert_count": s.n_expert, f"{a}.expert_used_count": s.n_expert_used}
     return meta

@@ -457,7 +457,8 @@ class Ollama:
             env.append(f"OLLAMA_KV_CACHE_TYPE={s.cache_type_v if s.cache_type_v != 'f16' else s.cache_type_k}")
         if s.parallel > 1:
             env.append(f"OLLAMA_NUM_PARALLEL={s.parallel}")
-        return " ".join([*env, "ollama", "serve"]) + " & ollama create local-model -f Modelfile && ollama run local-model"
+        serve = " ".join([*env, "ollama", "serve"])
+        return f"{serve} & ollama create local-model -f Modelfile && ollama run local-model"
 
     def modelfile(self, s: LocalSettings) -> str | None:
         return f"FROM {s.model_path}\nPARAMETER num_gpu {s.n_gpu_layers}\nPARAMETER num_ctx {s.context}\n"

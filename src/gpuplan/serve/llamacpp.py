@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from gpuplan.errors import ConfigError, ModelSourceError
-from gpuplan.hardware import resolve_gpu
+from gpuplan.hardware import get_gpu
 from gpuplan.hardware.unified import is_unified, metal_working_set_bytes
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.models.gguf import GGUFModel, GGUFTensor
@@ -69,8 +69,10 @@ def check_kv_types(cache_type_k: str, cache_type_v: str, flash_attn: bool) -> No
         if value not in KV_CACHE_TYPES:
             raise ConfigError(f"unknown {flag} {value!r} (allowed: {', '.join(KV_CACHE_TYPES)})")
     if cache_type_v not in ("f32", "f16", "bf16") and not flash_attn:
-        raise ConfigError(f"--cache-type-v {cache_type_v} needs flash attention: llama.cpp refuses a quantized V "
-                          "cache without it ('V cache quantization requires flash_attn'); add --flash-attn on")
+        raise ConfigError(
+            f"--cache-type-v {cache_type_v} needs flash attention: llama.cpp refuses a quantized V "
+            "cache without it ('V cache quantization requires flash_attn'); add --flash-attn on"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +117,10 @@ def local_model(gguf: GGUFModel, name: str, origin: str) -> LocalModel:
     n_embd = _meta(meta, arch, "embedding_length")
     n_head = _meta(meta, arch, "attention.head_count")
     if not arch or n_layer is None or n_embd is None or n_head is None:
-        raise ModelSourceError(f"{name}: the GGUF metadata has no {arch or '<arch>'}.block_count / embedding_length / "
-                               "attention.head_count; pass a GGUF model file as llama.cpp's converter writes it")
+        raise ModelSourceError(
+            f"{name}: the GGUF metadata has no {arch or '<arch>'}.block_count / embedding_length / "
+            "attention.head_count; pass a GGUF model file as llama.cpp's converter writes it"
+        )
     by_name = {t.name: t for t in gguf.tensors}
     n_head_kv = _meta(meta, arch, "attention.head_count_kv", n_head) or n_head
     head_k = _meta(meta, arch, "attention.key_length", n_embd // n_head) or n_embd // n_head
@@ -125,16 +129,30 @@ def local_model(gguf: GGUFModel, name: str, origin: str) -> LocalModel:
     for i in range(n_layer):
         k, v = by_name.get(f"blk.{i}.attn_k.weight"), by_name.get(f"blk.{i}.attn_v.weight")
         has_attention = k is not None or f"blk.{i}.attn_qkv.weight" in by_name
-        dims.append((k.shape[1] if k is not None else n_head_kv * head_k if has_attention else 0,
-                     v.shape[1] if v is not None else n_head_kv * head_v if has_attention else 0))
+        dims.append(
+            (
+                k.shape[1] if k is not None else n_head_kv * head_k if has_attention else 0,
+                v.shape[1] if v is not None else n_head_kv * head_v if has_attention else 0,
+            )
+        )
     embd = by_name.get("token_embd.weight")
     n_vocab = _meta(meta, arch, "vocab_size", embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0) or 0
     n_expert = _meta(meta, arch, "expert_count", 0) or 0
     n_ff = (_meta(meta, arch, "expert_feed_forward_length", 0) or 0) if n_expert else 0
-    return LocalModel(name, origin, gguf.tensors, n_layer, n_embd, n_head, n_vocab,
-                      n_ff or _meta(meta, arch, "feed_forward_length", 4 * n_embd) or 4 * n_embd, n_expert,
-                      _meta(meta, arch, "expert_used_count", 0) or 0, _meta(meta, arch, "context_length", 0) or 0,
-                      tuple(dims))
+    return LocalModel(
+        name,
+        origin,
+        gguf.tensors,
+        n_layer,
+        n_embd,
+        n_head,
+        n_vocab,
+        n_ff or _meta(meta, arch, "feed_forward_length", 4 * n_embd) or 4 * n_embd,
+        n_expert,
+        _meta(meta, arch, "expert_used_count", 0) or 0,
+        _meta(meta, arch, "context_length", 0) or 0,
+        tuple(dims),
+    )
 
 
 def load_local_model(model: str, gguf_type: str | None) -> LocalModel:
@@ -145,15 +163,21 @@ def load_local_model(model: str, gguf_type: str | None) -> LocalModel:
     source = resolve_model(model)
     if isinstance(source, GGUFSource):
         if gguf_type is not None:
-            raise ConfigError(f"--gguf-type {gguf_type} is for catalog / config.json models: {model} is a GGUF file "
-                              "whose tensor types are read from its header; drop --gguf-type")
+            raise ConfigError(
+                f"--gguf-type {gguf_type} is for catalog / config.json models: {model} is a GGUF file "
+                "whose tensor types are read from its header; drop --gguf-type"
+            )
         return local_model(read_gguf_model(source.path), source.name, "file")
     if not isinstance(source, HFConfigSource):
-        raise ModelSourceError(f"{model}: llama.cpp runs GGUF decoders; pass a .gguf file, or a catalog name / "
-                               "config.json with --gguf-type")
+        raise ModelSourceError(
+            f"{model}: llama.cpp runs GGUF decoders; pass a .gguf file, or a catalog name / "
+            "config.json with --gguf-type"
+        )
     if gguf_type is None:
-        raise ConfigError(f"{model} is not a GGUF file: add --gguf-type (e.g. Q4_K_M; allowed: "
-                          f"{', '.join(BASE_TYPE)}) to model the file llama-quantize would write, or pass the .gguf")
+        raise ConfigError(
+            f"{model} is not a GGUF file: add --gguf-type (e.g. Q4_K_M; allowed: "
+            f"{', '.join(BASE_TYPE)}) to model the file llama-quantize would write, or pass the .gguf"
+        )
     gguf = gguf_from_config(source.config_dict, gguf_type, source.name)
     return local_model(gguf, source.name, f"modelled --gguf-type {gguf_type}")
 
@@ -231,8 +255,9 @@ def _compiled(s: LocalSettings) -> list[re.Pattern[str]]:
         try:
             out.append(re.compile(p))
         except re.error as exc:
-            raise ConfigError(f"--override-tensor {p!r}=CPU is not a regular expression ({exc}); pass e.g. "
-                              "'exps=CPU'") from None
+            raise ConfigError(
+                f"--override-tensor {p!r}=CPU is not a regular expression ({exc}); pass e.g. 'exps=CPU'"
+            ) from None
     return out
 
 
@@ -294,22 +319,32 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
     layer_term = max(_attention_bytes(n_ctx, ub, m, s.flash_attn), _ffn_bytes(ub, m))
     compute = []
     for g in range(gpus):
-        holds_layers = any(d == g for d in devices[:m.n_layer])
+        holds_layers = any(d == g for d in devices[: m.n_layer])
         term = layer_term if holds_layers else 0
         if devices[m.n_layer] == g:
             term = max(term, _logits_bytes(ub, m))
         compute.append(term)
     mask_bytes = n_ctx * ub * (2 if s.flash_attn else _F32)
     host_compute = mask_bytes + m.n_embd * ub * _F32
-    if any(d < 0 for d in devices[:m.n_layer]):
+    if any(d < 0 for d in devices[: m.n_layer]):
         host_compute += layer_term
     if devices[m.n_layer] < 0:
         host_compute += _logits_bytes(ub, m)
     # llama_context::output_reserve: logits of one output per slot (+ its embedding where the caller asks
     # for embeddings, as Ollama's runner does: 0.50 MiB, not 0.49, for a 128,256-token vocabulary in ollama #8310)
     output_buffer = (m.n_vocab + (m.n_embd if s.engine == "ollama" else 0)) * _F32 * s.parallel
-    return Placement(devices, tuple(weights), host_weights, tuple(kv), host_kv, tuple(compute), host_compute,
-                     output_buffer, tuple(r + k for r, k in zip(read, kv_read, strict=True)), host_read + host_kv_read)
+    return Placement(
+        devices,
+        tuple(weights),
+        host_weights,
+        tuple(kv),
+        host_kv,
+        tuple(compute),
+        host_compute,
+        output_buffer,
+        tuple(r + k for r, k in zip(read, kv_read, strict=True)),
+        host_read + host_kv_read,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,43 +400,82 @@ def tokens_per_s(p: Placement, gpu_bw: float, host_bw: float) -> float:
 
 
 def _with_ngl(s: LocalSettings, ngl: int) -> LocalSettings:
-    return LocalSettings(s.engine, s.model_path, ngl, s.context, s.parallel, s.ubatch, s.cache_type_k,
-                         s.cache_type_v, s.flash_attn, s.tensor_split, s.cpu_patterns, s.n_cpu_moe)
+    return LocalSettings(
+        s.engine,
+        s.model_path,
+        ngl,
+        s.context,
+        s.parallel,
+        s.ubatch,
+        s.cache_type_k,
+        s.cache_type_v,
+        s.flash_attn,
+        s.tensor_split,
+        s.cpu_patterns,
+        s.n_cpu_moe,
+    )
 
 
 def max_gpu_layers(m: LocalModel, s: LocalSettings, context_bytes: int, limit: int) -> int:
     """The largest ``-ngl`` (0 … n_layer + 1) whose share fits on every GPU (each value is tried: over
     several GPUs the split moves layers between them as ``-ngl`` grows)."""
-    return max((ngl for ngl in range(m.n_layer + 2) if _fits(place(m, _with_ngl(s, ngl)), context_bytes, limit)),
-               default=0)
+    return max(
+        (ngl for ngl in range(m.n_layer + 2) if _fits(place(m, _with_ngl(s, ngl)), context_bytes, limit)), default=0
+    )
 
 
-def _check(m: LocalModel, *, ngl: int | None, context: int, parallel: int, ubatch: int,
-           tensor_split: Sequence[float], n_cpu_moe: int, engine: str) -> None:
+def _check(
+    m: LocalModel,
+    *,
+    ngl: int | None,
+    context: int,
+    parallel: int,
+    ubatch: int,
+    tensor_split: Sequence[float],
+    n_cpu_moe: int,
+    engine: str,
+) -> None:
     if ngl is not None and not 0 <= ngl <= m.n_layer + 1:
-        raise ConfigError(f"--n-gpu-layers {ngl} is outside 0..{m.n_layer + 1}: the model has {m.n_layer} repeating "
-                          f"layers plus the output layer; pass at most {m.n_layer + 1} (all of them)")
+        raise ConfigError(
+            f"--n-gpu-layers {ngl} is outside 0..{m.n_layer + 1}: the model has {m.n_layer} repeating "
+            f"layers plus the output layer; pass at most {m.n_layer + 1} (all of them)"
+        )
     for flag, value in (("--context", context), ("--concurrency", parallel), ("--ubatch-size", ubatch)):
         if value < 1:
             raise ConfigError(f"{flag} {value} must be at least 1")
     if not tensor_split or any(f < 0 for f in tensor_split) or sum(tensor_split) <= 0:
-        raise ConfigError(f"--tensor-split {','.join(map(str, tensor_split))} needs one non-negative share per GPU "
-                          "with a positive sum, e.g. 3,1")
+        raise ConfigError(
+            f"--tensor-split {','.join(map(str, tensor_split))} needs one non-negative share per GPU "
+            "with a positive sum, e.g. 3,1"
+        )
     if n_cpu_moe and not m.n_expert:
         raise ConfigError(f"--n-cpu-moe {n_cpu_moe} keeps MoE experts on the CPU but {m.name} has no experts")
     if not 0 <= n_cpu_moe <= m.n_layer:
         raise ConfigError(f"--n-cpu-moe {n_cpu_moe} is outside 0..{m.n_layer} (the model's layers)")
     if engine == "ollama" and len(tensor_split) > 1:
-        raise ConfigError("--tensor-split is llama.cpp's: Ollama splits layers over its GPUs itself; use "
-                          "--engine llama.cpp")
+        raise ConfigError(
+            "--tensor-split is llama.cpp's: Ollama splits layers over its GPUs itself; use --engine llama.cpp"
+        )
 
 
-def serve_local(model: str, *, gpu: str, engine: str = "llama.cpp", gguf_type: str | None = None,
-                n_gpu_layers: int | None = None, context: int | None = None, concurrency: int | None = None,
-                cache_type_k: str = "f16", cache_type_v: str = "f16", flash_attn: bool = False,
-                tensor_split: Sequence[float] | None = None, override_tensor: Sequence[str] = (),
-                n_cpu_moe: int = 0, ubatch: int = DEFAULT_UBATCH,
-                host_memory_bandwidth_gb_per_s: float = DEFAULT_HOST_BANDWIDTH_GB_PER_S) -> LocalServeResult:
+def serve_local(
+    model: str,
+    *,
+    gpu: str,
+    engine: str = "llama.cpp",
+    gguf_type: str | None = None,
+    n_gpu_layers: int | None = None,
+    context: int | None = None,
+    concurrency: int | None = None,
+    cache_type_k: str = "f16",
+    cache_type_v: str = "f16",
+    flash_attn: bool = False,
+    tensor_split: Sequence[float] | None = None,
+    override_tensor: Sequence[str] = (),
+    n_cpu_moe: int = 0,
+    ubatch: int = DEFAULT_UBATCH,
+    host_memory_bandwidth_gb_per_s: float = DEFAULT_HOST_BANDWIDTH_GB_PER_S,
+) -> LocalServeResult:
     """How ``model`` runs under llama.cpp / Ollama on ``gpu`` (× ``len(tensor_split)``): the layers on
     the GPU at ``context`` tokens per slot, memory on each side, decode tokens/s and the launch line."""
     get_local_engine(engine)
@@ -409,21 +483,41 @@ def serve_local(model: str, *, gpu: str, engine: str = "llama.cpp", gguf_type: s
     patterns = tuple(_cpu_pattern(p) for p in override_tensor)
     if host_memory_bandwidth_gb_per_s <= 0:
         raise ConfigError(f"--host-memory-bandwidth {host_memory_bandwidth_gb_per_s:g} must be positive (GB/s)")
-    card = resolve_gpu(gpu)
+    card = get_gpu(gpu)
     m = load_local_model(model, gguf_type)
     split = tuple(tensor_split) if tensor_split else (1.0,)
     context = context or DEFAULT_CONTEXT
     parallel = concurrency or 1
-    _check(m, ngl=n_gpu_layers, context=context, parallel=parallel, ubatch=ubatch, tensor_split=split,
-           n_cpu_moe=n_cpu_moe, engine=engine)
+    _check(
+        m,
+        ngl=n_gpu_layers,
+        context=context,
+        parallel=parallel,
+        ubatch=ubatch,
+        tensor_split=split,
+        n_cpu_moe=n_cpu_moe,
+        engine=engine,
+    )
     unified = is_unified(card.vendor)
     if unified and len(split) > 1:
         raise ConfigError("--tensor-split splits layers over several GPUs; an Apple SoC has one GPU")
     limit = metal_working_set_bytes(card.memory_total_bytes) if unified else card.usable_memory_bytes
     context_bytes = 0 if unified else cuda_context_bytes(card.arch)[0]
     path = m.name if m.origin == "file" else f"{_stem(m.name)}-{gguf_type}.gguf"
-    base = LocalSettings(engine, path, n_gpu_layers if n_gpu_layers is not None else 0, context, parallel, ubatch,
-                         cache_type_k, cache_type_v, flash_attn, split, patterns, n_cpu_moe)
+    base = LocalSettings(
+        engine,
+        path,
+        n_gpu_layers if n_gpu_layers is not None else 0,
+        context,
+        parallel,
+        ubatch,
+        cache_type_k,
+        cache_type_v,
+        flash_attn,
+        split,
+        patterns,
+        n_cpu_moe,
+    )
     most = max_gpu_layers(m, base, context_bytes, limit)
     settings = base if n_gpu_layers is not None else _with_ngl(base, most)
     p = place(m, settings)
@@ -431,19 +525,38 @@ def serve_local(model: str, *, gpu: str, engine: str = "llama.cpp", gguf_type: s
     need = max(_gpu_need(p, context_bytes))
     where = "the Metal working set" if unified else "the GPU"
     if fits:
-        reason = (f"{p.layers_on_gpu}/{m.n_layer + 1} layers on {card.id} use {need / GIB:.2f} GiB of "
-                  f"{limit / GIB:.2f} GiB ({where}); at most {most} fit at {context:,} tokens")
+        reason = (
+            f"{p.layers_on_gpu}/{m.n_layer + 1} layers on {card.id} use {need / GIB:.2f} GiB of "
+            f"{limit / GIB:.2f} GiB ({where}); at most {most} fit at {context:,} tokens"
+        )
     else:
-        reason = (f"-ngl {settings.n_gpu_layers} needs {need / GIB:.2f} GiB on one GPU, {where} holds "
-                  f"{limit / GIB:.2f} GiB: llama.cpp fails to allocate (cudaMalloc out of memory); at most "
-                  f"{most} layers fit at {context:,} tokens")
+        reason = (
+            f"-ngl {settings.n_gpu_layers} needs {need / GIB:.2f} GiB on one GPU, {where} holds "
+            f"{limit / GIB:.2f} GiB: llama.cpp fails to allocate (cudaMalloc out of memory); at most "
+            f"{most} layers fit at {context:,} tokens"
+        )
     gpu_bw = card.memory_bandwidth_bytes_per_s * efficiency_for(card.arch).bandwidth
     host_bw = gpu_bw if unified else host_memory_bandwidth_gb_per_s * 1e9
     eng = get_local_engine(engine)
-    return LocalServeResult(m, card.id, settings, p, limit, context_bytes, unified, fits, reason, most,
-                            tokens_per_s(p, gpu_bw, host_bw), gpu_bw, host_bw, eng.command(settings),
-                            eng.modelfile(settings), eng.version,
-                            _assumptions(m, settings, card.arch, unified, host_memory_bandwidth_gb_per_s))
+    return LocalServeResult(
+        m,
+        card.id,
+        settings,
+        p,
+        limit,
+        context_bytes,
+        unified,
+        fits,
+        reason,
+        most,
+        tokens_per_s(p, gpu_bw, host_bw),
+        gpu_bw,
+        host_bw,
+        eng.command(settings),
+        eng.modelfile(settings),
+        eng.version,
+        _assumptions(m, settings, card.arch, unified, host_memory_bandwidth_gb_per_s),
+    )
 
 
 def _stem(name: str) -> str:
@@ -455,27 +568,37 @@ def _stem(name: str) -> str:
 def _cpu_pattern(spec: str) -> str:
     pattern, sep, target = spec.rpartition("=")
     if not sep or not pattern or target.upper() != "CPU":
-        raise ConfigError(f"--override-tensor {spec!r}: gpuplan models PATTERN=CPU (keep matching tensors in host "
-                          "memory), e.g. 'exps=CPU'")
+        raise ConfigError(
+            f"--override-tensor {spec!r}: gpuplan models PATTERN=CPU (keep matching tensors in host "
+            "memory), e.g. 'exps=CPU'"
+        )
     return pattern
 
 
 def _assumptions(m: LocalModel, s: LocalSettings, arch: str, unified: bool, host_gb_per_s: float) -> tuple[str, ...]:
-    notes = [f"weights: {m.origin} ({m.weight_bytes / GIB:.2f} GiB); token_embd stays in host memory",
-             "KV cache not paged: n_ctx (padded to 256 with -fa, else 32) cells × every layer, on its layer's device",
-             "compute buffers: one -ub micro-batch's largest live f32 set (fitted on public logs, "
-             "docs/accuracy-serving.md); partial offload's op-offload weight copies not counted",
-             "tokens/s: decode of one sequence at the full context, memory-bandwidth bound (weights + KV read once "
-             f"per token); GPU bandwidth × {efficiency_for(arch).bandwidth:g} ({arch} factor); prefill not modelled"]
+    notes = [
+        f"weights: {m.origin} ({m.weight_bytes / GIB:.2f} GiB); token_embd stays in host memory",
+        "KV cache not paged: n_ctx (padded to 256 with -fa, else 32) cells × every layer, on its layer's device",
+        "compute buffers: one -ub micro-batch's largest live f32 set (fitted on public logs, "
+        "docs/accuracy-serving.md); partial offload's op-offload weight copies not counted",
+        "tokens/s: decode of one sequence at the full context, memory-bandwidth bound (weights + KV read once "
+        f"per token); GPU bandwidth × {efficiency_for(arch).bandwidth:g} ({arch} factor); prefill not modelled",
+    ]
     if unified:
-        notes.append("Apple unified memory: the GPU may wire recommendedMaxWorkingSetSize (2/3 of RAM below 64 GiB, "
-                     "3/4 from 64 GiB; hardware/unified.py); CPU layers read the same memory")
+        notes.append(
+            "Apple unified memory: the GPU may wire recommendedMaxWorkingSetSize (2/3 of RAM below 64 GiB, "
+            "3/4 from 64 GiB; hardware/unified.py); CPU layers read the same memory"
+        )
     else:
         notes.append(f"host memory bandwidth {host_gb_per_s:g} GB/s (--host-memory-bandwidth)")
     if s.gpus > 1:
-        notes.append("--tensor-split fractions given (llama.cpp's default splits by free memory); layer split, "
-                     "pipeline-parallel buffer copies not counted")
+        notes.append(
+            "--tensor-split fractions given (llama.cpp's default splits by free memory); layer split, "
+            "pipeline-parallel buffer copies not counted"
+        )
     if s.engine == "ollama":
-        notes.append("Ollama: modelled as its llama.cpp runner with the Modelfile's num_gpu / num_ctx; Ollama's own "
-                     "estimate may choose fewer layers")
+        notes.append(
+            "Ollama: modelled as its llama.cpp runner with the Modelfile's num_gpu / num_ctx; Ollama's own "
+            "estimate may choose fewer layers"
+        )
     return tuple(notes)
