@@ -354,7 +354,7 @@ def test_a_model_too_big_for_the_gpu_exits_1() -> None:
         (["--gguf-type", "Q4_K_M", "-ngl", "7"], "--n-gpu-layers 7 is outside 0..5"),
         (["--gguf-type", "Q4_K_M", "--cache-type-v", "q8_0"], "--cache-type-v q8_0 needs flash attention"),
         ([], "add --gguf-type"),
-        (["--gguf-type", "Q4_K_M", "--tp", "2"], "--tp belong to the paged engines"),
+        (["--gguf-type", "Q4_K_M", "--tp", "2"], "--tp: flags of the paged engines"),
         (["--gguf-type", "Q4_K_M", "--n-cpu-moe", "1"], "has no experts"),
         (["--gguf-type", "Q4_K_M", "-ot", "exps=CUDA0"], "PATTERN=CPU"),
         (["--gguf-type", "Q4_K_M", "-ot", "(=CPU"], "not a regular expression"),

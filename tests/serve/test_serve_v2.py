@@ -185,10 +185,14 @@ def test_moe_profile_run_routes_top_k_not_every_expert(tmp_path: Path, top_k: in
 
 def test_every_engine_implements_the_protocol(tiny_gpt2: str) -> None:
     from gpuplan.errors import ConfigError
-    from gpuplan.serve.engines import ENGINES, get_engine
+    from gpuplan.serve.engines import ENGINES, LOCAL_ENGINES, PAGED_ENGINES, get_engine, get_local_engine
 
-    assert ENGINES == ("vllm", "sglang", "hf")
-    for name in ENGINES:
+    assert ENGINES == ("vllm", "sglang", "hf", "llama.cpp", "ollama") == PAGED_ENGINES + LOCAL_ENGINES
+    for local in LOCAL_ENGINES:  # local inference (tests/serve/test_llamacpp.py): no paged budget
+        assert get_local_engine(local).name == local
+        with pytest.raises(ConfigError, match=f"--engine {local} runs GGUF models"):
+            get_engine(local)
+    for name in PAGED_ENGINES:
         engine = get_engine(name)
         assert engine.name == name and engine.version and engine.block_size >= 1
         r = serve(tiny_gpt2, gpu="H100-SXM", engine=name, **SMALL)

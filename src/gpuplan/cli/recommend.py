@@ -49,13 +49,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """``--mode serve``: rank GPUs × counts for a serving target (gpuplan.advise.recommend.recommend_serve)."""
-    from gpuplan.serve.engines import ENGINES
+    from gpuplan.serve.engines import PAGED_ENGINES
     from gpuplan.serve.kv import KV_CACHE_DTYPES
 
     mode = next(a for a in parser._actions if a.dest == "mode")  # argparse has no public lookup
     mode.choices = [*(mode.choices or ()), "serve"]
     g = parser.add_argument_group("serving (--mode serve)")
-    g.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine modelled (default vllm)")
+    g.add_argument("--engine", choices=PAGED_ENGINES, default="vllm", help="serving engine modelled (default vllm)")
     g.add_argument("--context", type=_int, default=None, metavar="L", help="tokens per sequence")
     g.add_argument("--concurrency", type=_int, default=None, metavar="C", help="concurrent sequences to hold")
     g.add_argument("--input-len", type=_int, default=None, metavar="I", help="prompt tokens per request")

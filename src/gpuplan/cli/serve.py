@@ -71,9 +71,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 _LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "flash_attn", "tensor_split",
                 "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
-_PAGED_FLAGS = ("dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate", "gpu_memory_utilization",
-                "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization", "ttft_slo", "itl_slo",
-                "prices")
+_PAGED_FLAGS = ("gpus", "dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate",
+                "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization",
+                "ttft_slo", "itl_slo", "prices")
 
 
 def _split(text: str) -> tuple[float, ...]:
@@ -119,7 +119,7 @@ def _defaults() -> dict[str, object]:
     """The parser's defaults of the flags one engine kind takes and the other refuses."""
     from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S
 
-    return {"dp": 1, "ep": 1, "tp": 1, "pp": 1, "kv_cache_dtype": "auto", "quantization": "none",
+    return {"pp": 1, "kv_cache_dtype": "auto", "quantization": "none",
             "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "off", "override_tensor": [], "n_cpu_moe": 0,
             "ubatch_size": 512, "host_memory_bandwidth": DEFAULT_HOST_BANDWIDTH_GB_PER_S}
 
@@ -131,7 +131,7 @@ def _run_local(args: argparse.Namespace) -> int:
     paged = _given(args, _defaults(), _PAGED_FLAGS)
     if paged:
         flags = ", ".join("--" + n.replace("_", "-") for n in paged)
-        raise ConfigError(f"{flags} belong to the paged engines (vllm, sglang, hf); --engine {args.engine} takes "
+        raise ConfigError(f"{flags}: flags of the paged engines (vllm, sglang, hf); --engine {args.engine} takes "
                           "--n-gpu-layers, --context, --concurrency, --cache-type-k/-v, --flash-attn, --tensor-split")
     if args.plot is not None or args.html is not None:
         raise ConfigError(f"--plot / --html are not drawn for --engine {args.engine} yet; use --json for the figures")

@@ -466,7 +466,9 @@ class Ollama:
 
 _ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), SGLang(), HFGenerate())}
 _LOCAL_ENGINES: dict[str, LocalEngine] = {e.name: e for e in (LlamaCpp(), Ollama())}
-ENGINES: tuple[str, ...] = (*_ENGINES, *_LOCAL_ENGINES)
+PAGED_ENGINES: tuple[str, ...] = tuple(_ENGINES)
+LOCAL_ENGINES: tuple[str, ...] = tuple(_LOCAL_ENGINES)
+ENGINES: tuple[str, ...] = (*PAGED_ENGINES, *LOCAL_ENGINES)
 
 
 def get_engine(name: str) -> Engine:

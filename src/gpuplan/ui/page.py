@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from gpuplan.report.labels import label, value_text
 from gpuplan.report.verbs import VIEWS
-from gpuplan.serve.engines import ENGINES
+from gpuplan.serve.engines import PAGED_ENGINES as ENGINES  # the page sizes paged engines only
 from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.ui.jobs import Outcome
 from gpuplan.ui.query import VERBS, Query

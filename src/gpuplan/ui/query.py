@@ -15,7 +15,7 @@ from typing import Final
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.support import default_precision_on
-from gpuplan.serve.engines import ENGINES
+from gpuplan.serve.engines import PAGED_ENGINES as ENGINES  # the page sizes paged engines only
 from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.workload import PEFT_SETTINGS, WEIGHT_QUANTS, Workload, check_peft_settings, make_workload
 
