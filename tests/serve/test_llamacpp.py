@@ -394,7 +394,9 @@ def test_more_gpu_layers_never_fewer_tokens_per_s(
     gpu_bw = 1e12
     fewer = place(m, _settings(ngl, context, parallel=parallel))
     more = place(m, _settings(ngl + 1, context, parallel=parallel))
-    assert tokens_per_s(more, gpu_bw, gpu_bw * host_share) >= tokens_per_s(fewer, gpu_bw, gpu_bw * host_share)
+    # equal bandwidths tie: allow the last bits of float rounding
+    faster = tokens_per_s(more, gpu_bw, gpu_bw * host_share)
+    assert faster >= tokens_per_s(fewer, gpu_bw, gpu_bw * host_share) * (1 - 1e-12)
 
 
 @settings(max_examples=25, deadline=None)
