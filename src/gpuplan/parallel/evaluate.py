@@ -221,15 +221,30 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
             params = 0.0
         return params, grads, opt, buffers
     if isinstance(s, MegatronDDP) and p.compute_bytes < 4:
-        # 16-bit weights; fp32 main grads (traced gradient bytes); fp32 master copy + optimizer
-        # state in the optimizer: 2 + 4 + 4 + 8 = 18 bytes per parameter with Adam. Under PEFT the
-        # fp32 master covers the trainable parameters only (megatron/core/optimizer skips
-        # parameters without requires_grad when it builds its groups).
+        # 16-bit weights; main grads in megatron_grad_bytes (fp16: 2, bf16: 4); fp32 master copy +
+        # optimizer state in the optimizer: 2 + 2 + 4 + 8 = 16 bytes per parameter with Adam in fp16
+        # (the ZeRO paper's 16Ψ), 18 in bf16. Under PEFT the fp32 master covers the trainable
+        # parameters only (megatron/core/optimizer skips parameters without requires_grad when it
+        # builds its groups).
         opt = (pb + ob) * rank_params if tf >= 1.0 else 4 * trainable + ob * rank_params
-        return cb * trainable + frozen_bytes, gb * rank_params, opt, 0.0
+        return cb * trainable + frozen_bytes, megatron_grad_bytes(p) * rank_params, opt, 0.0
     # torch DDP as emitted (gradient_as_bucket_view=True): gradients are views into the buckets,
     # no extra copy (the default False would add one gradient-sized copy per rank).
     return pb * rank_params, gb * rank_params, ob * rank_params, 0.0
+
+
+def megatron_grad_bytes(p: ModelProfile) -> float:
+    """Bytes per parameter of Megatron-LM's main-gradient buffer, which its DDP all-reduces: the
+    parameter dtype unless ``--accumulate-allreduce-grads-in-fp32``, an opt-in flag Megatron turns
+    on by itself only for bf16 (NVIDIA/Megatron-LM @46c74b4c, 2021-06-22: megatron/arguments.py
+    L147 and L559, megatron/model/distributed.py L130 ``torch.float if
+    accumulate_allreduce_grads_in_fp32 else param.dtype``; the same rule at @d98e8a64, 2026,
+    megatron/training/arguments.py L1206-1217). So fp16 runs (Megatron-LM 2021, Korthikanti 2022)
+    hold and reduce fp16 gradients, bf16 runs fp32 ones."""
+    if p.compute_dtype == "fp16" and p.compute_bytes < 4:
+        # the traced AMP program keeps fp32 gradients: Megatron's buffer holds 2 bytes per trainable one
+        return min(p.grad_bytes_per_param, p.compute_bytes * p.trainable_fraction)
+    return p.grad_bytes_per_param
 
 
 def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
@@ -575,7 +590,8 @@ def _dp_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
         return 0.0
     cb = p.compute_bytes
     stage_params, stage_dense, stage_expert = _stage_split(ctx, layout)
-    grad_b = cb * p.trainable_fraction if isinstance(s, Zero) else p.grad_bytes_per_param
+    grad_b = (cb * p.trainable_fraction if isinstance(s, Zero)
+              else megatron_grad_bytes(p) if isinstance(s, MegatronDDP) else p.grad_bytes_per_param)
     groups = ((group(topo, dp_cp, tp), stage_dense), (group(topo, dp // ep, tp * ep), stage_expert))
     if isinstance(s, Zero):  # stages 1 and 2: gradients reduced in reduce_bucket_size buckets,
         # updated parameters all-gathered after the step (allgather_bucket_size): after the step;
@@ -685,6 +701,7 @@ __all__ = [
     "bucket_elements",
     "evaluate",
     "flops_per_step",
+    "megatron_grad_bytes",
     "memory",
     "step_time",
     "zero3_buckets",
