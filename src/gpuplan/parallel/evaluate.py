@@ -541,15 +541,25 @@ def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
         # HSDP then all-reduces each block's shard across the replicas, on the same stream
         hsdp = s.hsdp_shard
         replicas = group(topo, dp // hsdp, tp * hsdp) if hsdp else None
+        copy = p.copy_s_per_byte
 
         def gather(n: float, grp: Group) -> float:
             return all_gather_s(grp, cb * n)
 
         def scatter(n: float, grp: Group) -> float:
+            # foreach_reduce first copies the unsharded gradients into the reduce-scatter input
+            # (chunk_cat, read + write) on the reduce-scatter stream: it delays the collective
             across = all_reduce_s(replicas, grad_b * n / grp.size) if replicas is not None else 0.0
-            return reduce_scatter_s(grp, grad_b * n) + across
+            return 2 * grad_b * n * copy + reduce_scatter_s(grp, grad_b * n) + across
 
         covered = 1.0
+        # foreach_all_gather_copy_out: every gathered block is copied from the flat all-gather output
+        # into its parameters (split_with_sizes_copy, read + write) on the compute stream, after the
+        # gather and before the block runs, so it never overlaps (pytorch/pytorch
+        # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); forward, and again in backward
+        # when the block was resharded; the root's parameters once
+        regathers = 1 if s.reshard_after_forward else 0
+        copy_out = 2 * cb * copy * ((1 + regathers) * (blk_dense + blk_expert) * p.layers / layout.pp + outer)
     else:
         # DeepSpeed: one all-gather per submodule; gradients in reduce_bucket_size buckets (h²)
         red, prefetch, _ = zero3_buckets(p.hidden)
@@ -562,13 +572,14 @@ def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
             return _calls_s(reduce_scatter_s, grp, grad_b * n, grad_b * red)
 
         covered = min(1.0, prefetch / max(p.block_params / tp, 1.0))
+        copy_out = 0.0  # DeepSpeed points each parameter into its gathered flat buffer (no copy)
     g = _Gathers(
         gather(blk_dense, shard_group) + gather(blk_expert, expert_dp_group),
         scatter(blk_dense, shard_group) + scatter(blk_expert, expert_dp_group),
         gather(outer, shard_group),
         scatter(outer, shard_group),
     )
-    return _sharded_exposed(layout, g, p.layers / layout.pp, slot.block_f_s, slot.block_b_s, covered)
+    return copy_out + _sharded_exposed(layout, g, p.layers / layout.pp, slot.block_f_s, slot.block_b_s, covered)
 
 
 def _stage_split(ctx: Context, layout: Layout) -> tuple[float, float, float]:

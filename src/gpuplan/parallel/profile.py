@@ -163,6 +163,9 @@ class ModelProfile:
     megatron_time: EngineTime | None = None
     """block/first/last times as Megatron-LM runs them (parallel/engine.py: fused scale-mask-softmax,
     its GEMM rate); None: the eager times stand for it."""
+    copy_s_per_byte: float = 0.0
+    """Seconds per byte (read + written) of a memory-bound copy kernel on the profiled GPU
+    (perf/roofline.memory_bound_s): what FSDP2's copies of gathered parameters and gradients cost."""
     kind: str = "llm"
     """Workload kind (cnn | vit | encoder | llm) whose public rows give the time's 80% interval
     (perf/workload_family.py)."""
@@ -287,6 +290,7 @@ def profile_from_step(
         experts_per_token=(cfg.positive("num_experts_per_tok", "moe_topk") or 1) if params.expert_params else 0,
         block_param_modules=params.block_modules or 1,
         megatron_time=times.megatron,
+        copy_s_per_byte=times.copy_s_per_byte,
         trainable_fraction=params.trainable_fraction,
         frozen_float_params_per_param=params.frozen_float_params_per_param,
         frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
@@ -468,6 +472,7 @@ class _TimeSplit:
     peak_tflops: float
     compute_dtype: str
     compute_bytes: int
+    copy_s_per_byte: float = 0.0
 
 
 def _time_split(
@@ -477,6 +482,7 @@ def _time_split(
     from gpuplan.parallel.engine import megatron_efficiency, megatron_ops
     from gpuplan.perf import step_time
     from gpuplan.perf.efficiency import efficiency_for
+    from gpuplan.perf.roofline import memory_bound_s
 
     ops = run.trace.ops
     sizes = run.module_param_sizes if workload.autocast_dtype else {}
@@ -544,6 +550,7 @@ def _time_split(
         peak_tflops=full.peak_tflops,
         compute_dtype=full.compute_dtype,
         compute_bytes=cb_bytes,
+        copy_s_per_byte=memory_bound_s(1.0, gpu, efficiency_for(gpu.arch)),
     )
 
 

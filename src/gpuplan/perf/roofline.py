@@ -161,6 +161,12 @@ class OpTime:
         return self.compute_s >= self.memory_s
 
 
+def memory_bound_s(moved_bytes: float, gpu: GPU, eff: Efficiency) -> float:
+    """Kernel time of a memory-bound op moving ``moved_bytes`` (read + written) on ``gpu``: the one
+    bandwidth rule (also what the planner charges FSDP2's copies of gathered parameters)."""
+    return moved_bytes / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
+
+
 def op_time(
     op: OpRecord,
     gpu: GPU,
@@ -187,7 +193,7 @@ def op_time(
         # in and out are about the same size, so weight bytes ≈ read − written.
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
-    memory_s = moved / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
+    memory_s = memory_bound_s(moved, gpu, eff)
     compute_s = 0.0
     if op.flops > 0:
         key, tensor = rate_key(op, precision, gpu)
