@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 from tests.fixtures.plans import single_layout_plan
 
@@ -217,6 +218,24 @@ def _check_torchrun(lay: Layout, text: str) -> None:
     assert ("checkpoint_wrapper" in code) == (lay.checkpointing != "none")
 
 
+def _check_torchtitan(lay: Layout, cfg: dict[str, Any]) -> None:
+    par, train = cfg["parallelism"], cfg["training"]
+    dims = ("data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+            "pipeline_parallel_degree", "context_parallel_degree")
+    assert _product([par[d] for d in dims]) == lay.gpus and par["tensor_parallel_degree"] == lay.tp
+    assert par["data_parallel_shard_degree"] == (lay.shard_group if lay.fsdp else 1)
+    # torchtitan's gradient accumulation: global / (local · dp); under a pipeline local holds every micro-batch
+    steps = train["global_batch_size"] // (train["local_batch_size"] * lay.dp)
+    assert train["global_batch_size"] == lay.global_batch and steps == (1 if lay.pp > 1 else lay.grad_accum)
+    if lay.pp > 1:
+        chunks = par["module_fqns_per_model_part"]
+        assert len(chunks) == lay.pp * (lay.virtual_stages if lay.schedule == "interleaved" else 1)
+        assert sum(n.startswith("layers.") for c in chunks for n in c) == 12  # gpt2's blocks, each once
+        assert par["pipeline_parallel_microbatch_size"] == lay.micro_batch_size
+    ac = cfg["activation_checkpoint"]
+    assert ac["mode"] == {"none": "none", "full": "full", "selective-op": "selective"}[lay.checkpointing]
+
+
 def _product(xs: list[int]) -> int:
     out = 1
     for x in xs:
@@ -244,6 +263,8 @@ def test_emit_implements_the_layout_or_refuses(gpt2_ctx: Any, name: str, kind: s
         _check_deepspeed(lay, json.loads(text))
     elif kind == "accelerate":
         _check_accelerate(lay, yaml.safe_load(text))
+    elif kind == "torchtitan":
+        _check_torchtitan(lay, tomllib.loads(text))
     else:
         _check_torchrun(lay, text)
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 from tests.fixtures.plans import single_layout_plan
 
@@ -121,6 +122,12 @@ def _sharding_from_emitted(kind: str, text: str) -> tuple[str, Any]:
             hsdp = shard if par.get("parallelism_config_dp_replicate_size", 1) > 1 else None
             return "torch", FSDP2(cfg["fsdp_config"]["fsdp_reshard_after_forward"], hsdp)
         return "torch", DDP()
+    if kind == "torchtitan":
+        par = tomllib.loads(text)["parallelism"]
+        shard, replicate = par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]
+        if shard == 1:
+            return "torch", DDP()
+        return "torch", FSDP2(par["fsdp_reshard_after_forward"] == "always", shard if replicate > 1 else None)
     if "pretrain_gpt.py" in text:
         return "megatron", MegatronDDP()
     code = text.split("\n", 2)[2]
@@ -176,4 +183,5 @@ def test_every_searched_layout_round_trips_through_emit(gpt2_ctx) -> None:  # ty
     assert {("deepspeed", f"zero{s}") for s in (1, 2, 3)} <= seen
     assert {("accelerate", name) for name in ("ddp", "zero3", "fsdp2", "hsdp", "megatron-ddp")} <= seen
     assert {("torchrun", name) for name in ("ddp", "fsdp2", "hsdp", "megatron-ddp")} <= seen
+    assert {("torchtitan", name) for name in ("ddp", "fsdp2", "hsdp")} <= seen
     assert n > 50

@@ -1,5 +1,5 @@
 """``gpuplan plan MODEL --gpus N --gpu GPU [--nodes M] [--tp T] [--pp P] [--dp D] [--zero S | --fsdp]
-[--global-batch-size G] [--micro-batch-size m] [workload flags] [--emit torchrun|deepspeed|accelerate]``."""
+[--global-batch-size G] [--micro-batch-size m] [workload flags] [--emit torchrun|deepspeed|accelerate|torchtitan]``."""
 
 from __future__ import annotations
 
@@ -81,9 +81,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(checkpointing=None)
     parser.add_argument(
         "--emit",
-        choices=("torchrun", "deepspeed", "accelerate"),
+        choices=("torchrun", "deepspeed", "accelerate", "torchtitan"),
         default=None,
-        help="print the launch configuration for this engine",
+        help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train)",
     )
     add_output_arguments(parser)
     add_json_argument(parser)

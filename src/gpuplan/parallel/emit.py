@@ -1,5 +1,6 @@
 """Launch configurations for the engines that run a layout: torchrun (+ FSDP2/TP snippet),
-DeepSpeed ``ds_config.json`` and an accelerate config YAML. Strings only; nothing is launched."""
+DeepSpeed ``ds_config.json``, an accelerate config YAML and a torchtitan job TOML
+(``parallel/emit_torchtitan.py``). Strings only; nothing is launched."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.parallel.emit_torchtitan import torchtitan_limit, torchtitan_toml
 from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
 from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero
 
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from gpuplan.parallel.plan import Plan
     from gpuplan.workload import Workload
 
-EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate")
+EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan")
 
 
 def _mixed(precision: str) -> str:
@@ -337,6 +339,14 @@ def megatron_args(p: Plan) -> list[str]:
 
 def engines_for(lay: Layout) -> tuple[str, ...]:
     """The ``--emit`` values whose output implements ``lay`` as planned (may be empty)."""
+    base = _launchers_for(lay)
+    if lay.engine == "torch" and torchtitan_limit(lay) is None:
+        return (*base, "torchtitan")
+    return base
+
+
+def _launchers_for(lay: Layout) -> tuple[str, ...]:
+    """engines_for without torchtitan (which runs the torch.distributed layouts it can express)."""
     if lay.ep > 1:
         # Megatron-LM has --expert-model-parallel-size; a ds_config, accelerate's plugins and the
         # torch snippet have no expert-parallel setting (DeepSpeed-MoE / torchtitan need model code).
@@ -363,6 +373,10 @@ def refusal(lay: Layout, kind: str) -> str | None:
     can = engines_for(lay)
     if kind in can:
         return None
+    limit = torchtitan_limit(lay) if kind == "torchtitan" else None
+    if limit is not None:
+        others = " or ".join(f"--emit {k}" for k in can)
+        return f"--emit torchtitan cannot implement it: {limit}" + (f"; or use {others}" if can else "")
     what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
     if can:
         return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
@@ -395,7 +409,7 @@ _ENGINE_NAMES = {
 
 
 def emit(p: Plan, kind: str) -> str:
-    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate) as text; ConfigError
+    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate | torchtitan) as text; ConfigError
     (one line naming the engines that can) when that engine cannot implement the plan's layout."""
     if kind not in EMITTERS:
         raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
@@ -413,13 +427,15 @@ def emit(p: Plan, kind: str) -> str:
         import yaml
 
         return str(yaml.safe_dump(accelerate_config(p), sort_keys=True))
+    if kind == "torchtitan":
+        return torchtitan_toml(p, torchrun_command(p, "").rstrip())
     raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
 
 
 def layout_engine_note(lay: Layout, kind: str, workload: Workload | None = None) -> str | None:
     """What the emitted text leaves to the user's training script (None: nothing)."""
     notes = []
-    if lay.checkpointing != "none" and kind != "torchrun" and lay.engine != "megatron":
+    if lay.checkpointing != "none" and kind not in ("torchrun", "torchtitan") and lay.engine != "megatron":
         notes.append(f"activation checkpointing ({lay.checkpointing}) is applied in the training script, per block")
     s = lay.sharding
     four_bit = workload is not None and (workload.peft == "qlora" or workload.load_in == "4bit")
