@@ -413,6 +413,8 @@ def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path
     (["--dp", "2"], lambda r: r["engine"]["data_parallel_size"] == 2 and "--data-parallel-size 2" in r["command"]),
     (["--ep", "1"], lambda r: r["engine"]["expert_parallel_size"] == 1),  # --ep > 1 on a MoE: tests/serve
     (["--gpus", "2"], lambda r: len(r["layouts"]) == 2 and r["chosen"] is not None),  # MoE: tests/serve/test_layouts
+    (["--max-loras", "2", "--max-lora-rank", "8"], lambda r: r["lora"]["slot_bytes"] > 0
+     and "--enable-lora --max-loras 2 --max-lora-rank 8" in r["command"]),  # speculative: test_lora_speculative.py
 ])
 def test_serve_option(tiny_gpt2: str, flags: list[str], check: Any) -> None:
     # gpuplan serve: every engine, KV dtype, quantization and answer form on the tiny GPT-2 (tests/serve)

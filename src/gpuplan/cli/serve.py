@@ -24,6 +24,7 @@ from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 def add_parser(parser: argparse.ArgumentParser) -> None:
     from gpuplan.serve.engines import ENGINES
     from gpuplan.serve.kv import KV_CACHE_DTYPES
+    from gpuplan.serve.speculative import SPEC_METHODS
     from gpuplan.workload import WEIGHT_QUANTS
 
     add_model_argument(parser)
@@ -61,6 +62,18 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         "the replicas) meeting it at p99")
     parser.add_argument("--itl-slo", type=positive_float("an inter-token latency target"), default=None,
                         metavar="SECONDS", help="inter-token latency target: the largest decode batch meeting it")
+    parser.add_argument("--max-loras", type=_int, default=None, metavar="N",
+                        help="multi-LoRA: adapters served at once (vLLM --enable-lora --max-loras; slots counted)")
+    parser.add_argument("--max-lora-rank", type=_int, default=None, metavar="R",
+                        help="largest adapter rank (vLLM's --max-lora-rank, default 16)")
+    parser.add_argument("--speculative-model", default=None, metavar="NAME",
+                        help="speculative decoding with this draft model (catalog name or config.json)")
+    parser.add_argument("--speculative-method", choices=SPEC_METHODS, default=None,
+                        help="draft (with --speculative-model) or mtp (the model's own MTP layers)")
+    parser.add_argument("--num-speculative-tokens", type=_int, default=None, metavar="K",
+                        help="tokens drafted per step (default 1 for mtp, 4 for a draft model)")
+    parser.add_argument("--spec-acceptance", type=float, default=None, metavar="A",
+                        help="share of drafted tokens accepted (default 0.85 mtp, DeepSeek-V3 report; 0.7 draft)")
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
     _add_local_arguments(parser)
@@ -168,7 +181,10 @@ def run(args: argparse.Namespace) -> int:
               "rate": args.rate, "gpu_memory_utilization": args.gpu_memory_utilization,
               "kv_cache_dtype": args.kv_cache_dtype, "max_num_batched_tokens": args.max_num_batched_tokens,
               "max_num_seqs": args.max_num_seqs, "quantization": args.quantization, "prices": prices,
-              "ttft_slo": args.ttft_slo, "itl_slo": args.itl_slo}
+              "ttft_slo": args.ttft_slo, "itl_slo": args.itl_slo, "max_loras": args.max_loras,
+              "max_lora_rank": args.max_lora_rank, "speculative_model": args.speculative_model,
+              "speculative_method": args.speculative_method, "num_speculative_tokens": args.num_speculative_tokens,
+              "spec_acceptance": args.spec_acceptance}
     if args.gpus is not None:
         given = [flag for flag, value in (("--tp", args.tp), ("--dp", args.dp), ("--ep", args.ep)) if value is not None]
         given += ["--pp"] if args.pp != 1 else []

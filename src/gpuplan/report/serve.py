@@ -62,6 +62,16 @@ def serve_to_dict(r: ServeResult) -> dict[str, Any]:
                         "memory_s", "communication_s"):
                 if key in out[phase]:
                     out[phase][key] = None
+    if r.lora is not None:
+        lo = r.lora
+        out["lora"] = {"max_loras": lo.max_loras, "max_lora_rank": lo.max_lora_rank, "slot_bytes": lo.slot_bytes,
+                       "punica_bytes": lo.punica_bytes, "shrink_buffer_bytes": lo.shrink_buffer_bytes,
+                       "params_per_adapter": lo.params_per_adapter}
+    if r.drafter is not None:
+        d = r.drafter
+        out["speculative"] = {"method": d.spec.method, "model": d.spec.model, "num_speculative_tokens": d.spec.tokens,
+                              "acceptance": d.spec.acceptance, "accepted_tokens_per_step": d.spec.accepted_per_step,
+                              "weights_bytes": d.weights_bytes, "kv_bytes_per_token": d.kv_token_bytes}
     if r.rate is not None:
         q = r.rate
         out["rate"] = {"requests_per_s": q.rate_per_s, "input_len": q.input_len, "output_len": q.output_len,
@@ -94,6 +104,15 @@ def render_serve(r: ServeResult) -> str:
                         ("CUDA context", b.context_bytes), ("KV cache", b.kv_cache_bytes)):
         if value or name == "KV cache":
             lines.append(f"  {name:<16}{_gib(value)}")
+    if r.lora is not None:
+        lines.append(f"  of the weights, LoRA: {r.lora.max_loras} slot(s) at rank {r.lora.max_lora_rank} "
+                     f"{_gib(r.lora.slot_bytes)} + punica buffers {r.lora.punica_bytes / 2**20:.2f} MiB")
+    if r.drafter is not None:
+        d = r.drafter
+        what = f"draft model {d.spec.model}" if d.spec.method == "draft" else f"{d.spec.mtp_layers} MTP layer(s)"
+        lines.append(f"  of the weights, speculative drafter ({what}): {_gib(d.weights_bytes)}; "
+                     f"{d.kv_token_bytes:,} of the KV bytes per token; {d.spec.tokens} draft token(s) at acceptance "
+                     f"{d.spec.acceptance:g}: {d.spec.accepted_per_step:.2f} tokens per step")
     lines += [f"KV: {r.kv.bytes_per_token:,} bytes per token per GPU ({r.layout.kind.upper()}), "
               f"{r.kv_cache_tokens:,} tokens in the cache",
               f"  max concurrency at {r.context:,} tokens: {r.max_concurrency:,} sequences"

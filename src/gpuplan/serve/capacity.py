@@ -9,6 +9,7 @@ GPU (serve/budget.py) → KV tokens, concurrency, longest context → prefill / 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from gpuplan.serve.kv import (
     model_dtype,
 )
 from gpuplan.serve.latency import largest_batch, replicas_for, slot_wait
+from gpuplan.serve.lora import DEFAULT_MAX_LORA_RANK, LoRABudget, check_lora, lora_budget
+from gpuplan.serve.speculative import Speculation, speculation
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
 from gpuplan.workload import WEIGHT_QUANTS, Workload
 
@@ -106,6 +109,8 @@ class ServeResult:
     itl_slo_s: float | None = None
     slo_concurrency: int | None = None
     """The largest concurrency meeting --ttft-slo / --itl-slo (None: no target asked; 0: none meets them)."""
+    lora: LoRABudget | None = None
+    drafter: Drafter | None = None
     time_unknown: str | None = None
     """Why no time could be modelled (a GPU without a documented rate for the dtype): TTFT, decode
     step and the rate answer are then left out; the memory answer stands."""
@@ -199,6 +204,12 @@ def serve(
     prices: dict[str, float] | None = None,
     ttft_slo: float | None = None,
     itl_slo: float | None = None,
+    max_loras: int | None = None,
+    max_lora_rank: int | None = None,
+    speculative_model: str | None = None,
+    speculative_method: str | None = None,
+    num_speculative_tokens: int | None = None,
+    spec_acceptance: float | None = None,
     trace_compute_capability: tuple[int, int] | None = None,
     profiles: dict[tuple[Any, ...], TracedStep] | None = None,
 ) -> ServeResult:
@@ -236,6 +247,16 @@ def serve(
         raise ConfigError(f"--ep {ep}: {source.name} has no routed experts (num_experts_per_tok); expert "
                           "parallelism applies to MoE models only; drop --ep")
     source, quantization, from_checkpoint = _checkpoint_quantization(source, quantization)
+    spec = speculation(source.config_dict, source.name, method=speculative_method, model=speculative_model,
+                       tokens=num_speculative_tokens, acceptance=spec_acceptance)
+    if spec is not None:
+        engines.check_feature(engine, spec.method, "--speculative-model" if spec.method == "draft" else
+                              "--speculative-method mtp")
+    if max_lora_rank is not None and max_loras is None:
+        raise ConfigError("--max-lora-rank sizes the LoRA slots: add --max-loras N (adapters served at once)")
+    if max_loras is not None:
+        engines.check_feature(engine, "lora", "--max-loras")
+        check_lora(max_loras, max_lora_rank or DEFAULT_MAX_LORA_RANK)
     target = resolve_gpu(gpu)
     assert target is not None
     config = source.hf_config().to_dict()
@@ -280,9 +301,13 @@ def serve(
     engines.check_utilization(utilization)
     settings = engines.EngineSettings(
         engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
-        eng.block_size, quantization, eng.paged, from_checkpoint, dp, ep)
+        eng.block_size, quantization, eng.paged, from_checkpoint, dp, ep, max_loras or 0,
+        (max_lora_rank or DEFAULT_MAX_LORA_RANK) if max_loras else 0, spec, str(config.get("model_type") or ""))
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
+    lora = lora_budget(config, layout, max_loras=settings.max_loras, max_lora_rank=settings.max_lora_rank, tp=tp,
+                       pp=pp, dtype_bytes=DTYPE_BYTES[dtype], max_num_batched_tokens=tokens,
+                       max_num_seqs=seqs) if settings.max_loras else None
     num_seqs = eng.profile_num_seqs(seqs)
     cc = trace_compute_capability or target.compute_capability
     from gpuplan.serve.profile import profile_images
@@ -301,8 +326,21 @@ def serve(
     # routed experts (MoE): what expert parallelism and DP attention's MoE group split, and the share of
     # the weights a decode step reads only for the experts its tokens reach
     expert_bytes = _expert_bytes(source, step, target) if _text_get(config, "num_experts_per_tok") else 0
-    budget = _budget(settings, config, step, rank_step, target, total, dtype, expert_bytes)
+    drafter = _drafter(spec, source, config, layout, cost, step, settings, target, dtype, element, expert_bytes,
+                       profiles, compute_capability=cc) if spec is not None else None
+    if drafter is not None:
+        cost = dataclasses.replace(cost, extra_token_bytes=drafter.kv_token_bytes)
+    budget = _budget(settings, config, step, rank_step, target, total, dtype, expert_bytes, lora=lora,
+                     drafter_bytes=drafter.weights_bytes if drafter is not None else 0)
     assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
+    if lora is not None:
+        assumptions.append(f"--max-loras {lora.max_loras} at rank {lora.max_lora_rank}: vLLM's LoRA slots on every "
+                           f"q/k/v/o and MLP projection ({lora.slot_bytes / 2**30:.2f} GiB per GPU) and punica index "
+                           "tensors counted with the weights (loaded with the model), the float32 shrink buffer in "
+                           "the activation peak; embedding / lm_head / MoE-expert slots not counted; vLLM's profile "
+                           "runs dummy adapters of rank 8 (serve/lora.py)")
+    if drafter is not None:
+        assumptions.extend(drafter.notes)
     asked = input_len + (output_len or 0) if input_len is not None else None
     context_used = context or asked or max_model_len
     kv_tokens = cost.cache_tokens(budget.kv_cache_bytes)
@@ -310,17 +348,41 @@ def serve(
     worst = cost.max_concurrency(budget.kv_cache_bytes, max_model_len)
     fits_len = cost.max_context(max(0, budget.kv_cache_bytes), trained or max_model_len * 64)
     ok, reason = eng.verdict(settings, budget, cost, fits_len, source.name)
+    refusal = engines.refusal(engine, spec.method) if spec is not None else None
+    if refusal is not None and ok:
+        ok, reason = False, refusal
     shape = _shape(config, layout, step, dtype, expert_bytes)
+    if lora is not None:
+        shape = dataclasses.replace(shape, adapter_params=lora.params_per_adapter, max_adapters=lora.max_loras)
     if input_len is not None:
         decode_context = input_len + (output_len or 0) // 2
     else:
         decode_context = context_used
     prefill_tokens = input_len or context_used
+    target_cost = dataclasses.replace(cost, extra_token_bytes=0)  # the verify step reads the target's KV only
 
     def step_at(b: int) -> PhaseTime:
-        return decode_step(shape, target, tp, batch=b, context=decode_context,
-                           kv_read_bytes=b * cost.sequence_bytes(decode_context) * pp, weight_quant=quantization, ep=ep,
-                           dp=dp)
+        """One output token's share of a decode step: with speculative decoding the draft steps and the
+        target's verify of K + 1 tokens per sequence, over the tokens a step yields on average."""
+        verify = decode_step(shape, target, tp, batch=b * (spec.tokens + 1 if spec else 1), context=decode_context,
+                             kv_read_bytes=b * target_cost.sequence_bytes(decode_context) * pp,
+                             weight_quant=quantization, ep=ep, dp=dp)
+        if drafter is None:
+            return verify
+        draft = drafter.steps(target, tp, batch=b, context=decode_context, ep=ep, dp=dp)
+        per = drafter.spec.accepted_per_step
+        return PhaseTime((verify.seconds + draft.seconds) / per, (verify.compute_s + draft.compute_s) / per,
+                         (verify.memory_s + draft.memory_s) / per,
+                         (verify.communication_s + draft.communication_s) / per)
+
+    def first_at(tokens_in: int) -> PhaseTime:
+        """The prompt's prefill, and the drafter's over the same prompt."""
+        first_ = prefill(shape, target, tp, tokens=tokens_in, weight_quant=quantization, ep=ep, dp=dp)
+        if drafter is None:
+            return first_
+        extra = drafter.prefill(target, tp, tokens=tokens_in, ep=ep, dp=dp)
+        return PhaseTime(first_.seconds + extra.seconds, first_.compute_s + extra.compute_s,
+                         first_.memory_s + extra.memory_s, first_.communication_s + extra.communication_s)
 
     rate_answer = None
     slo_conc = None
@@ -328,12 +390,11 @@ def serve(
     batch = concurrency or max(1, min(max_conc, seqs))
     try:
         if ttft_slo is not None or itl_slo is not None:
-            slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, shape, target, tp, prefill_tokens, quantization,
-                                        ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo, ep=ep,
-                                        dp=dp)
+            slo_conc = _slo_concurrency(min(max_conc, seqs), step_at, first_at, prefill_tokens,
+                                        ttft_slo=None if rate is not None else ttft_slo, itl_slo=itl_slo)
         if rate is not None and input_len is not None and output_len is not None:
-            rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, shape, target, prices,
-                                ttft_slo=ttft_slo, itl_slo=itl_slo)
+            rate_answer = _rate(rate, input_len, output_len, cost, budget, settings, step_at, first_at, target,
+                                prices, ttft_slo=ttft_slo, itl_slo=itl_slo)
         # the time line is for the batch the answer runs: the asked concurrency, the rate's per-replica
         # concurrency (the same batch as the rate line), the latency targets' concurrency, else as many as fit
         if concurrency is not None:
@@ -345,7 +406,7 @@ def serve(
         else:
             batch = max(1, min(max_conc, seqs))
         decode = step_at(batch)
-        first = prefill(shape, target, tp, tokens=prefill_tokens, weight_quant=quantization, ep=ep, dp=dp)
+        first = first_at(prefill_tokens)
     except NoRateError as exc:  # the memory answer stands; the times are left out and the result says why
         time_unknown = str(exc)
         decode = first = PhaseTime(0.0, 0.0, 0.0, 0.0)
@@ -357,7 +418,7 @@ def serve(
         decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
         command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
         params_count=step.params_count, max_concurrency_at_max_model_len=worst, ttft_slo_s=ttft_slo,
-        itl_slo_s=itl_slo, slo_concurrency=slo_conc, time_unknown=time_unknown)
+        itl_slo_s=itl_slo, slo_concurrency=slo_conc, time_unknown=time_unknown, lora=lora, drafter=drafter)
 
 
 _CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "int4", "gptq": "int4", "awq": "int4"}
@@ -470,13 +531,18 @@ def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], s
 
 
 def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, rank_step: TracedStep,
-            gpu: GPU, total: int, dtype: str, expert_bytes: int = 0) -> budgets.Budget:
-    """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations)."""
+            gpu: GPU, total: int, dtype: str, expert_bytes: int = 0, *, lora: LoRABudget | None = None,
+            drafter_bytes: int = 0) -> budgets.Budget:
+    """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations).
+    LoRA slots, punica buffers and a speculative drafter load with the model: vLLM counts them as weights."""
     from gpuplan.memory.nccl import nccl_buffer_bytes
 
     eng = engines.get_engine(settings.engine)
-    weights = _weights_per_gpu(settings, config, step, dtype, expert_bytes)
+    weights = _weights_per_gpu(settings, config, step, dtype, expert_bytes) + drafter_bytes
     activation = max(0, rank_step.rounded_peak_bytes - rank_step.param_bytes)
+    if lora is not None:
+        weights += lora.slot_bytes + lora.punica_bytes
+        activation += lora.shrink_buffer_bytes
     non_torch = budgets.non_torch_bytes(gpu.compute_capability, gpu.vendor, gpu.arch)
     if eng.paged:
         # the TP group's communicator, created before the profile run: vLLM 0.10.0 sees it as non-torch
@@ -492,6 +558,102 @@ def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: Trac
                       non_torch=non_torch, context_bytes=context, graphs=graphs)
 
 
+@dataclass(frozen=True, slots=True)
+class Drafter:
+    """A speculative drafter on one GPU (serve/speculative.py): its weights and KV per token there, and the
+    shape its K draft forwards are timed with (a draft model, or the MTP layers as a model of their own)."""
+
+    spec: Speculation
+    weights_bytes: int
+    kv_token_bytes: int
+    shape: ModelShape
+    cost: KVCost
+    weight_quant: str
+    notes: tuple[str, ...]
+
+    def steps(self, gpu: GPU, tp: int, *, batch: int, context: int, ep: int, dp: int) -> PhaseTime:
+        one = decode_step(self.shape, gpu, tp, batch=batch, context=context,
+                          kv_read_bytes=batch * self.cost.sequence_bytes(context), weight_quant=self.weight_quant,
+                          ep=ep, dp=dp)
+        k = self.spec.tokens
+        return PhaseTime(one.seconds * k, one.compute_s * k, one.memory_s * k, one.communication_s * k)
+
+    def prefill(self, gpu: GPU, tp: int, *, tokens: int, ep: int, dp: int) -> PhaseTime:
+        return prefill(self.shape, gpu, tp, tokens=tokens, weight_quant=self.weight_quant, ep=ep, dp=dp)
+
+
+def _drafter(spec: Speculation, source: HFConfigSource, config: dict[str, Any], layout: KVLayout, cost: KVCost,
+             step: TracedStep, settings: engines.EngineSettings, gpu: GPU, dtype: str, element: int,
+             expert_bytes: int, profiles: dict[tuple[Any, ...], TracedStep] | None, *,
+             compute_capability: tuple[int, int] | None) -> Drafter:
+    if spec.method == "mtp":
+        return _mtp_drafter(spec, config, layout, cost, step, settings, dtype, expert_bytes)
+    draft_source = _decoder_source(spec.model or "")
+    draft_config = draft_source.hf_config().to_dict()
+    draft_layout = kv_layout(draft_config, draft_source.name)
+    draft_dtype = model_dtype(draft_config)
+    if draft_dtype == "bfloat16" and not gpu.has_bf16:
+        draft_dtype = "float16"
+    key = ("draft", draft_source.name, settings.max_num_batched_tokens, settings.max_num_seqs, draft_dtype,
+           compute_capability)
+    draft_step = profiles.get(key) if profiles is not None else None
+    if draft_step is None:
+        draft_step = trace_profile_run(draft_source, tokens=settings.max_num_batched_tokens,
+                                       num_seqs=settings.max_num_seqs, dtype=draft_dtype,
+                                       compute_capability=compute_capability)
+        if profiles is not None:
+            profiles[key] = draft_step
+    draft_cost = kv_cost(draft_layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[draft_dtype],
+                         tp=settings.tp, block_size=settings.block_size,
+                         max_num_batched_tokens=settings.max_num_batched_tokens)
+    weights = -(-draft_step.param_bytes // settings.tp)
+    shape = _shape(draft_config, draft_layout, draft_step, draft_dtype)
+    notes = (f"speculative decoding: draft model {draft_source.name} ({draft_step.params_count:,} parameters, "
+             f"{weights / 2**30:.2f} GiB per GPU split by the target's --tp {settings.tp}) loaded with the model, its "
+             f"{draft_cost.bytes_per_token:,} KV bytes per token per GPU in the same cache; {spec.tokens} draft "
+             f"token(s) a step, acceptance {spec.acceptance:g} → {spec.accepted_per_step:.2f} tokens per step "
+             "(Leviathan et al. 2023; --spec-acceptance)",)
+    return Drafter(spec, weights, draft_cost.bytes_per_token, shape, draft_cost, "none", notes)
+
+
+def _mtp_drafter(spec: Speculation, config: dict[str, Any], layout: KVLayout, cost: KVCost, step: TracedStep,
+                 settings: engines.EngineSettings, dtype: str, expert_bytes: int) -> Drafter:
+    """The model's MTP layers: each one more decoder layer (attention + the model's MLP / MoE) plus the
+    projection of [embedding; hidden] back to hidden (2·H × H) and its norms; embedding and lm_head shared.
+    A decoder layer's size is the model's per-layer average of its non-expert part plus one MoE layer's
+    experts (serve/speculative.py)."""
+    text = ConfigView(config)
+    hidden, layers = text.hidden_size or 0, text.layers or 1
+    n = spec.mtp_layers
+    per_param = step.param_bytes / max(1, step.params_count)
+    vocab = text.vocab_size or 0
+    outer = vocab * hidden * per_param * (1 if config.get("tie_word_embeddings") else 2)
+    top_k = int(text.get("num_experts_per_tok") or 0)
+    dense_layers = int(text.get("first_k_dense_replace") or 0) + len(text.get("mlp_only_layers") or [])
+    moe_layers = max(1, layers - dense_layers) if top_k else 0
+    per_layer = (step.param_bytes - expert_bytes - outer) / layers
+    experts_16 = int(n * expert_bytes / moe_layers) if moe_layers else 0
+    total_16 = int(n * (per_layer + 2 * hidden * hidden * per_param)) + experts_16
+    scale = 1.0 if settings.quantization == "none" else (
+        quantized_weight_bytes(step.params_count, settings.quantization) / max(1, step.param_bytes))
+    dense_gpu = -(-int((total_16 - experts_16) * scale) // settings.tp)
+    experts_gpu = expert_weights_per_gpu(int(experts_16 * scale), experts=text.experts, tp=settings.tp,
+                                         dp=settings.dp, pp=1, ep=settings.ep)
+    kv_token = n * cost.full_layer_token_bytes
+    head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
+    shape = ModelShape(int(total_16 / per_param), total_16, n, n, hidden, layout.attention_heads, head_dim, dtype,
+                       DTYPE_BYTES[dtype], n if top_k else 0, top_k, experts_16, text.experts if top_k else 0)
+    mtp_cost = dataclasses.replace(cost, full_layers=n, sliding_layers=0, state_bytes_per_sequence=0,
+                                   extra_token_bytes=0)
+    gib = (dense_gpu + experts_gpu) / 2**30
+    notes = (f"speculative decoding: the model's {n} MTP layer(s) ({gib:.2f} GiB per GPU: one decoder layer each, "
+             "sized as the model's average non-expert layer plus one MoE layer's experts, "
+             f"and the 2·hidden × hidden projection) and their {kv_token:,} KV bytes per token per GPU; "
+             f"{spec.tokens} draft token(s) a step, acceptance {spec.acceptance:g} → {spec.accepted_per_step:.2f} "
+             "tokens per step (DeepSeek-V3 report: 85–90% for the second token; --spec-acceptance)",)
+    return Drafter(spec, dense_gpu + experts_gpu, kv_token, shape, mtp_cost, settings.quantization, notes)
+
+
 def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: str,
            expert_bytes: int = 0) -> ModelShape:
     text = ConfigView(config)
@@ -505,40 +667,30 @@ def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: st
                       text.experts if top_k else 0)
 
 
-def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], shape: ModelShape, gpu: GPU, tp: int,
-                     prompt_tokens: int, quantization: str, *, ttft_slo: float | None,
-                     itl_slo: float | None, ep: int = 1, dp: int = 1) -> int:
+def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], first_at: Callable[[int], PhaseTime],
+                     prompt_tokens: int, *, ttft_slo: float | None, itl_slo: float | None) -> int:
     """The largest concurrency whose decode step is within --itl-slo and whose prompts, arriving together
     and prefilled back to back (chunked prefill), all see their first token within --ttft-slo."""
     def meets(b: int) -> bool:
         if itl_slo is not None and step_at(b).seconds > itl_slo:
             return False
-        return ttft_slo is None or prefill(shape, gpu, tp, tokens=b * prompt_tokens, weight_quant=quantization,
-                                           ep=ep, dp=dp).seconds <= ttft_slo
+        return ttft_slo is None or first_at(b * prompt_tokens).seconds <= ttft_slo
 
     return largest_batch(limit, meets)
 
 
 def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: budgets.Budget,
-          settings: engines.EngineSettings, shape: ModelShape, gpu: GPU,
-          prices: dict[str, float] | None, *, ttft_slo: float | None = None,
-          itl_slo: float | None = None) -> RateAnswer:
+          settings: engines.EngineSettings, step_at: Callable[[int], PhaseTime],
+          first_at: Callable[[int], PhaseTime], gpu: GPU, prices: dict[str, float] | None, *,
+          ttft_slo: float | None = None, itl_slo: float | None = None) -> RateAnswer:
     """Replicas for ``rate``: each replica runs ``conc`` slots (KV, --max-num-seqs, --itl-slo); its prefills
     run one after another, so a slot turns over every ``conc × TTFT + output_len × ITL`` (the capacity of
     Little's law); the slot wait is the M/D/c queue of serve/latency.py, and with --ttft-slo the replica
     count grows until the p99 TTFT (prefill + p99 wait) meets it."""
-    context = input_len + output_len // 2
-
-    def step_at(b: int) -> PhaseTime:
-        return decode_step(shape, gpu, settings.tp, batch=b, context=context,
-                           kv_read_bytes=b * cost.sequence_bytes(context) * settings.pp,
-                           weight_quant=settings.quantization, ep=settings.ep, dp=settings.dp)
-
     conc = max(0, min(cost.max_concurrency(budget.kv_cache_bytes, input_len + output_len), settings.max_num_seqs))
     if itl_slo is not None:
         conc = largest_batch(conc, lambda b: step_at(b).seconds <= itl_slo)
-    ttft = prefill(shape, gpu, settings.tp, tokens=input_len, weight_quant=settings.quantization,
-                   ep=settings.ep, dp=settings.dp).seconds
+    ttft = first_at(input_len).seconds
     if conc == 0:
         return RateAnswer(rate, input_len, output_len, 0, 0.0, 0, 0, gpu.id, None, ttft_s=ttft)
     itl = step_at(conc).seconds

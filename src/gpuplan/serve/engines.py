@@ -22,6 +22,7 @@ from gpuplan.units import GIB
 
 if TYPE_CHECKING:
     from gpuplan.serve.kv import KVCost
+    from gpuplan.serve.speculative import Speculation
 
 VLLM_BLOCK_SIZE = 16
 VLLM_GRAPH_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
@@ -39,6 +40,11 @@ _SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
 VLLM_NO_CACHE_MESSAGE = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                          "when initializing the engine.")
 SGLANG_NO_CACHE_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
+VLLM_DRAFT_REFUSAL = ("NotImplementedError: Speculative decoding with draft model is not supported yet. Please "
+                      "consider using other speculative decoding methods such as ngram, medusa, eagle, or "
+                      "deepseek_mtp.")
+"""vLLM 0.10.0 ``vllm/engine/arg_utils.py`` ``_is_v1_supported_oracle``: the V1 engine refuses a draft model
+(re-added to V1 later, vLLM PR #24322); gpuplan still shows the budget that allocation holds."""
 
 
 def check_engine(engine: str) -> str:
@@ -86,6 +92,12 @@ class EngineSettings:
     """Data-parallel attention ranks, each with its own KV cache and --tp GPUs."""
     ep: int = 1
     """Expert-parallel ranks (1: every expert sharded by TP; else tp × dp, the experts split over all GPUs)."""
+    max_loras: int = 0
+    """Multi-LoRA slots (0: LoRA off) at ``max_lora_rank`` (serve/lora.py)."""
+    max_lora_rank: int = 0
+    speculative: Speculation | None = None
+    """Speculative decoding (serve/speculative.py); None: off."""
+    model_type: str = ""
 
     @property
     def version(self) -> str:
@@ -97,7 +109,9 @@ class EngineSettings:
                 "expert_parallel_size": self.ep, "max_model_len": self.max_model_len,
                 "gpu_memory_utilization": self.gpu_memory_utilization, "kv_cache_dtype": self.kv_cache_dtype,
                 "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
-                "block_size": self.block_size, "quantization": self.quantization, "cuda_graphs": self.cuda_graphs}
+                "block_size": self.block_size, "quantization": self.quantization, "cuda_graphs": self.cuda_graphs,
+                "max_loras": self.max_loras, "max_lora_rank": self.max_lora_rank,
+                "speculative_method": self.speculative.method if self.speculative else None}
 
 
 def _ok(name: str, kv: int, cost: KVCost) -> tuple[bool, str]:
@@ -222,6 +236,10 @@ class VLLM:
             args += ["--data-parallel-size", str(s.dp)]
         if s.ep > 1:  # vLLM's EP group is every GPU of the instance: tp × dp
             args += ["--enable-expert-parallel"]
+        if s.max_loras:
+            args += ["--enable-lora", "--max-loras", str(s.max_loras), "--max-lora-rank", str(s.max_lora_rank)]
+        if s.speculative is not None:
+            args += ["--speculative-config", s.speculative.vllm_config(s.model_type)]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -297,6 +315,8 @@ class SGLang:
             args += ["--kv-cache-dtype", "fp8_e4m3"]
         if s.quantization != "none" and not s.quantization_from_checkpoint:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
+        if s.speculative is not None:
+            args += s.speculative.sglang_args()
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -493,6 +513,27 @@ def default_batched_tokens(engine: str, device_bytes: int, large_not_a100: bool,
 
 def default_max_num_seqs(engine: str, device_bytes: int, large_not_a100: bool) -> int:
     return get_engine(engine).default_max_num_seqs(device_bytes, large_not_a100)
+
+
+FEATURES: dict[str, frozenset[str]] = {"vllm": frozenset({"lora", "draft", "mtp"}), "sglang": frozenset({"mtp"})}
+"""Multi-LoRA and speculative decoding as modelled per engine: vLLM 0.10.0's LoRA slots and
+--speculative-config; SGLang 0.4.6's NEXTN (MTP). SGLang's LoRA pool (--lora-paths, --max-loras-per-batch) and
+a standalone draft model (STANDALONE, a later release) are not modelled."""
+
+
+_REFUSALS: dict[tuple[str, str], str] = {("vllm", "draft"): VLLM_DRAFT_REFUSAL}
+
+
+def refusal(engine: str, feature: str) -> str | None:
+    """What the modelled engine version says when it refuses ``feature`` at start, if it does."""
+    return _REFUSALS.get((engine, feature))
+
+
+def check_feature(engine: str, feature: str, flag: str) -> None:
+    if feature not in FEATURES.get(engine, frozenset()):
+        which = ", ".join(name for name, features in FEATURES.items() if feature in features)
+        raise ConfigError(f"{flag} is modelled for --engine {which} only, not {engine}; pass --engine "
+                          f"{which.split(',')[0]}")
 
 
 def command(s: EngineSettings) -> str:

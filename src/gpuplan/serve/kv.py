@@ -205,11 +205,15 @@ class KVCost:
     sliding_layers: int
     state_bytes_per_sequence: int
     max_num_batched_tokens: int
+    extra_token_bytes: int = 0
+    """A speculative drafter's full-attention KV per token on this GPU (a draft model's layers or the MTP
+    layers: pages in the same cache as the target's, serve/speculative.py)."""
 
     @property
     def bytes_per_token(self) -> int:
         """KV bytes one token adds on this GPU while the context is within every window."""
-        return self.full_layer_token_bytes * self.full_layers + self.sliding_layer_token_bytes * self.sliding_layers
+        return (self.full_layer_token_bytes * self.full_layers + self.sliding_layer_token_bytes * self.sliding_layers
+                + self.extra_token_bytes)
 
     @property
     def page_bytes(self) -> int:
@@ -219,7 +223,7 @@ class KVCost:
     def sequence_bytes(self, context: int) -> int:
         """What one sequence of ``context`` tokens holds at most (vLLM ``max_memory_usage_bytes``)."""
         full_pages = -(-context // self.block_size)
-        total = full_pages * self.block_size * self.full_layer_token_bytes * self.full_layers
+        total = full_pages * self.block_size * (self.full_layer_token_bytes * self.full_layers + self.extra_token_bytes)
         if self.sliding_layers:
             window = self.layout.sliding_window or context
             tokens = min(window - 1 + self.max_num_batched_tokens, context)

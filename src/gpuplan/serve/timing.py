@@ -50,6 +50,9 @@ class ModelShape:
     """Routed experts' weights (16-bit) of the whole model: a token's forward reads only top-k of them."""
     experts: int = 0
     """Routed experts per MoE layer."""
+    adapter_params: int = 0
+    """Multi-LoRA: parameters of one adapter slot (whole model); a step reads the adapters its tokens use."""
+    max_adapters: int = 0
 
     @property
     def active_params(self) -> float:
@@ -128,9 +131,13 @@ def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops
            phase: str, weight_quant: str, ep: int = 1, dp: int = 1) -> PhaseTime:
     precision = "bf16" if shape.dtype == "bfloat16" else "fp16"
     layers = max(1, shape.layers)
-    per_layer_weights = int(shape.weight_bytes_read(tp, dp, tokens)) // layers
+    # LoRA: every token through its adapter's A and B (punica shrink / expand), each adapter in use read once
+    # (worst case, as vLLM's profile assigns them: one adapter per request, up to --max-loras)
+    adapters = min(tokens, shape.max_adapters)
+    lora_bytes = adapters * shape.adapter_params * shape.dtype_bytes / tp
+    per_layer_weights = int(shape.weight_bytes_read(tp, dp, tokens) + lora_bytes) // layers
     # FLOPs per GPU: the dense part split by tp, the experts' top-k work of all dp ranks' tokens over tp × dp
-    per_layer_flops = int(2 * shape.active_params * tokens) // (tp * layers)
+    per_layer_flops = int(2 * (shape.active_params + shape.adapter_params) * tokens) // (tp * layers)
     activations = 2 * tokens * shape.hidden_size * shape.dtype_bytes
     ops = [OpRecord("aten.mm.default", phase, "", "matmul", shape.dtype, per_layer_flops,
                     per_layer_weights + activations, activations, None, shape.layers)]
