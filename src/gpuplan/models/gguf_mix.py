@@ -117,6 +117,7 @@ class _Shape:
     qkv_bias: bool
     qk_norm: bool
     ctx_train: int
+    rope_freqs: bool
 
 
 def _shape(config: Mapping[str, Any], name: str) -> _Shape:
@@ -150,7 +151,13 @@ def _shape(config: Mapping[str, Any], name: str) -> _Shape:
         model_type in ("qwen2", "qwen2_moe"),
         model_type in ("qwen3", "qwen3_moe"),
         cfg.max_context or 0,
+        _llama3_rope(cfg),
     )
+
+
+def _llama3_rope(cfg: ConfigView) -> bool:
+    scaling = cfg.get("rope_scaling")
+    return isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "llama3"
 
 
 def _layer_tensors(s: _Shape, i: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -289,6 +296,8 @@ def gguf_from_config(config: Mapping[str, Any], gguf_type: str, name: str = "mod
     specs: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (s.n_embd, s.n_vocab))]
     for i in range(s.n_layer):
         specs += _layer_tensors(s, i)
+    if s.rope_freqs:  # convert_hf_to_gguf writes llama3 rope scaling as per-dimension factors
+        specs.append(("rope_freqs.weight", (s.head_dim // 2,)))
     specs.append(("output_norm.weight", (s.n_embd,)))
     if not s.tied:
         specs.append(("output.weight", (s.n_embd, s.n_vocab)))

@@ -191,6 +191,8 @@ def padded_ctx(n_ctx: int, flash_attn: bool) -> int:
 def _layer(name: str) -> int | None:
     if name.startswith("blk."):
         return int(name.split(".")[1])
+    if name == "rope_freqs.weight":  # llama-model.cpp creates it in layer 0 (duplicated, not copied, for the rest)
+        return 0
     return None
 
 
