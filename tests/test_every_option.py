@@ -168,6 +168,17 @@ def test_loss(loss: str, tiny: Path) -> None:
 
 
 @pytest.mark.slow
+def test_tiled_mlp(tiny: Path) -> None:
+    # batch 1: GPT-2's Conv1D views its input flat, which a sequence tile of a batch > 1 cannot give
+    # (DeepSpeed's TiledMLP chunks dim -2; it fails the same way on a GPU)
+    shape = ["--batch-size", "1", "--seq-len", "64"]
+    result = estimate_json(str(tiny), *shape, "--tiled-mlp", "2")
+    assert (result["workload"]["tiled_mlp"], result["workload"]["mlp_tiles"]) == (True, 2)
+    # the MLP intermediates exist one tile at a time
+    assert result["tensor_peak_bytes"] < estimate_json(str(tiny), *shape)["tensor_peak_bytes"]
+
+
+@pytest.mark.slow
 def test_cuda_module_loading(tiny: Path) -> None:
     lazy, eager = (estimate_json(str(tiny), *SHAPE, "--gpu", "T4", "--cuda-module-loading", choice)
                    for choice in ("lazy", "eager"))

@@ -24,8 +24,9 @@ op-level SAC (its save list; every second ``aten.mm`` recomputed: trace/runner.p
 Attention = Literal["auto", "eager", "sdpa-math", "sdpa-efficient", "flash"]
 OptimizerImpl = Literal["auto", "foreach", "fused", "for-loop"]
 ZeroGrad = Literal["set-to-none", "zeros"]
-Loss = Literal["auto", "cross-entropy", "mean", "chunked-ce"]
-"""chunked-ce: torchtune's chunked output projection + CEWithChunkedOutputLoss (models/chunked_loss.py)."""
+Loss = Literal["auto", "cross-entropy", "mean", "chunked-ce", "fused-linear-ce"]
+"""chunked-ce: torchtune's chunked output projection + CEWithChunkedOutputLoss; fused-linear-ce: Liger's
+LigerFusedLinearCrossEntropyFunction (no full-vocabulary logits; models/chunked_loss.py)."""
 WeightQuant = Literal["none", "int8", "fp8", "int4"]
 """Weight-only quantization of inference weights (layout: gpuplan.memory.weight_quant)."""
 Peft = Literal["none", "lora", "qlora", "dora"]
@@ -50,7 +51,7 @@ CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective", "selective-op")
 ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa-math", "sdpa-efficient", "flash")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "for-loop")
 ZERO_GRADS: tuple[str, ...] = ("set-to-none", "zeros")
-LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean", "chunked-ce")
+LOSSES: tuple[str, ...] = ("auto", "cross-entropy", "mean", "chunked-ce", "fused-linear-ce")
 WEIGHT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "int4")
 MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
 LOAD_INS: tuple[str, ...] = ("none", "4bit", "8bit")
@@ -127,6 +128,11 @@ class Workload:
     every linear layer but the output head."""
     train_modules: tuple[str, ...] = ()
     """Modules trained whole beside the adapters (PEFT's modules_to_save, e.g. embed_tokens, lm_head)."""
+    tiled_mlp: bool = False
+    """Training: each block's MLP runs over sequence tiles with recompute in backward (DeepSpeed/ALST's
+    TiledMLP; trace/tiled_mlp.py)."""
+    mlp_tiles: int | None = None
+    """Tiles of --tiled-mlp; None: ArcticTraining's ceil(seq_len / hidden_size)."""
     # -- diffusion / video pipelines (models/pipeline.py); other models ignore these --
     steps: int | None = None
     """Denoising steps of one generation (None: the pipeline's default)."""
@@ -168,6 +174,7 @@ class Workload:
         _check_range("grad accumulation", self.grad_accum, 1, MAX_GRAD_ACCUM, "use 1 for no accumulation")
         self._check_peft()
         self._check_pipeline()
+        self._check_long_context()
         if self.precision == "fp8" and self.mode != "train":
             # torchao's Float8Linear is its training API; its fp8 inference is a different one
             # (quantize_ with Float8DynamicActivationFloat8WeightConfig: weights stored in fp8 ahead of time)
@@ -192,6 +199,17 @@ class Workload:
         if ALL_LINEAR in self.lora_targets and len(self.lora_targets) > 1:
             raise ConfigError(f"LoRA targets {','.join(self.lora_targets)}: {ALL_LINEAR!r} stands alone "
                               "(it already names every linear layer)")
+
+    def _check_long_context(self) -> None:
+        if not isinstance(self.tiled_mlp, bool):
+            raise ConfigError(f"tiled_mlp must be true or false, got {self.tiled_mlp!r}")
+        if self.tiled_mlp and self.mode != "train":
+            raise ConfigError(f"--tiled-mlp is a training technique (the MLP recomputed tile by tile in backward); "
+                              f"it applies to --mode train only, not {self.mode}")
+        if self.mlp_tiles is not None:
+            _check_range("MLP tiles", self.mlp_tiles, 1, MAX_SEQ_LEN, "use at least 1 tile (or leave the count out)")
+            if not self.tiled_mlp:
+                raise ConfigError(f"MLP tiles {self.mlp_tiles} configure --tiled-mlp; add --tiled-mlp to use them")
 
     def _check_pipeline(self) -> None:
         require_choice("offload", self.offload, PIPELINE_OFFLOADS)

@@ -145,8 +145,10 @@ def _fit_cases() -> list[tuple[str, list[str]]]:
     cases += [("GPT2", ["--attention", a, "--seq-len", "32", "--precision", "amp-bf16"]) for a in ATTENTIONS]
     cases += [(MLP, ["--optimizer-impl", i]) for i in OPTIMIZER_IMPLS]
     cases += [(MLP, ["--zero-grad", z]) for z in ZERO_GRADS]
-    # cross entropy needs labels the model defines: a language model's next tokens (chunked-ce: its LM head)
-    cases += [("GPT2" if loss in ("cross-entropy", "chunked-ce") else MLP, ["--loss", loss]) for loss in LOSSES]
+    # cross entropy needs labels the model defines: a language model's next tokens (chunked-ce, fused-linear-ce:
+    # its LM head)
+    cases += [("GPT2" if loss in ("cross-entropy", "chunked-ce", "fused-linear-ce") else MLP, ["--loss", loss])
+              for loss in LOSSES]
     return cases
 
 

@@ -140,7 +140,11 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
                    help="|".join(ZERO_GRADS) + f" (train mode; default {_default('zero_grad')})")
     g.add_argument("--loss", default=None, metavar="L",
                    help="|".join(LOSSES) + f" (train mode; default {_default('loss')}; chunked-ce: torchtune's "
-                        "chunked LM head + fp32 cross entropy one chunk at a time, causal LMs)")
+                        "chunked LM head + fp32 cross entropy one chunk at a time; fused-linear-ce: Liger's fused "
+                        "linear cross entropy, no full-vocabulary logits; causal LMs)")
+    g.add_argument("--tiled-mlp", type=_tiles, nargs="?", const="auto", default=None, metavar="TILES",
+                   help="train mode: each block's MLP over sequence tiles, recomputed in backward (DeepSpeed/ALST "
+                        "TiledMLP); TILES default ceil(seq-len / hidden size)")
     add_peft_arguments(g)
     if pipelines:
         add_pipeline_arguments(parser)
@@ -149,6 +153,18 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
                       help="base weights in bitsandbytes NF4 with double quantization (as QLoRA loads them)")
     load.add_argument("--load-in-8bit", dest="load_in", action="store_const", const="8bit",
                       help="base weights in bitsandbytes LLM.int8 (int8 + fp32 scale per row)")
+
+
+def _tiles(text: str) -> int | str:
+    """argparse type of --tiled-mlp: ``auto`` or a whole number of tiles (its range is Workload's)."""
+    return "auto" if text.strip().lower() == "auto" else _int(text)
+
+
+def _tiled_mlp_fields(args: argparse.Namespace) -> dict[str, Any]:
+    tiles = getattr(args, "tiled_mlp", None)
+    if tiles is None:
+        return {}
+    return {"tiled_mlp": True, "mlp_tiles": None if tiles == "auto" else tiles}
 
 
 def _image_size(text: str) -> tuple[int, int | None]:
@@ -271,6 +287,7 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
         if getattr(args, field, None) is not None:
             fields[field] = getattr(args, field)
     fields.update(_peft_fields(args))
+    fields.update(_tiled_mlp_fields(args))
     fields.update(_pipeline_fields(args))
     fields.update(overrides)
     workload = Workload(**fields)  # bad values fail first: a note about a flag in error is noise

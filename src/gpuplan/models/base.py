@@ -114,9 +114,9 @@ def default_loss(output: Any, inputs: Inputs, choice: str = "auto") -> torch.Ten
     out = _first_tensor(output)
     if out is None:
         raise ModelSourceError("the model's forward returned no tensor; gpuplan cannot form a loss from it")
-    if choice == "chunked-ce":  # models/chunked_loss.py needs a transformers causal LM's head
-        raise ConfigError("--loss chunked-ce is torchtune's loss for transformers causal language models; "
-                          "use --loss auto for this model")
+    if choice in ("chunked-ce", "fused-linear-ce"):  # models/chunked_loss.py needs a transformers causal LM's head
+        raise ConfigError(f"--loss {choice} is a loss for transformers causal language models (it projects their LM "
+                          "head); use --loss auto for this model")
     labels = inputs.labels
     if choice in ("auto", "cross-entropy") and isinstance(labels, torch.Tensor) and out.is_floating_point():
         if out.dim() == labels.dim() + 1 and out.shape[:-1] == labels.shape:

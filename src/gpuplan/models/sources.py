@@ -236,7 +236,8 @@ class HFConfigSource(ModelSource):
         return default
 
     def workload_notes(self, workload: Workload) -> tuple[str, ...]:
-        loss_notes = (chunked_loss.ASSUMPTION,) if workload.loss == "chunked-ce" and workload.trains else ()
+        notes = {"chunked-ce": chunked_loss.ASSUMPTION, "fused-linear-ce": chunked_loss.FUSED_ASSUMPTION}
+        loss_notes = (notes[workload.loss],) if workload.loss in notes and workload.trains else ()
         return loss_notes + self._context_notes(workload)
 
     def _context_notes(self, workload: Workload) -> tuple[str, ...]:
@@ -266,8 +267,8 @@ class HFConfigSource(ModelSource):
 
         b = workload.batch_size
         if self.task == "image-classification":
-            if workload.loss == "chunked-ce":
-                self._chunked_ce_inputs(module, torch.empty(0))  # refused: not a causal LM
+            if workload.loss in chunked_loss.HEAD_LOSSES:
+                self._chunked_ce_inputs(module, torch.empty(0), workload.loss)  # refused: not a causal LM
             size = self.image_size(workload)
             channels = int(getattr(module.config, "num_channels", 3))
             pixels = torch.randn(b, channels, size, size)
@@ -281,8 +282,8 @@ class HFConfigSource(ModelSource):
             if self.task == "seq2seq-lm":  # the decoder needs its own ids: as long as training's labels
                 return Inputs(kwargs={"input_ids": ids, "decoder_input_ids": torch.randint(0, vocab, (b, s))})
             return Inputs(kwargs={"input_ids": ids})
-        if workload.loss == "chunked-ce":
-            return self._chunked_ce_inputs(module, ids)
+        if workload.loss in chunked_loss.HEAD_LOSSES:
+            return self._chunked_ce_inputs(module, ids, workload.loss)
         if self.task == "sequence-classification":
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, num_labels, (b,))})
@@ -290,18 +291,22 @@ class HFConfigSource(ModelSource):
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, vocab, (b, s))})
         return Inputs(kwargs={"input_ids": ids, "labels": ids})
 
-    def _chunked_ce_inputs(self, module: nn.Module, ids: torch.Tensor) -> Inputs:
-        """torchtune's recipe inputs: the ids alone (the model computes no loss), shifted labels
-        for the chunked loss, and the LM head left to that loss (models/chunked_loss.py)."""
+    def _chunked_ce_inputs(self, module: nn.Module, ids: torch.Tensor, loss: str) -> Inputs:
+        """torchtune's (and Liger's) inputs: the ids alone (the model computes no loss), shifted labels
+        for the loss, and the LM head left to that loss (models/chunked_loss.py)."""
         if self.task != "causal-lm":
-            raise ConfigError(f"--loss chunked-ce is torchtune's loss for causal language models; {self.name} is a "
+            whose = "torchtune's" if loss == "chunked-ce" else "Liger's"
+            raise ConfigError(f"--loss {loss} is {whose} loss for causal language models; {self.name} is a "
                               f"{self.task} model — use --loss auto")
-        chunked_loss.install(module, self.name)
+        chunked_loss.install(module, self.name, loss)
         return Inputs(kwargs={"input_ids": ids}, labels=chunked_loss.shifted_labels(ids))
 
     def loss(self, module: nn.Module, output: Any, inputs: Inputs, workload: Workload) -> torch.Tensor:
         if workload.loss == "chunked-ce":
             return chunked_loss.chunked_ce_loss(module, inputs.labels, self.name)
+        if workload.loss == "fused-linear-ce":
+            return chunked_loss.fused_linear_ce_loss(module, inputs.labels, self.name,
+                                                     autocast=workload.autocast_dtype is not None)
         loss = getattr(output, "loss", None)
         if loss is not None:
             return loss  # type: ignore[no-any-return]

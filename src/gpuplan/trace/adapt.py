@@ -33,4 +33,8 @@ def adapt_model(model: nn.Module, source: ModelSource, workload: Workload) -> nn
         from gpuplan.trace.peft import apply_peft
 
         model = apply_peft(model, source, workload)
+    if workload.tiled_mlp and workload.trains:
+        from gpuplan.trace.tiled_mlp import tile_mlps
+
+        tile_mlps(model, workload, source.name)
     return model

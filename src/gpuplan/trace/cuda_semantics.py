@@ -138,7 +138,9 @@ class CudaAutocast(TorchFunctionMode):
     def _to_low(self, x: Any) -> Any:
         if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype == torch.float32):
             return x
-        if x.is_leaf and x.requires_grad:
+        # autocast_mode.cpp cached_cast: leaves that require grad and are not views (a view made under
+        # no_grad, e.g. ``weight.t()`` in a custom Function's forward, is a leaf requiring grad too)
+        if x.is_leaf and x.requires_grad and not x._is_view():
             hit = self._cache.get(id(x))
             if hit is None:
                 hit = x.to(self.dtype)
