@@ -210,27 +210,46 @@ def estimate(
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     check_workload_on_gpu(work, target_gpu)  # the same refusal as every verb, before the trace
     from gpuplan.trace.float8 import fp8_notes
-    from gpuplan.trace.optimizer_notes import optimizer_notes
-    from gpuplan.trace.peft_count import peft_notes
     from gpuplan.trace.quant_format import quantization_notes
 
     refusals_first = [*quantization_notes(source, work, weight_quant), *fp8_notes(work)]  # before the trace
-    step = trace_source(source, work, cc, fake=True, cuda=True)
-    assumptions.extend([*refusals_first, *peft_notes(work, step),
-                        *(optimizer_notes(work.optimizer) if work.trains else [])])
+    step = trace_source(source, traced_workload(source, work), cc, fake=True, cuda=True)
+    return estimate_from_step(source, step, work, target_gpu, weight_quant=weight_quant,
+                              cuda_module_loading=cuda_module_loading, calibration=cal,
+                              assumptions=(*assumptions, *refusals_first), pipeline_shape=pipeline_shape)
+
+
+def traced_workload(source: ModelSource, work: Workload) -> Workload:
+    """The workload the trace runs: a pipeline's offload mode is applied to the traced step afterwards
+    (memory/pipeline_offload.py), so every offload mode reads the one trace (and its cache entry)."""
+    return work.with_(offload="none") if source.kind == "pipeline" and work.offload != "none" else work
+
+
+def estimate_from_step(source: ModelSource, step: TracedStep, work: Workload, target_gpu: GPU | None, *,
+                       weight_quant: Any = "none", cuda_module_loading: ModuleLoading = "lazy",
+                       calibration: Calibration | None = None, assumptions: tuple[str, ...] = (),
+                       pipeline_shape: dict[str, int | None] | None = None, timed: bool = True) -> Estimate:
+    """The estimate of an already traced ``step`` (``trace_source(source, traced_workload(source, work))``) on
+    ``target_gpu``: everything :func:`estimate` does after its trace, so verbs that trace once and answer for
+    many GPUs or offload modes (recommend, serve) read the same arithmetic. ``timed=False``: memory only."""
+    from gpuplan.trace.optimizer_notes import optimizer_notes
+    from gpuplan.trace.peft_count import peft_notes
+
+    cal = calibration
+    notes = [*assumptions, *peft_notes(work, step), *(optimizer_notes(work.optimizer) if work.trains else [])]
     placement = component_params = None
     gpu_step = step
     if source.kind == "pipeline":
         placement, component_params = _pipeline_placement(source, step, work)
         gpu_step = _offloaded(step, placement)
-        assumptions.extend(_placement_notes(placement))
+        notes.extend(_placement_notes(placement))
     mem = memory_on_gpu(gpu_step, target_gpu, trains=work.trains, module_loading=cuda_module_loading,
                         cuda_context_bytes=cal.cuda_context_bytes if cal else None, weight_quant=weight_quant)
-    assumptions.extend(mem.notes)
+    notes.extend(mem.notes)
     timing = None
     offload_s: float | None = None
     time_unknown: str | None = None
-    if target_gpu is not None:
+    if target_gpu is not None and timed:
         from gpuplan.perf.roofline import NoRateError
         from gpuplan.perf.summary import summarize_source
 
@@ -239,19 +258,19 @@ def estimate(
             timing = summarize_source(source, step, target_gpu, work, weight_quant=weight_quant, time_factor=factor)
         except NoRateError as exc:
             time_unknown = str(exc)
-            assumptions.append(f"no step time: {exc}")
+            notes.append(f"no step time: {exc}")
         else:
-            assumptions.extend(timing.notes(target_gpu, work.batch_size))
+            notes.extend(timing.notes(target_gpu, work.batch_size))
             if placement is not None and placement.transfer_bytes:
                 timing, offload_s = _with_transfer(timing, placement, target_gpu)
     if cal is not None:
-        assumptions.append(cal.describe())
+        notes.append(cal.describe())
     return Estimate(
         model=source.name, workload=work, params_count=step.params_count,
         peak_allocated_bytes=mem.peak_allocated_bytes, peak_reserved_bytes=mem.peak_reserved_bytes,
         total_required_bytes=mem.total_required_bytes, components=mem.components, peak_phase=gpu_step.peak_phase,
         flops_per_step=step.flops, step=gpu_step, gpu=target_gpu, fits=mem.fits, headroom_bytes=mem.headroom_bytes,
-        min_required_bytes=mem.min_required_bytes, assumptions=tuple(assumptions), timing=timing,
+        min_required_bytes=mem.min_required_bytes, assumptions=tuple(notes), timing=timing,
         calibration=cal, quantized_weights=mem.quantized_weights, pipeline=placement,
         component_params=component_params, offload_transfer_s=offload_s, pipeline_shape=pipeline_shape,
         time_unknown=time_unknown,
@@ -340,7 +359,8 @@ def _with_transfer(timing: Timing, placement: PipelinePlacement, gpu: GPU) -> tu
     new_st = replace(st, total_s=total, by_phase_s={**st.by_phase_s, "offload_transfer": added},
                      breakdown_s={**st.breakdown_s, "offload_transfer": added})
     scale = st.total_s / total if total else 1.0
-    return replace(timing, time=new_st, samples_per_s=timing.samples_per_s * scale,
+    iv = timing.interval.of(total) if timing.interval is not None else None  # the interval of the whole time
+    return replace(timing, time=new_st, samples_per_s=timing.samples_per_s * scale, interval=iv,
                    throughput={"value": timing.throughput["value"] * scale, "unit": timing.throughput["unit"]}), added
 
 

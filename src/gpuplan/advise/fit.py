@@ -442,9 +442,14 @@ def _amp_precision(gpu: GPU) -> str:
     return "amp-bf16" if gpu.has_bf16 else "amp-fp16"
 
 
-def _ladder(base: Workload, gpu: GPU) -> list[tuple[str, str, dict[str, Any]]]:
-    """(name, description, workload changes) for each technique that applies, cheapest first."""
+def _ladder(base: Workload, gpu: GPU, *, pipeline: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, workload changes) for each technique that applies, cheapest first; a diffusion
+    pipeline's inference adds diffusers' offload modes (advise/pipeline.py)."""
     rungs: list[tuple[str, str, dict[str, Any]]] = []
+    if pipeline:
+        from gpuplan.advise.pipeline import offload_rungs
+
+        rungs += offload_rungs(base)
     if base.precision in ("fp32", "tf32"):
         amp = _amp_precision(gpu)
         rungs.append(("mixed-precision", f"--precision {amp}: autocast matmuls to half precision", {"precision": amp}))
@@ -526,13 +531,12 @@ def fit(
             "(samples per optimizer step)"
         )
     source = model if isinstance(model, SourceType) else resolve_model(model)
-    from gpuplan.models.base import refuse_pipeline
-
-    refuse_pipeline(source, "fit")
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     from gpuplan.estimate import with_stated_seq_len
 
     base = with_stated_seq_len(source, workload or Workload())
+    if source.kind == "pipeline":
+        source.check_workload(base)  # type: ignore[attr-defined]  # a bad size or frame count: one line, no trace
     check_workload_on_gpu(base, target_gpu)  # the same refusal as every verb, before the trace
     tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base)
@@ -588,14 +592,17 @@ def _make_target_fit(
     steps = [TechniqueStep("as-given", "the workload as given", pt)]
     if pt.fits:
         return steps, True, []
-    for name, text, changes in _ladder(base, tracer.gpu):
+    pipeline = tracer.source.kind == "pipeline"
+    for name, text, changes in _ladder(base, tracer.gpu, pipeline=pipeline):
         current = current.with_(**changes)
         pt = tracer.point(current)
         steps.append(TechniqueStep(name, text, pt))
         if pt.fits:
             return steps, True, []
     notes: list[str] = []
-    if current.trains:
+    if current.trains and pipeline:
+        notes.append("gradient accumulation and optimizer offload are not modelled for diffusion pipelines")
+    elif current.trains:
         ga = _accumulate(tracer, current, target, exact, notes)
         if ga is not None:
             steps.append(ga)
@@ -826,7 +833,7 @@ def largest_seq_len(
     source = model if isinstance(model, SourceType) else resolve_model(model)
     from gpuplan.models.base import refuse_pipeline
 
-    refuse_pipeline(source, "fit")
+    refuse_pipeline(source, "fit --axis seq-len", "use --axis batch or --axis resolution")
     target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
     base = workload or Workload()
     table = _position_table_tokens(source, base)
@@ -865,3 +872,97 @@ def _position_table_tokens(source: ModelSource, workload: Workload) -> int | Non
     if table is None:
         return None
     return table[1] - (positions_needed(workload, 1) - 1)  # generation feeds new tokens back as positions
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionFit:
+    """The largest square image (video frame) a diffusion pipeline's workload fits a GPU at, in steps of the
+    pipeline's pixel multiple (VAE factor × patch size), its batch, frames and settings kept."""
+
+    model: str
+    gpu: GPU
+    workload: Workload
+    max_image_size: int
+    """Largest side in pixels that fits; 0 when even one step does not."""
+    step_px: int
+    max_point: Point | None
+    over_point: Point | None
+    """The confirming trace one step larger (does not fit); None at the search's limit."""
+    bytes_per_step: int
+    traces: int
+    limit_px: int
+    assumptions: tuple[str, ...] = ()
+    probes: tuple[Point, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.max_image_size >= 1
+
+    @property
+    def reason(self) -> str | None:
+        if self.ok:
+            return None
+        need = self.over_point.need_bytes if self.over_point is not None else 0
+        return (f"{self.step_px}×{self.step_px} at batch {self.workload.batch_size} does not fit {self.gpu.id} "
+                f"({format_bytes(self.gpu.usable_memory_bytes)} usable; needs {format_bytes(need)}) — try "
+                "`gpuplan recommend` for a larger GPU" + (" or --offload" if not self.workload.trains else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        def point(p: Point | None) -> dict[str, Any] | None:
+            return None if p is None else {"image_size": p.workload.image_size, **p.to_dict()}
+
+        return {
+            "model": self.model, "gpu": self.gpu.id, "gpu_usable_memory_bytes": self.gpu.usable_memory_bytes,
+            "axis": "resolution", "workload": self.workload.to_dict(), "max_image_size": self.max_image_size,
+            "image_size_step": self.step_px, "limit_px": self.limit_px,
+            "max_image_size_point": point(self.max_point), "max_image_size_plus_step": point(self.over_point),
+            "bytes_per_step": self.bytes_per_step, "reason": self.reason, "traces": self.traces,
+            "assumptions": list(self.assumptions),
+        }
+
+    def __str__(self) -> str:
+        return to_text(self)  # gpuplan/report/registry.py: report.advise.render_resolution_fit
+
+
+def largest_resolution(
+    model: str | ModelSource,
+    gpu: str | GPU,
+    workload: Workload | None = None,
+    *,
+    limit_px: int | None = None,
+    calibration: Calibration | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ResolutionFit:
+    """The largest square ``--image-size`` of a diffusion pipeline's ``workload`` that fits ``gpu``: the largest
+    batch's search (secant on traced points, confirmed by tracing the answer and one step more) along the image
+    side, in steps of the pipeline's pixel multiple. Memory grows with the pixels (the side squared), which the
+    confirming traces catch."""
+    from gpuplan.hardware import GPU as GPUType
+    from gpuplan.hardware import get_gpu
+    from gpuplan.models.sources import ModelSource as SourceType
+    from gpuplan.models.sources import resolve_model
+    from gpuplan.workload import MAX_IMAGE_SIZE
+
+    source = model if isinstance(model, SourceType) else resolve_model(model)
+    if source.kind != "pipeline":
+        raise ConfigError(f"--axis resolution applies to diffusion pipelines; {source.name} is not one (use --axis "
+                          "batch, or --axis seq-len for a token model)")
+    target_gpu = gpu if isinstance(gpu, GPUType) else get_gpu(str(gpu))
+    base = workload or Workload()
+    if base.image_size is not None or base.image_width is not None:
+        raise ConfigError("--axis resolution searches the image size: drop --image-size (square images are searched)")
+    step_px = int(source.spec.family.pixel_multiple)  # type: ignore[attr-defined]
+    limit = limit_px if limit_px is not None else MAX_IMAGE_SIZE
+    if not step_px <= limit <= MAX_IMAGE_SIZE:
+        raise ConfigError(f"image-size limit {limit} is out of range: allowed {step_px}..{MAX_IMAGE_SIZE} pixels")
+    source.check_workload(base.with_(image_size=step_px))  # type: ignore[attr-defined]  # frames etc.: one line
+    check_workload_on_gpu(base, target_gpu)
+    tracer = _Tracer(source, target_gpu, calibration, progress)
+    search = _largest_batch(tracer, base, _Axis("image_size", step_px, max(1, limit // step_px)))
+    assumptions = (f"largest square image searched in steps of {step_px} px (the pipeline's VAE factor × patch "
+                   f"size) at batch {base.batch_size}: two traces give the slope, the answer is confirmed by tracing "
+                   f"it and {step_px} px more", *tracer.assumptions)
+    return ResolutionFit(
+        model=source.name, gpu=target_gpu, workload=base, max_image_size=search.batch * step_px, step_px=step_px,
+        max_point=search.point, over_point=search.over, bytes_per_step=int(search.bytes_per_sample),
+        traces=tracer.traces, limit_px=limit, assumptions=assumptions, probes=tuple(tracer.probes))

@@ -31,7 +31,7 @@ from gpuplan.trace.cache import layer_counts_of
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from gpuplan.hardware import GPU
     from gpuplan.models.sources import ModelSource
@@ -68,6 +68,8 @@ class Candidate:
     precision: str = ""
     """The precision this GPU was sized and timed in: the workload's, or without --precision the one people
     run on this GPU (hardware.support.default_precision_for: amp-fp16 on a T4, amp-bf16 on an A100)."""
+    pipeline: dict[str, Any] | None = None
+    """A diffusion pipeline's rung (advise/pipeline.py): offload mode, quantization, host RAM it needs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +90,7 @@ class Candidate:
             "cost_per_million_usd": self.cost_per_million_usd,
             "purchase_usd": self.purchase_usd,
             "timed": self.timed,
+            "pipeline": self.pipeline,
         }
 
 
@@ -286,9 +289,10 @@ def recommend(
         raise ConfigError(f"--budget-usd {budget_usd} must be positive")
     source = model if isinstance(model, SourceType) else resolve_model(model)
     from gpuplan.estimate import with_stated_seq_len
-    from gpuplan.models.base import refuse_pipeline
 
-    refuse_pipeline(source, "recommend")
+    if source.kind == "pipeline":
+        return _recommend_pipeline(source, workload or WorkloadType(), budget_usd=budget_usd, prices=prices or {},
+                                   gpus=gpus, progress=progress, precision_per_gpu=precision_per_gpu)
     w = with_stated_seq_len(source, workload or WorkloadType())
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
@@ -315,14 +319,7 @@ def recommend(
     ins: list[Candidate] = []
     outs: list[Candidate] = []
     untimed: list[Candidate] = []
-    for i, gpu in enumerate(catalog, 1):
-        if progress is not None:
-            progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
-        wg = on(gpu)
-        bad = _dtype_ok(gpu, wg)
-        if bad is not None:
-            outs.append(Candidate(gpu, 0, False, bad, precision=wg.precision))
-            continue
+    for gpu, wg in _runnable(catalog, on, outs, progress):
         key = (kernel_class(gpu, wg), wg.precision)
         step = steps[key]
         traced_w, gen = _traced_workload(wg, seq)
@@ -339,23 +336,11 @@ def recommend(
         if not cand.timed:
             untimed.append(cand)
             continue
-        if cand.fits and budget_usd is not None:
-            cost = cand.cost_per_hour_usd if prices else cand.purchase_usd
-            if cost is not None and cost > budget_usd:
-                what = "$/hour" if prices else "purchase $"
-                cand = replace(cand, fits=False, reason=f"over budget: {cost:,.2f} {what} > {budget_usd:,.2f}")
+        cand = _within_budget(cand, budget_usd, bool(prices))
         family = workload_family(task, w.mode, cand.count, step.ops)
         cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu.arch)))
         (ins if cand.fits else outs).append(cand)
-    ins.sort(key=lambda c: (c.step_time_s or float("inf"), c.count, c.gpu.id))
-    ins = mark_overlaps(ins)
-    outs.sort(key=lambda c: -c.gpu.usable_memory_bytes)
-    by_cost = tuple(
-        sorted(
-            (c for c in ins if c.cost_per_million_usd is not None),
-            key=lambda c: (c.cost_per_million_usd or 0.0, c.step_time_s or 0.0),
-        )
-    )
+    ins, outs, by_cost = _ranked(ins, outs)
     # the header's model state and activations: the default class's trace (sm_90, the workload's precision)
     any_step = steps.get(((9, 0), w.precision)) or next(iter(steps.values()), None)
     fixed = _model_state_bytes(any_step) if any_step else 0
@@ -413,6 +398,110 @@ def recommend(
         untimed=tuple(untimed),
         precision_per_gpu=precision_per_gpu,
     )
+
+
+def _runnable(catalog: list[GPU], on: Callable[[GPU], Workload], outs: list[Candidate],
+              progress: Callable[[str], None] | None) -> Iterator[tuple[GPU, Workload]]:
+    """(GPU, the workload as it runs it) for the GPUs of ``catalog`` that can run its dtypes, one by one (with a
+    progress line); the others go to ``outs`` with the reason."""
+    for i, gpu in enumerate(catalog, 1):
+        if progress is not None:
+            progress(f"recommend: {gpu.id} ({i}/{len(catalog)})")
+        wg = on(gpu)
+        bad = _dtype_ok(gpu, wg)
+        if bad is None:
+            yield gpu, wg
+        else:
+            outs.append(Candidate(gpu, 0, False, bad, precision=wg.precision))
+
+
+def _within_budget(cand: Candidate, budget_usd: float | None, priced: bool) -> Candidate:
+    """``cand``, moved out with the reason when it costs more than ``budget_usd`` ($/hour with --prices, else the
+    purchase price)."""
+    cost = cand.cost_per_hour_usd if priced else cand.purchase_usd
+    if not cand.fits or budget_usd is None or cost is None or cost <= budget_usd:
+        return cand
+    what = "$/hour" if priced else "purchase $"
+    return replace(cand, fits=False, reason=f"over budget: {cost:,.2f} {what} > {budget_usd:,.2f}")
+
+
+def _ranked(ins: list[Candidate], outs: list[Candidate]
+            ) -> tuple[list[Candidate], list[Candidate], tuple[Candidate, ...]]:
+    """(fitting candidates fastest first with their overlaps marked, the rest largest GPU first, the priced
+    fitting ones cheapest per million first)."""
+    ins = mark_overlaps(sorted(ins, key=lambda c: (c.step_time_s or float("inf"), c.count, c.gpu.id)))
+    outs = sorted(outs, key=lambda c: -c.gpu.usable_memory_bytes)
+    by_cost = tuple(sorted((c for c in ins if c.cost_per_million_usd is not None),
+                           key=lambda c: (c.cost_per_million_usd or 0.0, c.step_time_s or 0.0)))
+    return ins, outs, by_cost
+
+
+def _recommend_pipeline(source: ModelSource, w: Workload, *, budget_usd: float | None, prices: dict[str, float],
+                        gpus: list[GPU] | None, progress: Callable[[str], None] | None,
+                        precision_per_gpu: bool = False) -> Recommendation:
+    """A diffusion pipeline on one GPU of each type: the first rung of advise/pipeline.py's ladder (offload
+    modes, then quantized weights) that fits, timed as ``estimate`` times it (one GPU: sharding a pipeline
+    over several is not modelled)."""
+    from gpuplan.advise.pipeline import Traces, first_fit, ladder
+    from gpuplan.hardware import all_gpus
+    from gpuplan.units import format_bytes
+
+    source.check_workload(w)  # type: ignore[attr-defined]  # one line for a bad size, before any trace
+
+    def on(gpu: GPU) -> Workload:  # as recommend() runs a model: the precision people run on the GPU, unasked
+        return w.with_(precision=default_precision_for(w.mode, gpu)) if precision_per_gpu else w
+
+    catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
+    traces = Traces(source)
+    t0 = time.perf_counter()
+    ins: list[Candidate] = []
+    outs: list[Candidate] = []
+    untimed: list[Candidate] = []
+    rungs = ladder(w)
+    for gpu, wg in _runnable(catalog, on, outs, progress):
+        rungs = ladder(wg)
+        rung, est, skipped = first_fit(source, traces, gpu, rungs, kernel_class(gpu, wg))
+        usable = gpu.usable_memory_bytes
+        if rung is None or est is None:
+            need = est.min_required_bytes if est is not None else 0
+            tried = rungs[-1].label if est is not None else "every rung"
+            why = f"needs {format_bytes(need)} even with {tried}, has {format_bytes(usable)}" if est is not None \
+                else "; ".join(skipped) or "no rung could be traced"
+            outs.append(Candidate(gpu, 1, False, why, per_gpu_bytes=need, precision=wg.precision))
+            continue
+        need = est.min_required_bytes
+        price = prices.get(gpu.id)
+        tp = est.throughput
+        per_m = price / (tp["value"] * 3600) * 1e6 if price is not None and tp and tp["value"] > 0 else None
+        pipe = {**rung.to_dict(), "host_memory_bytes": est.pipeline.host_memory_bytes if est.pipeline else 0}
+        cand = Candidate(gpu, 1, True, f"needs {format_bytes(need)} of {format_bytes(usable)} with {rung.label}",
+                         f"single GPU, {rung.label}", need, est.step_time_s, tp, price, per_m,
+                         gpu.launch_price_usd or None, timed=est.timing is not None,
+                         interval=est.timing.interval if est.timing is not None else None, pipeline=pipe,
+                         precision=wg.precision)
+        if not cand.timed:
+            untimed.append(replace(cand, reason=f"fits with {rung.label} but {est.time_unknown}"))
+            continue
+        cand = _within_budget(cand, budget_usd, bool(prices))
+        (ins if cand.fits else outs).append(cand)
+    ins, outs, by_cost = _ranked(ins, outs)
+    largest = needed = None
+    sized = [c for c in outs if c.per_gpu_bytes > 0]
+    if not ins and not untimed and sized:
+        big = max(sized, key=lambda c: c.gpu.usable_memory_bytes)
+        largest, needed = big.gpu.id, big.per_gpu_bytes
+    notes = ("a diffusion pipeline on one GPU of each type; per GPU the first of: "
+             + " → ".join(r.label for r in rungs) + " that fits (advise/pipeline.py), memory and time as "
+             "`gpuplan estimate` gives them for that setting",
+             "ranked by the time of one generation" + ("; cost from --prices ($/hour), $ per million images "
+                                                       "(videos)" if prices else "; no --prices: cost columns empty"))
+    base = next((st for st in traces.steps.values() if not isinstance(st, Exception)), None)
+    fixed = _model_state_bytes(base) if base is not None else 0
+    batch_bytes = (base.min_reserved_bytes or base.reserved_peak_bytes) - fixed if base is not None else 0
+    return Recommendation(model=source.name, workload=w, max_gpus=1, candidates_in=tuple(ins),
+                          candidates_out=tuple(outs), per_gpu_fixed_bytes=fixed, per_gpu_batch_bytes=batch_bytes,
+                          trace_s=time.perf_counter() - t0, traces=len(traces), assumptions=notes, by_cost=by_cost,
+                          largest_gpu=largest, needed_bytes=needed, untimed=tuple(untimed))
 
 
 def _untimed_reason(exc: NoRateError, gpu: GPU) -> str:
@@ -606,7 +695,8 @@ def recommend_serve(
     source = model if isinstance(model, SourceType) else resolve_model(model)
     from gpuplan.models.base import refuse_pipeline
 
-    refuse_pipeline(source, "recommend")
+    refuse_pipeline(source, "recommend --mode serve", "use `gpuplan recommend MODEL --mode infer` (GPUs for its "
+                    "generations) or `gpuplan serve MODEL --gpu GPU` (images per hour)")
     catalog = [g for g in (gpus if gpus is not None else all_gpus()) if not g.is_mig]
     prices = prices or {}
     profiles: dict[tuple[Any, ...], Any] = {}

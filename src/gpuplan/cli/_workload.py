@@ -181,8 +181,9 @@ PIPELINE_FLAGS: tuple[str, ...] = ("steps", "frames", "offload", "vae_tiling", "
                                    "cache_latents", "cache_text_embeddings")
 
 
-def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of diffusion and video pipelines (models/pipeline.py): steps, frames, offload, VAE, components."""
+def add_pipeline_arguments(parser: argparse.ArgumentParser, *, training: bool = True) -> None:
+    """Flags of diffusion and video pipelines (models/pipeline.py): steps, frames, offload, VAE, components;
+    ``training=False`` (serve: generations only) leaves out the training caches."""
     g = parser.add_argument_group("diffusion / video pipelines")
     g.add_argument("--steps", type=_int, default=None, metavar="N",
                    help="denoising steps of one generation (default: the pipeline's)")
@@ -197,6 +198,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--quantize-components", type=_names, default=None, metavar="NAMES",
                    help="components --load-in-4bit/8bit and --weight-quant int8|fp8-storage apply to "
                         "(default: the denoiser), e.g. transformer,text_encoder_2")
+    if not training:
+        return
     g.add_argument("--cache-latents", action="store_true", default=None,
                    help="training: latents precomputed (the VAE is not resident)")
     g.add_argument("--cache-text-embeddings", action="store_true", default=None,

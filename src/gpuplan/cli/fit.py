@@ -42,10 +42,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--axis",
-        choices=("batch", "seq-len"),
+        choices=("batch", "seq-len", "resolution"),
         default="batch",
-        help="what to grow until the GPU is full: the batch (default), or the sequence length at the given "
-        "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens)",
+        help="what to grow until the GPU is full: the batch (default), the sequence length at the given "
+        "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens), or a diffusion "
+        "pipeline's square image size (steps of its VAE factor × patch size)",
     )
     add_workload_arguments(parser)
     add_output_arguments(parser)
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--exact-batch applies with --target-batch-size N only; add the target batch or drop it")
     if args.axis == "seq-len":
         return _run_seq_len(args, gpu)
+    if args.axis == "resolution":
+        return _run_resolution(args, gpu)
     check_output_paths(args)
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = fit(
@@ -108,6 +111,38 @@ def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
                                  calibration=calibration_for_gpu(gpu.id), progress=progress)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
+        if result.reason:
+            print(f"gpuplan fit: {result.reason}", file=sys.stderr)
+    else:
+        print(result)
+    return 0 if result.ok else 1
+
+
+def _run_resolution(args: argparse.Namespace, gpu: Any) -> int:
+    """``fit --axis resolution``: a pipeline's largest square image at the given batch
+    (advise/fit.largest_resolution)."""
+    from gpuplan.advise.fit import largest_resolution
+    from gpuplan.cli.pictures import write_outputs
+    from gpuplan.cli.progress import Progress, wanted
+    from gpuplan.measure.calibration import calibration_for_gpu
+    from gpuplan.report.verbs import resolution_fit_sections
+
+    for flag, given in (("--target-batch-size", args.target_batch_size is not None),
+                        ("--exact-batch", args.exact_batch)):
+        if given:
+            raise ConfigError(f"{flag} applies to --axis batch; --axis resolution answers the largest image size only")
+    check_output_paths(args)
+    with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
+        result = largest_resolution(args.model, gpu, workload_from_args(args),
+                                    calibration=calibration_for_gpu(gpu.id), progress=progress)
+    data = result.to_dict()
+    probes = [{**p.to_dict(), "batch_size": p.workload.image_size} for p in result.probes]
+    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id} (resolution)", data=data,
+                  text=str(result), figure=lambda: _figure({**data, "max_batch_size": data["max_image_size"],
+                                                           "axis_label": "image side (px)"}, probes),
+                  sections=lambda: resolution_fit_sections(data))
+    if args.json:
+        print(json.dumps(data, indent=2))
         if result.reason:
             print(f"gpuplan fit: {result.reason}", file=sys.stderr)
     else:

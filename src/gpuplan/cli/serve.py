@@ -17,7 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuplan.cli._workload import _int, add_cache_argument, add_json_argument, add_model_argument, positive_float
+from gpuplan.cli._workload import (
+    _image_size,
+    _int,
+    _pipeline_fields,
+    add_cache_argument,
+    add_json_argument,
+    add_model_argument,
+    add_pipeline_arguments,
+    positive_float,
+)
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 
 
@@ -56,7 +65,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=_int, default=None, metavar="S",
                         help="most sequences in one step (default: the engine's)")
     parser.add_argument("--quantization", choices=WEIGHT_QUANTS, default="none",
-                        help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant)")
+                        help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant); a diffusion "
+                             "pipeline's --quantize-components: int8 torchao weight-only, fp8 diffusers layerwise "
+                             "casting, int4 bitsandbytes NF4")
     parser.add_argument("--ttft-slo", type=positive_float("a time to first token target"), default=None,
                         metavar="SECONDS", help="time-to-first-token target: the largest concurrency (or, with --rate, "
                         "the replicas) meeting it at p99")
@@ -77,6 +88,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
     _add_local_arguments(parser)
+    _add_pipeline_serve_arguments(parser)
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
@@ -87,6 +99,77 @@ _LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "fl
 _PAGED_FLAGS = ("gpus", "dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate",
                 "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization",
                 "ttft_slo", "itl_slo", "prices")
+
+
+# a diffusion pipeline's generation (serve/pipeline.py); the engine flags are for language models
+PIPELINE_SERVE_FLAGS: tuple[str, ...] = ("image_size", "batch_size", "precision", "steps", "frames", "offload",
+                                         "vae_tiling", "vae_slicing", "quantize_components")
+ENGINE_FLAGS: dict[str, object] = {"engine": "vllm", "gpus": None, "tp": None, "pp": 1, "dp": None, "ep": None,
+                                   "max_model_len": None, "context": None, "concurrency": None, "input_len": None,
+                                   "output_len": None, "rate": None, "gpu_memory_utilization": None,
+                                   "kv_cache_dtype": "auto", "max_num_batched_tokens": None, "max_num_seqs": None,
+                                   "ttft_slo": None, "itl_slo": None}
+"""Language-model serving flags and their defaults: a pipeline given one is told so in one line."""
+
+
+def _add_pipeline_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("diffusion / video pipelines (MODEL a pipeline: seconds per image, images per hour)")
+    g.add_argument("--image-size", type=_image_size, default=None, metavar="H[xW]",
+                   help="image (video frame) size in pixels (default: the pipeline's)")
+    g.add_argument("--batch-size", type=_int, default=None, metavar="N",
+                   help="images (videos) per generation (default 1)")
+    g.add_argument("--precision", default=None, metavar="P",
+                   help="weights and compute dtype (default: what people run on the GPU, bf16 where it has it)")
+    add_pipeline_arguments(parser, training=False)
+
+
+def _pipeline_flags_given(args: argparse.Namespace, model: str) -> None:
+    """A language model given a pipeline flag: one line."""
+    from gpuplan.errors import ConfigError
+
+    given = [f for f in PIPELINE_SERVE_FLAGS if getattr(args, f, None) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} applies to diffusion pipelines; {model} is served by an engine: use "
+                          "--context/--concurrency or --input-len/--output-len/--rate")
+
+
+def _run_pipeline(args: argparse.Namespace, source: object) -> int:
+    """``gpuplan serve PIPELINE``: one GPU's generations (serve/pipeline.py). Exit 1 when it does not fit."""
+    from gpuplan.advise.prices import load_prices
+    from gpuplan.cli._workload import precision_for
+    from gpuplan.errors import ConfigError
+    from gpuplan.extras import require_workload
+    from gpuplan.serve.pipeline import serve_pipeline
+    from gpuplan.workload import Workload
+
+    name = getattr(source, "name", args.model)
+    engine = [n for n, default in ENGINE_FLAGS.items() if getattr(args, n) != default]
+    engine += _given(args, _defaults(), _LOCAL_FLAGS)
+    if engine:
+        flag = "--" + engine[0].replace("_", "-")
+        raise ConfigError(f"{flag} is a language-model engine flag; {name} is a diffusion pipeline: use "
+                          "--image-size, --steps, --frames, --batch-size, --offload, --quantization")
+    check_output_paths(args)
+    height, width = args.image_size if args.image_size is not None else (None, None)
+    args.mode = "infer"  # precision_for reads the verb's mode
+    workload = Workload(mode="infer", batch_size=args.batch_size or 1, image_size=height, image_width=width,
+                        precision=args.precision if args.precision is not None else precision_for(args),
+                        **_pipeline_fields(args))
+    require_workload(workload)
+    prices = load_prices(args.prices) if args.prices else None
+    result = serve_pipeline(source, args.gpu, workload, quantization=args.quantization,  # type: ignore[arg-type]
+                            prices=prices)
+    from gpuplan.cli.pictures import write_outputs
+    from gpuplan.report.plot import estimate_figure, estimate_timeline
+    from gpuplan.report.verbs import pipeline_serve_sections
+
+    data = result.to_dict()
+    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(result),
+                  figure=lambda: estimate_figure(data["estimate"], estimate_timeline(result.estimate)),
+                  sections=lambda: pipeline_serve_sections(data))
+    print(json.dumps(data, indent=2) if args.json else result)
+    return 0 if result.ok else 1
 
 
 def _split(text: str) -> tuple[float, ...]:
@@ -165,7 +248,14 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.serve.engines import is_local
 
     if is_local(args.engine):
+        _pipeline_flags_given(args, args.model)
         return _run_local(args)
+    from gpuplan.models.sources import resolve_model
+
+    source = resolve_model(args.model)
+    if source.kind == "pipeline":
+        return _run_pipeline(args, source)
+    _pipeline_flags_given(args, source.name)
     local = _given(args, _defaults(), _LOCAL_FLAGS)
     if local:
         flags = ", ".join("--" + n.replace("_", "-") for n in local)

@@ -99,12 +99,13 @@ class ModelSource(ABC):
         return ()
 
 
-def refuse_pipeline(source: ModelSource, verb: str) -> None:
-    """A diffusion pipeline is answered by ``gpuplan estimate`` (models/pipeline.py); the verbs that do not
-    model one yet say so in one line instead of answering for a program that is not the pipeline's."""
+def refuse_pipeline(source: ModelSource, verb: str,
+                    instead: str = "use `gpuplan estimate` (with --offload / --quantize-components / --gpu)") -> None:
+    """A diffusion pipeline is answered by ``estimate``, ``fit``, ``recommend`` and ``serve`` (models/pipeline.py);
+    the verbs (or forms of them) that do not model one say so in one line, with what to use ``instead``."""
     if source.kind == "pipeline":
-        raise ConfigError(f"{source.name} is a diffusion pipeline: `gpuplan {verb}` does not model pipelines yet; "
-                          "use `gpuplan estimate` (with --offload / --quantize-components / --gpu)")
+        raise ConfigError(f"{source.name} is a diffusion pipeline: `gpuplan {verb}` does not model pipelines; "
+                          + instead)
 
 
 def default_loss(output: Any, inputs: Inputs, choice: str = "auto") -> torch.Tensor:

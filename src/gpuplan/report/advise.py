@@ -10,7 +10,9 @@ from gpuplan.report.text import table
 from gpuplan.units import GIB, distinguishing_digits, format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from gpuplan.advise.fit import FitResult, Point, SeqLenFit
+    from collections.abc import Callable
+
+    from gpuplan.advise.fit import FitResult, Point, ResolutionFit, SeqLenFit
     from gpuplan.advise.recommend import Recommendation
 
 
@@ -99,23 +101,40 @@ def render_fit(r: FitResult) -> str:
 def render_seq_len_fit(r: SeqLenFit) -> str:
     """The text of ``gpuplan fit --axis seq-len``."""
     w = r.workload
+    setup = f", --peft {w.peft} rank {w.lora_rank}" if w.peft != "none" else ""
+    answer = (f"largest sequence length that fits: {r.max_seq_len:,} tokens "
+              f"(~{format_bytes(r.bytes_per_token)} per extra token)"
+              + (f" — the search's limit ({r.limit_tokens:,}); memory is not the limit" if r.over_point is None else "")
+              if r.ok else r.reason or "")
+    return _frontier_text(r, setup, answer, "seq-len", lambda p: p.workload.seq_len, "step")
+
+
+def render_resolution_fit(r: ResolutionFit) -> str:
+    """The text of ``gpuplan fit --axis resolution`` (a diffusion pipeline's largest square image)."""
+    w = r.workload
+    setup = (f", {w.frames} frames" if w.frames else "") + (f", --offload {w.offload}" if w.offload != "none" else "")
+    answer = (f"largest image that fits: {r.max_image_size:,}×{r.max_image_size:,} px (steps of {r.step_px} px, "
+              f"~{format_bytes(r.bytes_per_step)} per step)"
+              + (f" — the search's limit ({r.limit_px:,} px); memory is not the limit" if r.over_point is None else "")
+              if r.ok else r.reason or "")
+    return _frontier_text(r, setup, answer, "image px", lambda p: p.workload.image_size,
+                          "step" if w.trains else "generation")
+
+
+def _frontier_text(r: SeqLenFit | ResolutionFit, setup: str, answer: str, column: str,
+                   value: Callable[[Point], int | None], time_header: str) -> str:
+    """A largest-value search's text (fit --axis seq-len | resolution): the answer and its confirming traces."""
+    w = r.workload
     points = [p for p in (r.max_point, r.over_point) if p is not None]
     digits = distinguishing_digits([p.need_bytes for p in points], r.gpu.usable_memory_bytes, GIB)
     usable = format_bytes(r.gpu.usable_memory_bytes, "GiB" if digits > 2 else None, digits)
-    setup = f", --peft {w.peft} rank {w.lora_rank}" if w.peft != "none" else ""
-    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {w.mode}, batch {w.batch_size}, {w.precision}{setup}"]
-    if r.ok:
-        lines.append(f"largest sequence length that fits: {r.max_seq_len:,} tokens "
-                     f"(~{format_bytes(r.bytes_per_token)} per extra token)"
-                     + (f" — the search's limit ({r.limit_tokens:,}); memory is not the limit"
-                        if r.over_point is None else ""))
-    else:
-        lines.append(r.reason or "")
+    lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {w.mode}, batch {w.batch_size}, {w.precision}{setup}",
+             answer]
     if points:
-        rows = [[label, f"{p.workload.seq_len:,}", _gib(p.need_bytes, digits), "yes" if p.fits else "no",
+        rows = [["confirmed by trace", f"{value(p) or 0:,}", _gib(p.need_bytes, digits), "yes" if p.fits else "no",
                  _time(p.step_time_s), p.interval.span() if p.interval is not None else "-", _tp(p.throughput)]
-                for label, p in (("confirmed by trace", q) for q in points)]
-        lines += ["", table(rows, ["", "seq-len", "needs GiB", "fits", "step", "80%", "throughput"])]
+                for p in points]
+        lines += ["", table(rows, ["", column, "needs GiB", "fits", time_header, "80%", "throughput"])]
         lines += _interval_basis(points)
     if r.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]

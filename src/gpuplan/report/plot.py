@@ -191,7 +191,10 @@ def _component_bar(ax: Axes, data: Mapping[str, Any], usable: int | None, gpu_la
 
 def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()) -> Figure:
     """Memory and step time against batch size (the traced points, the affine model, the largest
-    batch that fits) and, with a target batch, the technique ladder."""
+    batch that fits) and, with a target batch, the technique ladder. ``fit --axis resolution`` draws its image
+    sides in the batch's place (``data["axis_label"]``; each probe's ``batch_size`` holds its side)."""
+    xlabel = str(data.get("axis_label") or "batch size")
+    what = "image" if data.get("axis") == "resolution" else "batch"
     ladder = list(data.get("techniques") or [])
     # the batch search's points: the workload as given (the ladder's rungs change other fields)
     same = ("grad_accum", "precision", "optimizer", "checkpointing")
@@ -219,8 +222,8 @@ def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()
                 label=f"{data['gpu']} usable {format_bytes(usable)}")
     if data["max_batch_size"]:
         mem.axvline(data["max_batch_size"], color=FIT_COLOR, linestyle=":",
-                    label=f"largest batch that fits: {data['max_batch_size']}")
-    mem.set_xlabel("batch size")
+                    label=f"largest {what} that fits: {data['max_batch_size']}")
+    mem.set_xlabel(xlabel)
     mem.set_ylabel(f"memory needed ({unit})")
     mem.set_ylim(bottom=0)
     mem.legend(fontsize=7)
@@ -229,11 +232,11 @@ def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()
         tim.plot(timed, [float(points[b]["step_time_s"]) * 1e3 for b in timed], marker="o", color="#4c72b0",
                  label="step time")
         if data["max_batch_size"]:
-            tim.axvline(data["max_batch_size"], color=FIT_COLOR, linestyle=":", label="largest batch that fits")
+            tim.axvline(data["max_batch_size"], color=FIT_COLOR, linestyle=":", label=f"largest {what} that fits")
         tim.legend(fontsize=7)
     else:
         tim.text(0.5, 0.5, "no step time (the GPU has no rates)", ha="center", va="center", transform=tim.transAxes)
-    tim.set_xlabel("batch size")
+    tim.set_xlabel(xlabel)
     tim.set_ylabel("step time (ms)")
     if ladder:
         _ladder_axes(axes[2], ladder, usable)
@@ -243,6 +246,9 @@ def fit_figure(data: Mapping[str, Any], probes: Sequence[Mapping[str, Any]] = ()
 def fit_headline(data: Mapping[str, Any]) -> str:
     """What fit answered, as its text says it: the rung that makes the target fit, else the largest batch."""
     answer = data.get("answer")
+    if data.get("axis") == "resolution":
+        side = data.get("max_image_size") or 0
+        return f"largest image {side}×{side} px" if side else "the smallest image does not fit"
     if answer:
         batch = answer["effective_batch_size"]
         return (f"batch {batch} fits as given" if answer["technique"] == "as-given"

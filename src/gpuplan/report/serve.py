@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from gpuplan.perf.workload_family import TimeInterval
     from gpuplan.serve.capacity import ServeResult
     from gpuplan.serve.layouts import LayoutSearch
+    from gpuplan.serve.pipeline import PipelineServe
 
 
 def serve_to_dict(r: ServeResult) -> dict[str, Any]:
@@ -212,4 +213,35 @@ def render_serve_recommendation(r: ServeRecommendation) -> str:
         lines.append("  (no GPU type meets the target)")
     lines += ["", f"out: {len(r.candidates_out)} GPU type(s) that cannot (--json lists why)", "assumptions:"]
     lines += [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def render_pipeline_serve(r: PipelineServe) -> str:
+    """``gpuplan serve PIPELINE``: seconds and outputs per hour on one GPU, the memory verdict, the components."""
+    from gpuplan.report.text import pipeline_lines, verdict_line
+
+    est = r.estimate
+    shape = est.pipeline_shape or {}
+    size = f"{shape.get('height')}×{shape.get('width')}" + (f", {shape['frames']} frames" if shape.get("frames") else "")
+    unit = r.unit
+    lines = [f"{est.model} on 1× {est.gpu.id if est.gpu else '?'}: {shape.get('steps')} steps at {size}, "
+             f"{r.outputs_per_generation} {unit}(s) per generation, {est.workload.precision}"
+             + (f", --offload {est.workload.offload}" if est.workload.offload != "none" else ""),
+             verdict_line(est)]
+    per = r.seconds_per_output
+    if per is None:
+        lines.append(f"time: unknown ({est.time_unknown or 'no timing'}); the memory above stands")
+    else:
+        span = r.seconds_per_output_interval()
+        rate = r.outputs_per_hour_interval()
+        iv = r.interval
+        lines.append(f"{format_seconds(per)} per {unit}" + (f" (80%: {format_seconds(span[0])}–"
+                                                           f"{format_seconds(span[1])})" if span else "")
+                     + f"   {r.outputs_per_hour or 0:,.0f} {unit}s per hour"
+                     + (f" (80%: {rate[0]:,.0f}–{rate[1]:,.0f})" if rate else ""))
+        if r.usd_per_outputs is not None:
+            lines.append(f"${r.usd_per_outputs:,.2f} per 1,000 {unit}s at ${r.price_per_hour_usd:,.2f}/hour")
+        if iv is not None:
+            lines.append(f"  80% intervals from {iv.basis}")
+    lines += ["", *pipeline_lines(est), "", "assumptions:", *(f"  - {a}" for a in est.assumptions)]
     return "\n".join(lines)

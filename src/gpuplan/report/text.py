@@ -97,6 +97,8 @@ def render_estimate(est: Estimate) -> str:
             lines.append(_breakdown_line(est.timing.time.breakdown_s, est.timing.step_time_s))
         elif est.time_unknown is not None:
             lines.append(f"step time unknown ({est.time_unknown}); the memory above stands")
+    if est.pipeline is not None:
+        lines += ["", *pipeline_lines(est)]
     if est.step.top_activation_modules:
         where = f"the peak ({est.step.peak_phase}), as in the activations component"
         lines += ["", f"activation memory at {where}, by module (top 10):"]
@@ -105,6 +107,32 @@ def render_estimate(est: Estimate) -> str:
     if est.assumptions:
         lines += ["", "assumptions:"] + [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
+
+
+def pipeline_lines(est: Estimate) -> list[str]:
+    """A diffusion pipeline's components (parameters, weights, where they live under the offload mode, the GPU
+    peak while each runs), the peak of each phase, and host RAM."""
+    p = est.pipeline
+    if p is None:
+        return []
+    params = est.component_params or {}
+    sizes = [c.weight_bytes for c in p.components] + [v for v in est.step.phase_peaks.values()]
+    unit, scale = table_unit(sizes, fit_smallest=False)
+    rows = [[c.name, format_count(params.get(c.name, 0)), _in(c.weight_bytes, scale), _in(c.gpu_bytes, scale),
+             c.where, _in(c.phase_peak_bytes, scale) if c.phase_peak_bytes is not None else "-"]
+            for c in p.components]
+    shape = est.pipeline_shape or {}
+    size = f"{shape.get('height')}×{shape.get('width')}" + (f", {shape['frames']} frames" if shape.get("frames") else "")
+    lines = [f"pipeline ({shape.get('steps')} steps at {size}, --offload {p.offload}):",
+             table(rows, ["component", "parameters", f"weights {unit}", f"on GPU {unit}", "where",
+                          f"peak while running {unit}"], "lrrrlr")]
+    phases = [[phase, _in(b, scale)] for phase, b in est.step.phase_peaks.items()]
+    if phases:
+        lines += ["", "live tensors by phase (all components resident, as traced):",
+                  table(phases, ["phase", unit])]
+    lines.append(f"GPU peak in {p.peak_phase or est.peak_phase}; host RAM for weights {format_bytes(p.host_memory_bytes)}"
+                 + (f"; {format_bytes(p.transfer_bytes)} copied host → GPU per generation" if p.transfer_bytes else ""))
+    return lines
 
 
 _BREAKDOWN_WORDS = {"gemm": "GEMM", "conv": "conv", "attention": "attention", "memory_bound": "memory-bound",

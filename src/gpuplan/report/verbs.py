@@ -18,7 +18,23 @@ def estimate_sections(data: Mapping[str, Any]) -> list[str]:
     return [mapping_table("Memory components", data["components"], in_bytes=True),
             mapping_table("Workload", data["workload"]),
             records_table("Top activation modules", data.get("top_activation_modules") or []),
-            mapping_table("Step time by op class (s)", (data.get("time") or {}).get("by_op_class_s") or {})]
+            mapping_table("Step time by op class (s)", (data.get("time") or {}).get("by_op_class_s") or {}),
+            *pipeline_sections(data)]
+
+
+def pipeline_sections(data: Mapping[str, Any]) -> list[str]:
+    """A diffusion pipeline's components and its peak per phase (an estimate's ``pipeline`` object)."""
+    p = data.get("pipeline")
+    if not p:
+        return []
+    return [records_table("Pipeline components", p.get("components") or []),
+            mapping_table("Peak live tensors by phase", p.get("phase_peak_bytes") or {}, in_bytes=True)]
+
+
+def pipeline_serve_sections(data: Mapping[str, Any]) -> list[str]:
+    """``gpuplan serve PIPELINE``: the per-output answer, then the estimate's tables."""
+    answer = {k: v for k, v in data.items() if k not in ("estimate",)}
+    return [mapping_table("Generations on one GPU", answer), *estimate_sections(data["estimate"])]
 
 
 def fit_sections(data: Mapping[str, Any]) -> list[str]:
@@ -26,6 +42,11 @@ def fit_sections(data: Mapping[str, Any]) -> list[str]:
     return [records_table("Largest batch and batch + 1", batches),
             records_table("Technique ladder", data.get("techniques") or []),
             mapping_table("Workload", data["workload"])]
+
+
+def resolution_fit_sections(data: Mapping[str, Any]) -> list[str]:
+    points = [p for p in (data.get("max_image_size_point"), data.get("max_image_size_plus_step")) if p]
+    return [records_table("Largest image size and one step more", points), mapping_table("Workload", data["workload"])]
 
 
 def plan_sections(data: Mapping[str, Any]) -> list[str]:

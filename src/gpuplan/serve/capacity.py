@@ -163,7 +163,8 @@ def _decoder_source(model: str | ModelSource) -> HFConfigSource:
     from gpuplan.models.base import refuse_pipeline
 
 
-    refuse_pipeline(source, "serve")
+    refuse_pipeline(source, "serve", "its generations are gpuplan.serve.pipeline.serve_pipeline's (the CLI's "
+                    "`gpuplan serve PIPELINE --gpu GPU`)")
     if not isinstance(source, HFConfigSource):
         raise ModelSourceError(f"{source.name} is not a Hugging Face decoder config (it is a {source.kind} model): "
                                "serving engines load transformers decoders; give a catalog name or a config.json")

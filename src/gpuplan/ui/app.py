@@ -266,8 +266,10 @@ def create_app(limits: Limits | None = None, *, allowed_hosts: Sequence[str] | N
     against DNS rebinding; ``upload_dir`` (None: a fresh temporary folder, removed at shutdown)."""
     from gpuplan.hardware import all_gpus
     from gpuplan.models.catalog import catalog_names
+    from gpuplan.models.pipeline import pipeline_names
 
-    catalog = tuple(catalog_names())  # names and limits are checked now, before anything starts
+    # names and limits are checked now, before anything starts; the shipped diffusion pipelines are models too
+    catalog = tuple(sorted({*catalog_names(), *pipeline_names()}))
     gpu_ids = tuple(g.id for g in all_gpus())
     chosen = limits or Limits()
 

@@ -47,6 +47,10 @@ def _source(query: Query, upload_dir: Path | None) -> Any:
     from gpuplan.models.sources import HFConfigSource
 
     upload = query.upload_id
+    if upload is None and query.pipeline:
+        from gpuplan.models.pipeline import PipelineSource, catalog_pipeline
+
+        return PipelineSource(catalog_pipeline(query.model))
     if upload is None:
         entry = get_catalog_model(query.model)
         return HFConfigSource(entry.name, entry.config, task=entry.task, default_seq_len=entry.default_seq_len,
@@ -94,6 +98,11 @@ def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
         result = recommend(source, w, max_gpus=_int(query, "max_gpus") or 8,
                            budget_usd=float(budget) if budget is not None else None,
                            precision_per_gpu="precision" not in dict(query.given))  # as the command line
+    elif query.verb == "serve" and getattr(source, "kind", "") == "pipeline":
+        from gpuplan.serve.pipeline import serve_pipeline
+
+        assert gpu is not None
+        result = serve_pipeline(source, gpu, w, quantization=query.option("quantization") or "none")
     elif query.verb == "serve":
         from gpuplan.serve import serve
 

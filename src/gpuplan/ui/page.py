@@ -19,12 +19,14 @@ from gpuplan.units import format_bytes, format_count
 from gpuplan.workload import (
     ATTENTIONS,
     CHECKPOINTING,
+    COMPONENT_QUANTS,
     LOAD_INS,
     LOSSES,
     MODES,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PEFTS,
+    PIPELINE_OFFLOADS,
     PRECISIONS,
     WEIGHT_QUANTS,
     ZERO_GRADS,
@@ -35,7 +37,8 @@ MAX_ROWS: Final = 60
 
 HEADLINE: Final = ("fits", "ok", "max_batch_size", "target_fits", "peak_allocated_bytes", "total_required_bytes",
                    "min_required_bytes", "per_gpu_peak_bytes", "headroom_bytes", "step_time_s", "mfu",
-                   "params_count", "weight_bytes", "reason")
+                   "params_count", "weight_bytes", "reason", "seconds_per_output", "outputs_per_hour",
+                   "usd_per_1000_outputs", "host_memory_bytes")
 
 
 STYLE: Final = """
@@ -70,6 +73,12 @@ def _input(name: str, label: str, value: str, *, kind: str = "text", extra: str 
 
 def _number(name: str, label: str, value: str, minimum: int = 1) -> str:
     return _input(name, label, value, kind="number", extra=f' min="{minimum}" step="1" inputmode="numeric"')
+
+
+def _checkbox(name: str, label: str, g: Any) -> str:
+    checked = " checked" if g(name) else ""
+    return (f'<div><input id="f-{name}" name="{name}" type="checkbox"{checked}>'
+            f'<label for="f-{name}" style="display:inline">{escape(label)}</label></div>')
 
 
 def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str], *,
@@ -116,6 +125,20 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_input("train_modules", "Modules trained whole (comma-separated)", g("train_modules", ""),
           extra=' autocomplete="off" spellcheck="false"')}
   {_select("load_in", "Load the base in (bitsandbytes)", LOAD_INS, g("load_in", ""), "default (none)")}
+ </div></fieldset>
+ <fieldset><legend>Diffusion and video pipelines (flux.1-dev, sdxl, wan2.1-t2v-1.3b, ...)</legend><div class="grid">
+  {_number("steps", "Denoising steps", g("steps", ""))}
+  {_number("frames", "Video frames", g("frames", ""))}
+  {_number("image_width", "Image width (pixels; the size above is the height)", g("image_width", ""), 8)}
+  {_select("offload", "Offload (diffusers)", PIPELINE_OFFLOADS, g("offload", ""), "default (none)")}
+  {_input("quantize_components", "Quantized components (comma-separated)", g("quantize_components", ""),
+          extra=' autocomplete="off" spellcheck="false"')}
+  {_select("component_quant", "Component weight format", COMPONENT_QUANTS, g("component_quant", ""),
+           "default (none)")}
+  {_checkbox("vae_tiling", "VAE tiling", g)}
+  {_checkbox("vae_slicing", "VAE slicing", g)}
+  {_checkbox("cache_latents", "Training: latents cached", g)}
+  {_checkbox("cache_text_embeddings", "Training: text embeddings cached", g)}
  </div></fieldset>
  <fieldset><legend>Estimate and fit</legend><div class="grid">
   {_select("weight_quant", "Weight-only quantization (inference)", WEIGHT_QUANTS,
@@ -199,6 +222,11 @@ def _list_table(caption: str, rows: list[dict[str, Any]]) -> str:
 
 
 def _verdict(verb: str, data: dict[str, Any]) -> str:
+    if data.get("kind") == "pipeline" and data.get("seconds_per_output"):  # serve PIPELINE: its generations
+        unit = data.get("unit") or "image"
+        return (f"{'Fits' if data.get('fits') else 'Does not fit'} on {data.get('gpu')}: "
+                f"{data['seconds_per_output']:.2f} s per {unit}, {data.get('outputs_per_hour') or 0:,.0f} {unit}s per "
+                "hour.")
     if verb == "serve" and data.get("reason"):
         return str(data["reason"])
     if "fits" in data and data["fits"] is not None:
@@ -243,6 +271,11 @@ def render_result(query: Query, outcome: Outcome) -> str:
                                       unit_key=key if key == "components" or key.endswith(("_bytes", "_s")) else ""))
         elif isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             parts.append(_list_table(label(key), value))
+    pipe = data.get("pipeline") or (data.get("estimate") or {}).get("pipeline")
+    if isinstance(pipe, dict):  # a diffusion pipeline's components and the peak of each phase
+        parts.append(_list_table("Pipeline components", list(pipe.get("components") or [])))
+        parts.append(_pairs_table("Peak live tensors by phase", list((pipe.get("phase_peak_bytes") or {}).items()),
+                                  "", unit_key="phase_peak_bytes"))
     rest = [(k, v) for k, v in data.items() if k not in HEADLINE and _is_scalar(v)]
     if rest:
         parts.append(_pairs_table("Other figures", rest))

@@ -82,12 +82,24 @@ class Query:
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
 
+    @property
+    def pipeline(self) -> bool:
+        """The model is a shipped diffusion pipeline (serve answers its generations from the workload)."""
+        return self.upload_id is None and is_pipeline_name(self.model)
+
     def params(self) -> dict[str, str]:
         """The canonical URL parameters: equal queries give equal parameters (cache key, share link)."""
         return {"verb": self.verb, "model": self.model, **dict(self.given), **dict(self.options)}
 
     def key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.params().items()))
+
+
+def is_pipeline_name(model: str) -> bool:
+    """A shipped diffusion pipeline's name (models/pipeline.py; reading the names imports no torch)."""
+    from gpuplan.models.pipeline import pipeline_names
+
+    return model in pipeline_names()
 
 
 def _text(name: str, value: str) -> str:
@@ -154,7 +166,7 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
                           f"{', '.join(sorted(workload_fields | all_options))}")
     # another verb's field filled in on the same form: left out of this query (and of its share link)
     ignored = tuple(sorted(k for k in values if k in all_options and k not in options_spec))
-    if verb in NO_WORKLOAD:
+    if verb in NO_WORKLOAD and not is_pipeline_name(model):  # a pipeline's generation is a workload
         ignored = tuple(sorted([*ignored, *(k for k in values if k in workload_fields and k not in options_spec)]))
         values = {k: v for k, v in values.items() if k not in workload_fields}
     work: dict[str, object] = {}
@@ -183,7 +195,9 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
     check_peft_settings(tuple(n for n in PEFT_SETTINGS if n in work), str(work.get("peft", "none")))
     if verb == "plan":
         work.setdefault("mode", "train")
-    if "precision" not in work and verb not in NO_WORKLOAD:
+    if verb == "serve" and is_pipeline_name(model):
+        work.setdefault("mode", "infer")
+    if "precision" not in work and (verb not in NO_WORKLOAD or is_pipeline_name(model)):
         # the command line's default: what people run on the query's GPU (one rule, hardware.support)
         gpu_name = values.get("gpu") if "gpu" in options_spec else None
         work["precision"] = default_precision_on(str(work.get("mode", "train")), gpu_name)
