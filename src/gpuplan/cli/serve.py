@@ -108,7 +108,9 @@ ENGINE_FLAGS: dict[str, object] = {"engine": "vllm", "gpus": None, "tp": None, "
                                    "max_model_len": None, "context": None, "concurrency": None, "input_len": None,
                                    "output_len": None, "rate": None, "gpu_memory_utilization": None,
                                    "kv_cache_dtype": "auto", "max_num_batched_tokens": None, "max_num_seqs": None,
-                                   "ttft_slo": None, "itl_slo": None}
+                                   "ttft_slo": None, "itl_slo": None, "max_loras": None, "max_lora_rank": None,
+                                   "speculative_model": None, "speculative_method": None,
+                                   "num_speculative_tokens": None, "spec_acceptance": None}
 """Language-model serving flags and their defaults: a pipeline given one is told so in one line."""
 
 
