@@ -223,22 +223,18 @@ class _Sharded:
     def evaluate(self, gpu: GPU, n: int, workload: Workload, fixed_bytes: int) -> tuple[int, float | None]:
         """(per-GPU bytes, step seconds: the evaluator's, or for inference the weight gathers that
         prefetching hides behind compute up to the single-GPU time) on ``n`` GPUs."""
-        from gpuplan.parallel.collectives import all_gather_s, group
         from gpuplan.parallel.evaluate import Context, evaluate
+        from gpuplan.parallel.forward import sharded_forward
         from gpuplan.parallel.layout import Layout, Zero
         from gpuplan.parallel.profile import profile_from_step
         from gpuplan.parallel.topology import make_topology
 
         topo = make_topology(gpu, n)
         if not workload.trains:
-            step = self.step
-            single = step.min_reserved_bytes or step.reserved_peak_bytes
-            layers = sum(step.block_counts.values()) or sum(step.traced_blocks.values()) or 1
-            gathered = 2 * step.param_bytes // layers  # current block + the prefetched next one
             # every forward (the prompt, then each new token) gathers the weights once, prefetched
             forwards = workload.new_tokens if workload.mode == "generate" else 1
-            gather_s = forwards * all_gather_s(group(topo, n, 1), step.param_bytes)
-            return single - step.param_bytes + -(-step.param_bytes // n) + gathered + fixed_bytes, gather_s
+            shard = sharded_forward(self.step, topo, n, forwards=forwards)
+            return shard.bytes_per_gpu + fixed_bytes, shard.gather_s
         prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu)
         lay = Layout(dp=n, tp=1, pp=1, micro_batch_size=workload.batch_size, grad_accum=workload.grad_accum,
                      sharding=Zero(3), checkpointing=workload.checkpointing)

@@ -37,6 +37,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "measure": ("measure", "run the workload for real here and compare with the estimate"),
     "calibrate": ("calibrate", "fit calibration factors from stored measurements"),
     "serve": ("serve", "serving capacity with vLLM / SGLang: KV cache, concurrency, launch command"),
+    "rl": ("rl", "RL post-training (GRPO / PPO / DAPO / DPO): memory per GPU and time of every phase"),
     "ui": ("ui", "local web page (loopback) over the same library calls"),
 }
 

@@ -140,7 +140,6 @@ def plan(
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
     """
     from gpuplan.hardware import GPU, get_gpu
-    from gpuplan.memory.overheads import overheads_for
     from gpuplan.models.sources import ModelSource, resolve_model
     from gpuplan.perf.summary import seq_len_of
     from gpuplan.workload import make_workload
@@ -185,15 +184,12 @@ def plan(
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
 
-    over = overheads_for(
-        arch=target.arch, vendor=target.vendor, compute_capability=target.compute_capability, trains=True
-    )
     usable = target.usable_memory_bytes
     t0 = time.perf_counter()
     trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
     prof = profile_model(source, trace_w, target)
     search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0)
-    ctx = Context(prof, topo, usable, over.cuda_context_bytes + over.workspace_bytes)
+    ctx = plan_context(prof, topo, target)
     evals = search.rank(ctx)
     if not evals:
         raise LayoutError(
@@ -250,6 +246,15 @@ def plan(
         usable_bytes=usable,
         assumptions=_assumptions(prof, topo, (best, *(e for e, _ in alts)), notes),
     )
+
+
+def plan_context(profile: ModelProfile, topology: Topology, gpu: GPU) -> Context:
+    """What every layout of one traced training step is evaluated against on ``gpu``: the usable memory and
+    the per-rank CUDA context and cuBLAS workspaces (plan's, and gpuplan.rl's trainer)."""
+    from gpuplan.memory.overheads import overheads_for
+
+    over = overheads_for(arch=gpu.arch, vendor=gpu.vendor, compute_capability=gpu.compute_capability, trains=True)
+    return Context(profile, topology, gpu.usable_memory_bytes, over.cuda_context_bytes + over.workspace_bytes)
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuplan.presentation import JSON, TEXT, register
-from gpuplan.report import advise, json_report, local_serve, measure, plan, serve, text
+from gpuplan.report import advise, json_report, local_serve, measure, plan, rl, serve, text
 
 RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.estimate.Estimate", JSON): json_report.estimate_to_dict,
@@ -27,6 +27,8 @@ RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.advise.fit.ResolutionFit", TEXT): advise.render_resolution_fit,
     ("gpuplan.advise.recommend.Recommendation", TEXT): advise.render_recommendation,
     ("gpuplan.advise.recommend.ServeRecommendation", TEXT): serve.render_serve_recommendation,
+    ("gpuplan.rl.result.RLResult", JSON): rl.rl_to_dict,
+    ("gpuplan.rl.result.RLResult", TEXT): rl.render_rl,
     ("gpuplan.measure.results.Measurement", JSON): measure.measurement_to_dict,
     ("gpuplan.measure.results.Measurement", TEXT): measure.render_measurement,
 }

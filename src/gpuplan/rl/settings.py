@@ -89,6 +89,8 @@ class RLSettings:
     lora_alpha: float = 8.0
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ()
+    train_modules: tuple[str, ...] = ()
+    """Modules trained whole beside the adapters (PEFT's modules_to_save)."""
     ref: bool | None = None
     """A frozen reference policy (None: REF_BY_DEFAULT of the algorithm)."""
     critic: str | None = None
@@ -145,6 +147,7 @@ class RLSettings:
             raise ConfigError(f"offload must be a set of names among {', '.join(OFFLOADS)}, got {self.offload!r}")
         self._set("offload", frozenset(self.offload))
         self._set("lora_targets", tuple(self.lora_targets))
+        self._set("train_modules", tuple(self.train_modules))
 
     def _check_cluster(self) -> None:
         _positive("--gpus", self.gpus, "--gpus N", MAX_GPUS)
@@ -287,10 +290,11 @@ class RLSettings:
                         checkpointing=self.checkpointing,  # type: ignore[arg-type]
                         grad_accum=self.grad_accum, peft=self.peft,  # type: ignore[arg-type]
                         lora_rank=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                        lora_targets=self.lora_targets)
+                        lora_targets=self.lora_targets, train_modules=self.train_modules)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["offload"] = sorted(self.offload)
         data["lora_targets"] = list(self.lora_targets)
+        data["train_modules"] = list(self.train_modules)
         return data

@@ -110,6 +110,21 @@ class Budget:
     (total − requested); they fit when their sum is at most this. vLLM: what the CUDA graphs have once
     the KV cache is allocated (total − context − requested + activation peak). hf: 0 (subtracted)."""
 
+    @property
+    def engine_bytes(self) -> int:
+        """What the engine holds on the GPU while it generates, its CUDA context aside: weights, KV cache,
+        the activation peak, non-torch memory and CUDA graphs."""
+        return (self.weights_bytes + max(0, self.kv_cache_bytes) + self.activation_peak_bytes + self.non_torch_bytes
+                + self.cuda_graph_bytes)
+
+    @property
+    def asleep_bytes(self) -> int:
+        """What the engine keeps while it sleeps (vLLM ``LLM.sleep(level=1|2)``, SGLang
+        ``release_memory_occupation``): both free the weights and the KV cache (level 1 keeps the weights in
+        host RAM, level 2 drops them; the GPU memory freed is the same) and the activations' cached blocks;
+        the CUDA graphs and the non-torch memory (cuBLAS workspaces, NCCL buffers) stay."""
+        return self.non_torch_bytes + self.cuda_graph_bytes
+
 
 def vllm_budget(total_bytes: int, utilization: float, *, weights_bytes: int, activation_peak_bytes: int,
                 non_torch: int, graphs: int, context_bytes: int = 0) -> Budget:

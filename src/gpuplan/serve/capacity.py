@@ -114,6 +114,9 @@ class ServeResult:
     time_unknown: str | None = None
     """Why no time could be modelled (a GPU without a documented rate for the dtype): TTFT, decode
     step and the rate answer are then left out; the memory answer stands."""
+    shape: ModelShape | None = None
+    """What the timing reads of the model (serve/timing.py): callers timing other batches (gpuplan.rl's
+    rollout) use the same shape."""
 
     @property
     def layout(self) -> KVLayout:
@@ -419,7 +422,8 @@ def serve(
         decode_batch=batch, decode_context=decode_context, compute_bound_batch=compute_bound_batch(shape, target),
         command=engines.command(settings), rate=rate_answer, assumptions=tuple(assumptions),
         params_count=step.params_count, max_concurrency_at_max_model_len=worst, ttft_slo_s=ttft_slo,
-        itl_slo_s=itl_slo, slo_concurrency=slo_conc, time_unknown=time_unknown, lora=lora, drafter=drafter)
+        itl_slo_s=itl_slo, slo_concurrency=slo_conc, time_unknown=time_unknown, lora=lora, drafter=drafter,
+        shape=shape)
 
 
 _CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "int4", "gptq": "int4", "awq": "int4"}

@@ -161,10 +161,12 @@ def decode_step(shape: ModelShape, gpu: GPU, tp: int, *, batch: int, context: in
 
 
 def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none",
-            ep: int = 1, dp: int = 1) -> PhaseTime:
-    """The prompt's forward (time to first token, one request): causal attention is half the square."""
-    flops = 2.0 * tokens * tokens * shape.attention_heads * shape.head_dim * shape.attention_layers
-    return _phase(shape, gpu, tp, tokens=tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
+            ep: int = 1, dp: int = 1, prompts: int = 1) -> PhaseTime:
+    """The prompt's forward (time to first token, one request): causal attention is half the square.
+    ``prompts`` > 1: that many prompts of ``tokens`` each prefilled in one batch (an offline batch, an RL
+    rollout): the matmuls see every token, each prompt attends to itself only."""
+    flops = prompts * 2.0 * tokens * tokens * shape.attention_heads * shape.head_dim * shape.attention_layers
+    return _phase(shape, gpu, tp, tokens=prompts * tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
                   weight_quant=weight_quant, ep=ep, dp=dp)
 
 

@@ -1,0 +1,146 @@
+"""``gpuplan.rl.rl``: one RL post-training step (GRPO / PPO / DAPO / DPO), phase by phase, per GPU.
+
+Each figure comes from the rule that already owns it (rl/models.py: the planner for the trained models,
+``estimate --mode infer`` for the forward-only passes; rl/rollout.py: ``serve``; rl/sync.py: the collectives);
+this module only says which of them share a GPU during which phase (rl/phases.py adds them up).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpuplan.hardware import resolve_gpu
+from gpuplan.hardware.support import check_workload_on_gpu
+from gpuplan.parallel.topology import make_topology
+from gpuplan.rl.models import Forward, Trained, forward, trained
+from gpuplan.rl.phases import Residents, compose
+from gpuplan.rl.result import RLResult
+from gpuplan.rl.rollout import Rollout, rollout
+from gpuplan.workload import Workload
+
+if TYPE_CHECKING:
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.parallel.topology import Topology
+    from gpuplan.rl.settings import RLSettings
+
+FROZEN_PRECISION = "bf16"
+"""The reference and the reward model are held in bf16 (verl builds its ref worker with
+``torch_dtype=bfloat16``; TRL and OpenRLHF load them in the training dtype)."""
+
+
+def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -> RLResult:
+    """Memory per GPU and seconds of every phase of one step of ``settings``, and whether it runs."""
+    from gpuplan.models.base import refuse_pipeline
+    from gpuplan.models.sources import resolve_model
+
+    say = progress or (lambda _: None)
+    gpu = resolve_gpu(settings.gpu)
+    assert gpu is not None
+    policy_w = settings.trainer_workload()
+    check_workload_on_gpu(policy_w, gpu)  # the same refusal as every verb, before any trace
+    source = resolve_model(settings.model)
+    refuse_pipeline(source, "rl")
+    topology = _trainer_topology(settings, gpu)
+    n = settings.trainer_gpus
+    seqs = settings.sequences_per_step
+    say(f"rl: tracing the policy's training step ({source.name})")
+    policy = trained(source, policy_w, settings, gpu, topology)
+    # the policy's forward: its base as the trainer holds it (QLoRA: the 4-bit base); the adapters are left out
+    fwd_w = Workload(mode="infer", batch_size=settings.micro_batch, seq_len=settings.sequence_len,
+                     precision=_forward_precision(settings.precision),  # type: ignore[arg-type]
+                     load_in="4bit" if settings.peft == "qlora" else "none")
+    frozen_w = fwd_w.with_(precision=FROZEN_PRECISION, load_in="none")
+    old: Forward | None = None
+    if settings.generates or (settings.ref and settings.peft != "none"):
+        say("rl: tracing the policy's log-prob forward")
+        old = forward(source, fwd_w, seqs, gpu, topology, n)
+    ref: Forward | None = None
+    if settings.ref:  # under PEFT the reference is the policy with its adapters off: the same forward
+        ref = old if settings.peft != "none" else forward(source, frozen_w, seqs, gpu, topology, n)
+    if not settings.generates:
+        old = None  # DPO: no old-policy pass
+    reward = critic = critic_values = None
+    if settings.reward_model is not None:
+        say(f"rl: tracing the reward model ({settings.reward_model})")
+        reward = forward(resolve_model(settings.reward_model), frozen_w, seqs, gpu, topology, n)
+    if settings.critic is not None:
+        say(f"rl: tracing the critic ({settings.critic})")
+        critic_source = resolve_model(settings.critic)
+        critic_w = policy_w.with_(peft="none")  # the value model trains whole (verl, OpenRLHF)
+        critic = trained(critic_source, critic_w, settings, gpu, topology)
+        critic_values = forward(critic_source, fwd_w, seqs, gpu, topology, n)
+    gen: Rollout | None = None
+    if settings.generates:
+        say(f"rl: sizing the {settings.rollout_engine} rollout engine")
+        gen = rollout(source, settings, gpu)
+    residents = Residents(policy=policy, ref=ref, reward=reward, critic=critic,
+                          ref_shares_policy=settings.peft != "none", ref_offloaded="ref" in settings.offload)
+    phases = compose(settings, gpu, residents, old=old, critic_values=critic_values, rollout=gen,
+                     cluster=make_topology(gpu, settings.gpus, nodes=settings.nodes))
+    usable = gpu.usable_memory_bytes
+    reason = _reason(phases, usable, gen)
+    return RLResult(settings=settings, model=source.name, gpu=gpu, phases=phases, usable_bytes=usable,
+                    reason=reason, assumptions=_assumptions(settings, policy, gen), rollout=gen)
+
+
+def _forward_precision(precision: str) -> str:
+    """The log-prob pass runs the trainer's weights as it holds them (FSDP mixed precision: autocast);
+    torchao float8 is a training format, so its forward is bf16."""
+    return "bf16" if precision == "fp8" else precision
+
+
+def _trainer_topology(settings: RLSettings, gpu: GPU) -> Topology:
+    """The trainer's GPUs: whole nodes of the cluster where they fill them, else as many per node as divide
+    both (split placement leaves the rollout the rest)."""
+    per_node = settings.gpus // settings.nodes
+    n = settings.trainer_gpus
+    return make_topology(gpu, n, gpus_per_node=math.gcd(n, per_node))
+
+
+def _reason(phases: tuple[object, ...], usable: int, gen: Rollout | None) -> str | None:
+    from gpuplan.units import format_bytes
+
+    if gen is not None and not gen.ok:
+        why = gen.engine.reason or "its KV cache holds no sequence of prompt + response tokens"
+        return f"the {gen.engine.settings.engine} rollout engine does not start: {why}"
+    worst = max(phases, key=lambda p: p.peak_bytes_per_gpu)  # type: ignore[attr-defined]
+    if worst.peak_bytes_per_gpu > usable:  # type: ignore[attr-defined]
+        return (f"{worst.name} needs {format_bytes(worst.peak_bytes_per_gpu)} per GPU, "  # type: ignore[attr-defined]
+                f"{format_bytes(usable)} usable")
+    return None
+
+
+def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> tuple[str, ...]:
+    from gpuplan.rl.models import trainer_layout
+
+    layout = trainer_layout(settings)
+    out = [
+        f"trainer: {layout.describe()} over {settings.trainer_gpus} GPU(s), micro-batch {settings.micro_batch} "
+        f"sequences of {settings.sequence_len} tokens (prompt + longest response, padded), "
+        f"{settings.grad_accum} micro-batch(es) per optimizer step, {settings.optimizer_steps} optimizer step(s) per "
+        "RL step: the planner's evaluator on the exact traced step",
+        "the policy loss is traced as the causal LM's cross entropy over the full vocabulary (the same logits, "
+        "log-softmax and gather a token-level RL loss computes); the log-prob passes are forward-only traces whose "
+        "full-vocabulary logits are the model's [micro-batch, prompt + response, vocab] output in the compute dtype "
+        "(verl and OpenRLHF without fused kernels; TRL keeps the completion's positions only, so it needs less)",
+        *policy.profile.assumptions,
+    ]
+    if settings.ref and settings.peft != "none":
+        out.append("reference: the policy with its adapters disabled (verl, TRL under PEFT): no second copy")
+    if gen is not None:
+        e = gen.engine.settings
+        out.append(f"rollout: {e.engine} tp {e.tp} × {gen.replicas} replica(s), memory utilization "
+                   f"{e.gpu_memory_utilization:g}, max_num_seqs {e.max_num_seqs}, {gen.sequences_per_replica} "
+                   f"sequences per replica decoded {gen.batch} at a time in {gen.waves} wave(s)")
+        if settings.placement == "colocate":
+            out.append("colocated: the engine sleeps during the trainer's phases (vLLM enable_sleep_mode=True and "
+                       "LLM.sleep(level=1|2) / wake_up; SGLang enable_memory_saver=True and "
+                       "release_memory_occupation / resume_memory_occupation): weights and KV cache freed, CUDA "
+                       "graphs and non-torch memory kept; the trainer's shards stay resident during the rollout "
+                       "unless offloaded")
+    out.append("step time: the phases one after another (verl's and OpenRLHF's synchronous default; an "
+               "asynchronous split overlaps generation with training)")
+    return tuple(out)

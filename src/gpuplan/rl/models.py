@@ -1,0 +1,123 @@
+"""The trainer's models on their GPUs: each one's step through the existing machinery, nothing recomputed here.
+
+* A trained model (the policy; PPO's critic): the planner's evaluator (``parallel.evaluate``) on the profile
+  of the exact traced step (``parallel.profile.profile_model``, traced as ``estimate`` traces it), with the
+  layout the RL trainers run: FSDP2 over every trainer GPU (verl's FSDP workers, TRL through accelerate),
+  DeepSpeed ZeRO-3 with its CPU offload when ``--offload params|optimizer`` is asked (OpenRLHF's ZeRO-3
+  offload; the planner models offload as DeepSpeed's, its one CPU-offload rule).
+* A forward-only model (the reference, the reward model, the policy's and critic's log-prob / value passes):
+  ``estimate`` in ``--mode infer`` at micro-batch × (prompt + response) tokens, its weights sharded over the
+  trainer GPUs by ``parallel.forward.sharded_forward`` (the rule ``recommend`` uses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuplan.parallel.evaluate import Evaluation, evaluate
+from gpuplan.parallel.forward import ShardedForward, sharded_forward
+from gpuplan.parallel.layout import FSDP2, Layout, Zero
+from gpuplan.parallel.plan import plan_context
+from gpuplan.parallel.profile import ModelProfile, profile_model
+
+if TYPE_CHECKING:
+    from gpuplan.estimate import Estimate
+    from gpuplan.hardware import GPU
+    from gpuplan.models.sources import ModelSource
+    from gpuplan.parallel.topology import Topology
+    from gpuplan.rl.settings import RLSettings
+    from gpuplan.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Trained:
+    """One optimizer step of a trained model on one trainer GPU (the planner's figures)."""
+
+    profile: ModelProfile
+    evaluation: Evaluation
+    overhead_bytes: int
+    """CUDA context and cuBLAS workspaces of one trainer process (counted once per GPU)."""
+
+    @property
+    def peak_bytes(self) -> int:
+        """Peak of the training step on one GPU, its CUDA context and workspaces included."""
+        return self.evaluation.per_gpu_peak_bytes
+
+    @property
+    def resident_bytes(self) -> int:
+        """What stays on the GPU between its training steps: the weights' and optimizer state's shards
+        (gradients are freed by ``zero_grad(set_to_none=True)``; offloaded states are on the host)."""
+        rank = self.evaluation.ranks[0]
+        return rank.params_bytes + rank.optimizer_bytes
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return self.evaluation.ranks[0].optimizer_bytes
+
+    @property
+    def step_s(self) -> float:
+        """One optimizer step (its micro-batches, gathers, reduce-scatters, the optimizer)."""
+        return self.evaluation.step_time_s
+
+    @property
+    def weight_16bit_bytes(self) -> int:
+        """The model's weights in the compute dtype: what a weight sync sends."""
+        return int(self.profile.params_count * self.profile.compute_bytes)
+
+    @property
+    def block_16bit_bytes(self) -> int:
+        """One block's weights in the compute dtype (what FSDP gathers at a time)."""
+        return int(self.profile.block_params * self.profile.compute_bytes)
+
+
+def trainer_layout(settings: RLSettings) -> Layout:
+    """FSDP2 over the trainer GPUs (verl, TRL); ZeRO-3 with DeepSpeed's CPU offload when offload is asked."""
+    offload_params, offload_optimizer = "params" in settings.offload, "optimizer" in settings.offload
+    sharding = (Zero(3, offload_optimizer=offload_optimizer, offload_params=offload_params)
+                if offload_params or offload_optimizer else FSDP2())
+    return Layout(dp=settings.trainer_gpus, tp=1, pp=1, micro_batch_size=settings.micro_batch,
+                  grad_accum=settings.grad_accum, sharding=sharding, checkpointing=settings.checkpointing)
+
+
+def trained(source: ModelSource, workload: Workload, settings: RLSettings, gpu: GPU, topology: Topology) -> Trained:
+    """The planner's answer for ``workload`` (one micro-batch, traced once) under ``trainer_layout``."""
+    prof = profile_model(source, workload.with_(grad_accum=1), gpu)
+    ctx = plan_context(prof, topology, gpu)
+    return Trained(prof, evaluate(ctx, trainer_layout(settings)), ctx.overhead_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """The forward-only passes of one model over a step's sequences, on one trainer GPU."""
+
+    estimate: Estimate
+    sharded: ShardedForward
+    passes: int
+    """Micro-batches one GPU forwards per RL step."""
+
+    @property
+    def bytes_per_gpu(self) -> int:
+        """The pass's reserved bytes with the weights sharded (CUDA context and workspaces not included)."""
+        return self.sharded.bytes_per_gpu
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.sharded.weight_bytes_per_gpu
+
+    @property
+    def seconds(self) -> float:
+        """Every pass: the traced forward or the prefetched gathers, whichever is longer."""
+        one = self.estimate.step_time_s or 0.0
+        return self.passes * max(one, self.sharded.gather_s)
+
+
+def forward(source: ModelSource, workload: Workload, sequences: int, gpu: GPU, topology: Topology,
+            gpus: int) -> Forward:
+    """``sequences`` forwarded in micro-batches of ``workload.batch_size`` over ``gpus`` trainer GPUs."""
+    from gpuplan.estimate import estimate
+
+    est = estimate(source, gpu=gpu, workload=workload)
+    passes = math.ceil(sequences / (workload.batch_size * gpus))
+    return Forward(est, sharded_forward(est.step, topology, gpus), passes)
