@@ -22,13 +22,14 @@ from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
-    from gpuplan.models.sources import ModelSource
     from gpuplan.parallel.topology import Topology
     from gpuplan.rl.settings import RLSettings
 
-FROZEN_PRECISION = "bf16"
-"""The reference and the reward model are held in bf16 (verl builds its ref worker with
-``torch_dtype=bfloat16``; TRL and OpenRLHF load them in the training dtype)."""
+
+def frozen_precision(gpu: GPU) -> str:
+    """The reference and the reward model are held in 16 bits (verl builds its ref worker with
+    ``torch_dtype=bfloat16``; TRL and OpenRLHF load them in the training dtype): bf16, fp16 without bf16."""
+    return "bf16" if gpu.has_bf16 else "fp16"
 
 
 def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -> RLResult:
@@ -49,10 +50,14 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     say(f"rl: tracing the policy's training step ({source.name})")
     policy = trained(source, policy_w, settings, gpu, topology)
     # the policy's forward: its base as the trainer holds it (QLoRA: the 4-bit base); the adapters are left out
-    fwd_w = Workload(mode="infer", batch_size=settings.micro_batch, seq_len=settings.sequence_len,
-                     precision=_forward_precision(settings.precision),  # type: ignore[arg-type]
-                     load_in="4bit" if settings.peft == "qlora" else "none")
-    frozen_w = fwd_w.with_(precision=FROZEN_PRECISION, load_in="none")
+    fwd_w = Workload(
+        mode="infer",
+        batch_size=settings.micro_batch,
+        seq_len=settings.sequence_len,
+        precision=_forward_precision(settings.precision, gpu),  # type: ignore[arg-type]
+        load_in="4bit" if settings.peft == "qlora" else "none",
+    )
+    frozen_w = fwd_w.with_(precision=frozen_precision(gpu), load_in="none")
     old: Forward | None = None
     if settings.generates or (settings.ref and settings.peft != "none"):
         say("rl: tracing the policy's log-prob forward")
@@ -76,20 +81,41 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     if settings.generates:
         say(f"rl: sizing the {settings.rollout_engine} rollout engine")
         gen = rollout(source, settings, gpu)
-    residents = Residents(policy=policy, ref=ref, reward=reward, critic=critic,
-                          ref_shares_policy=settings.peft != "none", ref_offloaded="ref" in settings.offload)
-    phases = compose(settings, gpu, residents, old=old, critic_values=critic_values, rollout=gen,
-                     cluster=make_topology(gpu, settings.gpus, nodes=settings.nodes))
+    residents = Residents(
+        policy=policy,
+        ref=ref,
+        reward=reward,
+        critic=critic,
+        ref_shares_policy=settings.peft != "none",
+        ref_offloaded="ref" in settings.offload,
+    )
+    phases = compose(
+        settings,
+        gpu,
+        residents,
+        old=old,
+        critic_values=critic_values,
+        rollout=gen,
+        cluster=make_topology(gpu, settings.gpus, nodes=settings.nodes),
+    )
     usable = gpu.usable_memory_bytes
     reason = _reason(phases, usable, gen)
-    return RLResult(settings=settings, model=source.name, gpu=gpu, phases=phases, usable_bytes=usable,
-                    reason=reason, assumptions=_assumptions(settings, policy, gen), rollout=gen)
+    return RLResult(
+        settings=settings,
+        model=source.name,
+        gpu=gpu,
+        phases=phases,
+        usable_bytes=usable,
+        reason=reason,
+        assumptions=_assumptions(settings, policy, gen),
+        rollout=gen,
+    )
 
 
-def _forward_precision(precision: str) -> str:
+def _forward_precision(precision: str, gpu: GPU) -> str:
     """The log-prob pass runs the trainer's weights as it holds them (FSDP mixed precision: autocast);
-    torchao float8 is a training format, so its forward is bf16."""
-    return "bf16" if precision == "fp8" else precision
+    torchao float8 is a training format, so its forward is in 16 bits."""
+    return frozen_precision(gpu) if precision == "fp8" else precision
 
 
 def _trainer_topology(settings: RLSettings, gpu: GPU) -> Topology:
@@ -105,11 +131,14 @@ def _reason(phases: tuple[object, ...], usable: int, gen: Rollout | None) -> str
 
     if gen is not None and not gen.ok:
         why = gen.engine.reason or "its KV cache holds no sequence of prompt + response tokens"
+        why = why.replace("--gpu-memory-utilization", "--rollout-memory-utilization")  # the flag of this verb
         return f"the {gen.engine.settings.engine} rollout engine does not start: {why}"
     worst = max(phases, key=lambda p: p.peak_bytes_per_gpu)  # type: ignore[attr-defined]
     if worst.peak_bytes_per_gpu > usable:  # type: ignore[attr-defined]
-        return (f"{worst.name} needs {format_bytes(worst.peak_bytes_per_gpu)} per GPU, "  # type: ignore[attr-defined]
-                f"{format_bytes(usable)} usable")
+        return (
+            f"{worst.name} needs {format_bytes(worst.peak_bytes_per_gpu)} per GPU, "  # type: ignore[attr-defined]
+            f"{format_bytes(usable)} usable"
+        )
     return None
 
 
@@ -132,15 +161,21 @@ def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> 
         out.append("reference: the policy with its adapters disabled (verl, TRL under PEFT): no second copy")
     if gen is not None:
         e = gen.engine.settings
-        out.append(f"rollout: {e.engine} tp {e.tp} × {gen.replicas} replica(s), memory utilization "
-                   f"{e.gpu_memory_utilization:g}, max_num_seqs {e.max_num_seqs}, {gen.sequences_per_replica} "
-                   f"sequences per replica decoded {gen.batch} at a time in {gen.waves} wave(s)")
+        out.append(
+            f"rollout: {e.engine} tp {e.tp} × {gen.replicas} replica(s), memory utilization "
+            f"{e.gpu_memory_utilization:g}, max_num_seqs {e.max_num_seqs}, {gen.sequences_per_replica} "
+            f"sequences per replica decoded {gen.batch} at a time in {gen.waves} wave(s)"
+        )
         if settings.placement == "colocate":
-            out.append("colocated: the engine sleeps during the trainer's phases (vLLM enable_sleep_mode=True and "
-                       "LLM.sleep(level=1|2) / wake_up; SGLang enable_memory_saver=True and "
-                       "release_memory_occupation / resume_memory_occupation): weights and KV cache freed, CUDA "
-                       "graphs and non-torch memory kept; the trainer's shards stay resident during the rollout "
-                       "unless offloaded")
-    out.append("step time: the phases one after another (verl's and OpenRLHF's synchronous default; an "
-               "asynchronous split overlaps generation with training)")
+            out.append(
+                "colocated: the engine sleeps during the trainer's phases (vLLM enable_sleep_mode=True and "
+                "LLM.sleep(level=1|2) / wake_up; SGLang enable_memory_saver=True and "
+                "release_memory_occupation / resume_memory_occupation): weights and KV cache freed, CUDA "
+                "graphs and non-torch memory kept; the trainer's shards stay resident during the rollout "
+                "unless offloaded"
+            )
+    out.append(
+        "step time: the phases one after another (verl's and OpenRLHF's synchronous default; an "
+        "asynchronous split overlaps generation with training)"
+    )
     return tuple(out)

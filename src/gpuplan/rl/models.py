@@ -75,10 +75,21 @@ class Trained:
 def trainer_layout(settings: RLSettings) -> Layout:
     """FSDP2 over the trainer GPUs (verl, TRL); ZeRO-3 with DeepSpeed's CPU offload when offload is asked."""
     offload_params, offload_optimizer = "params" in settings.offload, "optimizer" in settings.offload
-    sharding = (Zero(3, offload_optimizer=offload_optimizer, offload_params=offload_params)
-                if offload_params or offload_optimizer else FSDP2())
-    return Layout(dp=settings.trainer_gpus, tp=1, pp=1, micro_batch_size=settings.micro_batch,
-                  grad_accum=settings.grad_accum, sharding=sharding, checkpointing=settings.checkpointing)
+    sharding = (
+        Zero(3, offload_optimizer=offload_optimizer, offload_params=offload_params)
+        if offload_params or offload_optimizer
+        else FSDP2()
+    )
+    return Layout(
+        dp=settings.trainer_gpus,
+        tp=1,
+        pp=1,
+        micro_batch_size=settings.micro_batch,
+        grad_accum=settings.grad_accum,
+        sharding=sharding,
+        checkpointing=settings.checkpointing,
+        sequence_parallel=False,
+    )  # tp 1: nothing to split (as the planner writes it)
 
 
 def trained(source: ModelSource, workload: Workload, settings: RLSettings, gpu: GPU, topology: Topology) -> Trained:
@@ -113,8 +124,9 @@ class Forward:
         return self.passes * max(one, self.sharded.gather_s)
 
 
-def forward(source: ModelSource, workload: Workload, sequences: int, gpu: GPU, topology: Topology,
-            gpus: int) -> Forward:
+def forward(
+    source: ModelSource, workload: Workload, sequences: int, gpu: GPU, topology: Topology, gpus: int
+) -> Forward:
     """``sequences`` forwarded in micro-batches of ``workload.batch_size`` over ``gpus`` trainer GPUs."""
     from gpuplan.estimate import estimate
 

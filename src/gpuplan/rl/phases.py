@@ -60,8 +60,16 @@ class Residents:
         return out
 
 
-def compose(settings: RLSettings, gpu: GPU, r: Residents, *, old: Forward | None, critic_values: Forward | None,
-            rollout: Rollout | None, cluster: Topology) -> tuple[Phase, ...]:
+def compose(
+    settings: RLSettings,
+    gpu: GPU,
+    r: Residents,
+    *,
+    old: Forward | None,
+    critic_values: Forward | None,
+    rollout: Rollout | None,
+    cluster: Topology,
+) -> tuple[Phase, ...]:
     """Every phase of the step with its per-GPU peak, seconds and 80% interval."""
     colocated = settings.placement == "colocate"
     overhead = r.policy.overhead_bytes
@@ -77,8 +85,12 @@ def compose(settings: RLSettings, gpu: GPU, r: Residents, *, old: Forward | None
         return Phase(name, seconds, sum(parts.values()), parts, at, (iv.low_s, iv.high_s) if iv else None)
 
     def forward_phase(name: str, f: Forward, running: tuple[str, ...], keep: tuple[Trained, ...] = ()) -> Phase:
-        parts = {"this_phase": f.bytes_per_gpu, "cuda_context_and_workspaces": overhead,
-                 **r.besides(*running, keep_optimizer=keep), **asleep}
+        parts = {
+            "this_phase": f.bytes_per_gpu,
+            "cuda_context_and_workspaces": overhead,
+            **r.besides(*running, keep_optimizer=keep),
+            **asleep,
+        }
         return phase(name, f.seconds, parts, infer_family)
 
     phases: list[Phase] = []
@@ -98,12 +110,21 @@ def compose(settings: RLSettings, gpu: GPU, r: Residents, *, old: Forward | None
     if r.reward is not None:
         phases.append(forward_phase("reward", r.reward, ("reward",)))
     if r.critic is not None and critic_values is not None:
-        values = {"this_phase": critic_values.bytes_per_gpu, "cuda_context_and_workspaces": overhead,
-                  **r.besides("critic", keep_optimizer=(r.critic,))}
+        values = {
+            "this_phase": critic_values.bytes_per_gpu,
+            "cuda_context_and_workspaces": overhead,
+            **r.besides("critic", keep_optimizer=(r.critic,)),
+        }
         update = {"this_phase": r.critic.peak_bytes, **r.besides("critic")}
         parts = max(values, update, key=lambda p: sum(p.values()))
-        phases.append(phase("critic", critic_values.seconds + r.critic.step_s * settings.optimizer_steps,
-                            {**parts, **asleep}, train_family))
+        phases.append(
+            phase(
+                "critic",
+                critic_values.seconds + r.critic.step_s * settings.optimizer_steps,
+                {**parts, **asleep},
+                train_family,
+            )
+        )
     train = {"this_phase": r.policy.peak_bytes, **r.besides("policy"), **asleep}
     phases.append(phase("train", r.policy.step_s * settings.optimizer_steps, train, train_family))
     if rollout is not None:
@@ -111,8 +132,9 @@ def compose(settings: RLSettings, gpu: GPU, r: Residents, *, old: Forward | None
     return tuple(phases)
 
 
-def _sync(settings: RLSettings, r: Residents, rollout: Rollout, overhead: int, asleep: dict[str, int],
-          cluster: Topology) -> Phase:
+def _sync(
+    settings: RLSettings, r: Residents, rollout: Rollout, overhead: int, asleep: dict[str, int], cluster: Topology
+) -> Phase:
     """The weights gathered block by block (FSDP: the current block and the prefetched next one) into the
     engine: colocated, its weights woken on the same GPU; split, the rollout GPUs hold the engine as it is."""
     seconds = weight_sync_s(settings, r.policy.weight_16bit_bytes, cluster)

@@ -63,14 +63,24 @@ class Rollout:
         return self.engine.budget.weights_bytes
 
 
-def rollout(source: ModelSource, settings: RLSettings, gpu: GPU,
-            profiles: dict[tuple[Any, ...], TracedStep] | None = None) -> Rollout:
+def rollout(
+    source: ModelSource, settings: RLSettings, gpu: GPU, profiles: dict[tuple[Any, ...], TracedStep] | None = None
+) -> Rollout:
     """Size and time the engine generating ``settings.sequences_per_step`` responses on its GPUs."""
     cache = profiles if profiles is not None else {}
-    asked: dict[str, Any] = dict(gpu=gpu, tp=settings.rollout_tp, engine=settings.rollout_engine,
-                                 max_model_len=settings.sequence_len, input_len=settings.prompt_len,
-                                 output_len=settings.response_len,
-                                 gpu_memory_utilization=settings.utilization, llm_class=True, profiles=cache)
+    asked: dict[str, Any] = dict(
+        gpu=gpu,
+        tp=settings.rollout_tp,
+        engine=settings.rollout_engine,
+        max_model_len=settings.sequence_len,
+        input_len=settings.prompt_len,
+        output_len=settings.response_len,
+        gpu_memory_utilization=settings.utilization,
+        llm_class=True,
+        profiles=cache,
+        max_num_seqs=settings.rollout_max_num_seqs,
+        max_num_batched_tokens=settings.rollout_max_num_batched_tokens,
+    )
     engine = serve(source, **asked)
     replicas = settings.engine_gpus // settings.rollout_tp
     per_replica = math.ceil(settings.sequences_per_step / replicas)
@@ -82,14 +92,37 @@ def rollout(source: ModelSource, settings: RLSettings, gpu: GPU,
     assert engine.shape is not None
     waves = math.ceil(per_replica / batch)
     tp = settings.rollout_tp
-    first = prefill(engine.shape, engine.gpu, tp, tokens=settings.prompt_len, prompts=batch,
-                    weight_quant=engine.settings.quantization)
+    first = prefill(
+        engine.shape,
+        engine.gpu,
+        tp,
+        tokens=settings.prompt_len,
+        prompts=batch,
+        weight_quant=engine.settings.quantization,
+    )
     tail_tokens = settings.longest_response - settings.response_len
     tail_s = 0.0
     if tail_tokens:
         context = settings.sequence_len
-        tail_s = tail_tokens * decode_step(engine.shape, engine.gpu, tp, batch=1, context=context,
-                                           kv_read_bytes=engine.kv.sequence_bytes(context),
-                                           weight_quant=engine.settings.quantization).seconds
-    return Rollout(engine, replicas, per_replica, batch, waves, waves * first.seconds,
-                   waves * settings.response_len * engine.decode.seconds, tail_s)
+        tail_s = (
+            tail_tokens
+            * decode_step(
+                engine.shape,
+                engine.gpu,
+                tp,
+                batch=1,
+                context=context,
+                kv_read_bytes=engine.kv.sequence_bytes(context),
+                weight_quant=engine.settings.quantization,
+            ).seconds
+        )
+    return Rollout(
+        engine,
+        replicas,
+        per_replica,
+        batch,
+        waves,
+        waves * first.seconds,
+        waves * settings.response_len * engine.decode.seconds,
+        tail_s,
+    )

@@ -20,6 +20,10 @@ from gpuplan.workload import (
     MAX_SEQ_LEN,
     OPTIMIZERS,
     PRECISIONS,
+    Checkpointing,
+    Optimizer,
+    Peft,
+    Precision,
     Workload,
     check_range,
 )
@@ -45,9 +49,9 @@ DEFAULT_SAMPLES: Final[dict[str, int]] = {"grpo": 8, "dapo": 16, "ppo": 1, "dpo"
 DEFAULT_UTILIZATION: Final[dict[str, float]] = {"colocate": 0.5, "split": 0.9}
 """verl's ``rollout.gpu_memory_utilization`` default (0.5) when the engine shares the GPU with the trainer;
 vLLM's own default (0.9) when it has its GPUs to itself."""
-DEFAULT_PRECISION: Final = "amp-bf16"
+DEFAULT_PRECISION: Final[Precision] = "amp-bf16"
 """FSDP mixed precision as verl and TRL run it: fp32 master weights, bf16 compute (``param_dtype`` bf16)."""
-DEFAULT_CHECKPOINTING: Final = "full"
+DEFAULT_CHECKPOINTING: Final[Checkpointing] = "full"
 """verl's examples, OpenRLHF's ``--gradient_checkpointing`` and TRL's GRPOConfig all turn it on."""
 MAX_GPUS: Final = 1 << 16
 
@@ -84,7 +88,7 @@ class RLSettings:
     ppo_epochs: int = 1
     """Passes over the rollout batch per step (verl ppo_epochs, TRL num_iterations)."""
     # -- the models --
-    peft: str = "none"
+    peft: Peft = "none"
     lora_rank: int = 8
     lora_alpha: float = 8.0
     lora_dropout: float = 0.0
@@ -105,11 +109,16 @@ class RLSettings:
     rollout_tp: int = 1
     rollout_memory_utilization: float | None = None
     """vLLM gpu_memory_utilization / SGLang mem_fraction_static (None: DEFAULT_UTILIZATION of the placement)."""
+    rollout_max_num_seqs: int | None = None
+    """Sequences one engine step holds (vLLM max_num_seqs; None: the engine's default)."""
+    rollout_max_num_batched_tokens: int | None = None
+    """Tokens one engine step processes (vLLM max_num_batched_tokens, the profile run's size; None: the
+    engine's default for its offline ``LLM`` class)."""
     # -- trainer techniques --
     offload: frozenset[str] = frozenset()
-    checkpointing: str = DEFAULT_CHECKPOINTING
-    precision: str = DEFAULT_PRECISION
-    optimizer: str = "adamw"
+    checkpointing: Checkpointing = DEFAULT_CHECKPOINTING
+    precision: Precision = DEFAULT_PRECISION
+    optimizer: Optimizer = "adamw"
 
     def __post_init__(self) -> None:
         require_choice("RL algorithm", self.algorithm, ALGORITHMS)
@@ -153,51 +162,72 @@ class RLSettings:
         _positive("--gpus", self.gpus, "--gpus N", MAX_GPUS)
         _positive("--nodes", self.nodes, "--nodes M", MAX_GPUS)
         if self.gpus % self.nodes:
-            raise ConfigError(f"--gpus {self.gpus} is not a multiple of --nodes {self.nodes}: every node holds the "
-                              "same number of GPUs; pass --gpus as nodes × GPUs per node")
+            raise ConfigError(
+                f"--gpus {self.gpus} is not a multiple of --nodes {self.nodes}: every node holds the "
+                "same number of GPUs; pass --gpus as nodes × GPUs per node"
+            )
 
     def _check_batch(self) -> None:
         _positive("--prompts-per-step", self.prompts_per_step, "--prompts-per-step P")
         k = self.samples
         check_range("--samples-per-prompt", k, 1, 1 << 12, "pass K responses per prompt")
         if self.algorithm in GROUP_ALGORITHMS and k < 2:
-            raise ConfigError(f"--samples-per-prompt {k} is too few for {self.algorithm.upper()}: its advantage "
-                              "compares the K responses of one prompt; pass 2 or more (TRL's default is 8)")
+            raise ConfigError(
+                f"--samples-per-prompt {k} is too few for {self.algorithm.upper()}: its advantage "
+                "compares the K responses of one prompt; pass 2 or more (TRL's default is 8)"
+            )
         if self.algorithm == "dpo" and k != 2:
-            raise ConfigError(f"--samples-per-prompt {k} does not apply to DPO: a preference pair is 2 sequences "
-                              "(chosen, rejected); leave it out")
+            raise ConfigError(
+                f"--samples-per-prompt {k} does not apply to DPO: a preference pair is 2 sequences "
+                "(chosen, rejected); leave it out"
+            )
         _positive("--prompt-len", self.prompt_len, "--prompt-len L", MAX_SEQ_LEN)
         _positive("--response-len", self.response_len, "--response-len R", MAX_SEQ_LEN)
-        check_range("--max-response-len", self.longest_response, self.response_len, MAX_SEQ_LEN,
-                    f"the longest response is at least the mean --response-len {self.response_len}")
+        check_range(
+            "--max-response-len",
+            self.longest_response,
+            self.response_len,
+            MAX_SEQ_LEN,
+            f"the longest response is at least the mean --response-len {self.response_len}",
+        )
         _positive("--train-micro-batch", self.micro_batch, "--train-micro-batch m")
         check_range("--ppo-epochs", self.ppo_epochs, 1, 1 << 10, "pass 1 pass over the batch or more")
         sequences = self.sequences_per_step
         g = self.global_batch
         _positive("--train-global-batch", g, "--train-global-batch G")
         if sequences % g:
-            raise ConfigError(f"--train-global-batch {g} does not divide the {sequences:,} sequences of a step "
-                              f"(prompts {self.prompts_per_step} × samples {k}); pass a divisor of {sequences:,}")
+            raise ConfigError(
+                f"--train-global-batch {g} does not divide the {sequences:,} sequences of a step "
+                f"(prompts {self.prompts_per_step} × samples {k}); pass a divisor of {sequences:,}"
+            )
         per_pass = self.micro_batch * self.trainer_gpus
         if g % per_pass:
-            raise ConfigError(f"--train-global-batch {g} is not a multiple of --train-micro-batch "
-                              f"{self.micro_batch} × {self.trainer_gpus} trainer GPUs = {per_pass}; pass a "
-                              f"multiple of {per_pass} or a smaller micro-batch")
+            raise ConfigError(
+                f"--train-global-batch {g} is not a multiple of --train-micro-batch "
+                f"{self.micro_batch} × {self.trainer_gpus} trainer GPUs = {per_pass}; pass a "
+                f"multiple of {per_pass} or a smaller micro-batch"
+            )
         if self.algorithm == "dpo" and self.micro_batch % 2:
-            raise ConfigError(f"--train-micro-batch {self.micro_batch} splits a DPO pair: the chosen and the "
-                              "rejected sequence are forwarded together; pass an even number of sequences")
+            raise ConfigError(
+                f"--train-micro-batch {self.micro_batch} splits a DPO pair: the chosen and the "
+                "rejected sequence are forwarded together; pass an even number of sequences"
+            )
 
     def _check_models(self) -> None:
         if self.critic is not None and self.algorithm != "ppo":
-            raise ConfigError(f"--critic applies to --algorithm ppo only: {self.algorithm.upper()} has no value "
-                              "model; leave --critic out")
+            raise ConfigError(
+                f"--critic applies to --algorithm ppo only: {self.algorithm.upper()} has no value "
+                "model; leave --critic out"
+            )
         if self.algorithm == "dpo" and self.reward_model is not None:
-            raise ConfigError("--reward-model does not apply to DPO: it learns from preference pairs offline; "
-                              "leave it out")
+            raise ConfigError(
+                "--reward-model does not apply to DPO: it learns from preference pairs offline; leave it out"
+            )
         bad = sorted(self.offload - set(OFFLOADS))
         if bad:
-            raise ConfigError(f"unknown offload {bad[0]!r} (allowed: {', '.join(OFFLOADS)}); pass e.g. "
-                              "--offload params,optimizer")
+            raise ConfigError(
+                f"unknown offload {bad[0]!r} (allowed: {', '.join(OFFLOADS)}); pass e.g. --offload params,optimizer"
+            )
         if "ref" in self.offload and not self.ref:
             raise ConfigError("--offload ref needs a reference model; drop 'ref' from --offload or drop --no-ref")
         if "optimizer" in self.offload and self.optimizer == "none":
@@ -208,23 +238,44 @@ class RLSettings:
 
         check_utilization(self.utilization, "--rollout-memory-utilization")
         _positive("--rollout-tp", self.rollout_tp, "--rollout-tp T", MAX_GPUS)
+        if self.rollout_max_num_seqs is not None:
+            _positive("--rollout-max-num-seqs", self.rollout_max_num_seqs, "--rollout-max-num-seqs S")
+        if self.rollout_max_num_batched_tokens is not None:
+            _positive(
+                "--rollout-max-num-batched-tokens",
+                self.rollout_max_num_batched_tokens,
+                "--rollout-max-num-batched-tokens T",
+                MAX_SEQ_LEN,
+            )
         if self.algorithm == "dpo":
             if self.placement != "colocate" or self.rollout_gpus != self.gpus:
-                raise ConfigError("--placement split / --rollout-gpus do not apply to DPO: it generates nothing; "
-                                  "leave them out")
+                raise ConfigError(
+                    "--placement split / --rollout-gpus do not apply to DPO: it generates nothing; leave them out"
+                )
             return
         if self.placement == "split":
             if self.rollout_gpus is None:
-                raise ConfigError("--placement split needs --rollout-gpus K: the GPUs the rollout engine gets "
-                                  "(the trainer gets the rest)")
-            check_range("--rollout-gpus", self.rollout_gpus, 1, self.gpus - 1,
-                        f"split placement leaves the trainer at least one of the {self.gpus} GPUs")
+                raise ConfigError(
+                    "--placement split needs --rollout-gpus K: the GPUs the rollout engine gets "
+                    "(the trainer gets the rest)"
+                )
+            check_range(
+                "--rollout-gpus",
+                self.rollout_gpus,
+                1,
+                self.gpus - 1,
+                f"split placement leaves the trainer at least one of the {self.gpus} GPUs",
+            )
         elif self.rollout_gpus != self.gpus:
-            raise ConfigError(f"--rollout-gpus {self.rollout_gpus} applies to --placement split; colocated, the "
-                              f"engine uses all {self.gpus} GPUs; add --placement split or leave it out")
+            raise ConfigError(
+                f"--rollout-gpus {self.rollout_gpus} applies to --placement split; colocated, the "
+                f"engine uses all {self.gpus} GPUs; add --placement split or leave it out"
+            )
         if self.engine_gpus % self.rollout_tp:
-            raise ConfigError(f"--rollout-tp {self.rollout_tp} does not divide the {self.engine_gpus} rollout GPUs; "
-                              f"pass a divisor of {self.engine_gpus}")
+            raise ConfigError(
+                f"--rollout-tp {self.rollout_tp} does not divide the {self.engine_gpus} rollout GPUs; "
+                f"pass a divisor of {self.engine_gpus}"
+            )
 
     # -- resolved views (fields are concrete after __post_init__) --
     @property
@@ -285,12 +336,21 @@ class RLSettings:
 
     def trainer_workload(self, *, micro_batch: int | None = None) -> Workload:
         """The policy's training step as the existing trace runs it (one micro-batch of sequences)."""
-        return Workload(mode="train", batch_size=micro_batch or self.micro_batch, seq_len=self.sequence_len,
-                        precision=self.precision, optimizer=self.optimizer,  # type: ignore[arg-type]
-                        checkpointing=self.checkpointing,  # type: ignore[arg-type]
-                        grad_accum=self.grad_accum, peft=self.peft,  # type: ignore[arg-type]
-                        lora_rank=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                        lora_targets=self.lora_targets, train_modules=self.train_modules)
+        return Workload(
+            mode="train",
+            batch_size=micro_batch or self.micro_batch,
+            seq_len=self.sequence_len,
+            precision=self.precision,
+            optimizer=self.optimizer,
+            checkpointing=self.checkpointing,
+            grad_accum=self.grad_accum,
+            peft=self.peft,
+            lora_rank=self.lora_rank,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            lora_targets=self.lora_targets,
+            train_modules=self.train_modules,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
