@@ -276,6 +276,19 @@ def test_k_quant_mixes_follow_llama_quantize() -> None:
     assert (row_bytes("Q8_0", 128), row_bytes("Q4_0", 128), row_bytes("F16", 128)) == (136, 72, 256)
 
 
+def test_f16_kv_rows_are_serve_kv_per_token_bytes() -> None:
+    # llama.cpp's cache is not paged, but an f16 cell of a layer holds what serve/kv.py counts per token and
+    # full-attention layer (2 · kv_heads · head_dim · 2 bytes); n_ctx cells × layers, nothing per page
+    from gpuplan.serve.kv import kv_cost, kv_layout
+
+    for name in ("llama-3.1-8b", "qwen3-8b", "mixtral-8x7b"):
+        config = resolve_model(name).config_dict
+        per_token = kv_cost(kv_layout(config, name), element_bytes=2, state_element_bytes=2).full_layer_token_bytes
+        m = load_local_model(name, "Q4_K_M")
+        p = place(m, _settings(m.n_layer + 1, 4096))
+        assert p.kv_bytes == (4096 * m.n_layer * per_token,), name
+
+
 def test_tensor_split_follows_the_cumulative_fractions() -> None:
     # llama-model.cpp: upper_bound(splits, (il − i_gpu_start) / act_gpu_layers); the output is slot n_layer
     assert layer_devices(4, 5, (1.0, 1.0)) == (0, 0, 0, 1, 1)
@@ -400,6 +413,21 @@ def test_a_model_too_big_for_the_gpu_exits_1() -> None:
 def test_bad_input_is_one_line_exit_2(tiny_config: str, argv: list[str], message: str) -> None:
     gpu = [] if "--gpu" in argv else ["--gpu", "RTX-4090"]
     code, out, err = run_cli(tiny_config, "--engine", "llama.cpp", *gpu, *argv)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cache-type-k", "q8_0", "--cache-type-v", "q4_0", "--flash-attn", "on"], "one OLLAMA_KV_CACHE_TYPE"),
+        (["--cache-type-k", "q5_1", "--cache-type-v", "q5_1", "--flash-attn", "on"], "f16, q8_0 or q4_0"),
+        (["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"], "OLLAMA_FLASH_ATTENTION=1"),
+        (["--tensor-split", "1,1"], "Ollama splits layers"),
+    ],
+)
+def test_ollama_refuses_what_it_cannot_express(tiny_config: str, argv: list[str], message: str) -> None:
+    # ollama docs/faq.md: one KV type for K and V (f16, q8_0, q4_0), quantized only with flash attention
+    code, out, err = run_cli(tiny_config, "--engine", "ollama", "--gguf-type", "Q4_0", "--gpu", "RTX-4090", *argv)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1
 
 

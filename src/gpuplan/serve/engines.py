@@ -428,6 +428,13 @@ class LocalEngine(Protocol):
 
     def modelfile(self, s: LocalSettings) -> str | None: ...
 
+    def check(self, s: LocalSettings) -> None:
+        """Refuse, in one line, settings this engine would refuse or cannot express."""
+        ...
+
+
+_UNQUANTIZED_KV = ("f32", "f16", "bf16")
+
 
 @dataclass(frozen=True, slots=True)
 class LlamaCpp:
@@ -459,6 +466,12 @@ class LlamaCpp:
     def modelfile(self, s: LocalSettings) -> str | None:
         return None
 
+    def check(self, s: LocalSettings) -> None:
+        # llama-context.cpp (llama_init_from_model) refuses a quantized V cache without flash attention
+        if s.cache_type_v not in _UNQUANTIZED_KV and not s.flash_attn:
+            raise ConfigError(f"--cache-type-v {s.cache_type_v} needs flash attention: llama.cpp refuses a quantized "
+                              "V cache without it ('V cache quantization requires flash_attn'); add --flash-attn on")
+
 
 @dataclass(frozen=True, slots=True)
 class Ollama:
@@ -479,6 +492,19 @@ class Ollama:
             env.append(f"OLLAMA_NUM_PARALLEL={s.parallel}")
         serve = " ".join([*env, "ollama", "serve"])
         return f"{serve} & ollama create local-model -f Modelfile && ollama run local-model"
+
+    def check(self, s: LocalSettings) -> None:
+        # ollama docs/faq.md (K/V cache quantization): one OLLAMA_KV_CACHE_TYPE for K and V, f16 / q8_0 / q4_0,
+        # and only with flash attention enabled
+        if s.cache_type_k != s.cache_type_v or s.cache_type_k not in ("f16", "q8_0", "q4_0"):
+            raise ConfigError(f"--cache-type-k {s.cache_type_k} --cache-type-v {s.cache_type_v}: Ollama takes one "
+                              "OLLAMA_KV_CACHE_TYPE for K and V, f16, q8_0 or q4_0; pass the same one for both")
+        if s.cache_type_k != "f16" and not s.flash_attn:
+            raise ConfigError(f"--cache-type-k/-v {s.cache_type_k}: Ollama quantizes the KV cache only with flash "
+                              "attention (OLLAMA_FLASH_ATTENTION=1); add --flash-attn on")
+        if s.gpus > 1:
+            raise ConfigError("--tensor-split is llama.cpp's: Ollama splits layers over its GPUs itself; use "
+                              "--engine llama.cpp")
 
     def modelfile(self, s: LocalSettings) -> str | None:
         return f"FROM {s.model_path}\nPARAMETER num_gpu {s.n_gpu_layers}\nPARAMETER num_ctx {s.context}\n"

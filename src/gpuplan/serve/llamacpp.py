@@ -64,15 +64,10 @@ _F32: Final = 4
 _EXPS: Final = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate)_exps")
 
 
-def check_kv_types(cache_type_k: str, cache_type_v: str, flash_attn: bool) -> None:
+def check_kv_types(cache_type_k: str, cache_type_v: str) -> None:
     for flag, value in (("--cache-type-k", cache_type_k), ("--cache-type-v", cache_type_v)):
         if value not in KV_CACHE_TYPES:
             raise ConfigError(f"unknown {flag} {value!r} (allowed: {', '.join(KV_CACHE_TYPES)})")
-    if cache_type_v not in ("f32", "f16", "bf16") and not flash_attn:
-        raise ConfigError(
-            f"--cache-type-v {cache_type_v} needs flash attention: llama.cpp refuses a quantized V "
-            "cache without it ('V cache quantization requires flash_attn'); add --flash-attn on"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,10 +449,6 @@ def _check(
         raise ConfigError(f"--n-cpu-moe {n_cpu_moe} keeps MoE experts on the CPU but {m.name} has no experts")
     if not 0 <= n_cpu_moe <= m.n_layer:
         raise ConfigError(f"--n-cpu-moe {n_cpu_moe} is outside 0..{m.n_layer} (the model's layers)")
-    if engine == "ollama" and len(tensor_split) > 1:
-        raise ConfigError(
-            "--tensor-split is llama.cpp's: Ollama splits layers over its GPUs itself; use --engine llama.cpp"
-        )
 
 
 def serve_local(
@@ -481,7 +472,7 @@ def serve_local(
     """How ``model`` runs under llama.cpp / Ollama on ``gpu`` (× ``len(tensor_split)``): the layers on
     the GPU at ``context`` tokens per slot, memory on each side, decode tokens/s and the launch line."""
     get_local_engine(engine)
-    check_kv_types(cache_type_k, cache_type_v, flash_attn)
+    check_kv_types(cache_type_k, cache_type_v)
     patterns = tuple(_cpu_pattern(p) for p in override_tensor)
     if host_memory_bandwidth_gb_per_s <= 0:
         raise ConfigError(f"--host-memory-bandwidth {host_memory_bandwidth_gb_per_s:g} must be positive (GB/s)")
@@ -520,6 +511,7 @@ def serve_local(
         patterns,
         n_cpu_moe,
     )
+    get_local_engine(engine).check(base)
     most = max_gpu_layers(m, base, context_bytes, limit)
     settings = base if n_gpu_layers is not None else _with_ngl(base, most)
     p = place(m, settings)
@@ -597,6 +589,11 @@ def _assumptions(m: LocalModel, s: LocalSettings, arch: str, unified: bool, host
         notes.append(
             "--tensor-split fractions given (llama.cpp's default splits by free memory); layer split, "
             "pipeline-parallel buffer copies not counted"
+        )
+    if s.engine == "llama.cpp":
+        notes.append(
+            "launch line in the flag spelling of the modelled build (-fa a switch); newer llama.cpp builds spell it "
+            "'-fa on' and place the output layer first (-ngl counts it before the last repeating layers)"
         )
     if s.engine == "ollama":
         notes.append(
