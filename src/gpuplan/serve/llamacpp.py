@@ -518,16 +518,18 @@ def serve_local(
     fits = _fits(p, context_bytes, limit)
     need = max(_gpu_need(p, context_bytes))
     where = "the Metal working set" if unified else "the GPU"
+    gpus = f"{card.id} use" if len(split) == 1 else f"{len(split)}× {card.id}, the fullest using"
+    at = f"{context:,} tokens" + (f" × {parallel} slots" if parallel > 1 else "")
     if fits:
         reason = (
-            f"{p.layers_on_gpu}/{m.n_layer + 1} layers on {card.id} use {need / GIB:.2f} GiB of "
-            f"{limit / GIB:.2f} GiB ({where}); at most {most} fit at {context:,} tokens"
+            f"{p.layers_on_gpu}/{m.n_layer + 1} layers on {gpus} {need / GIB:.2f} GiB of "
+            f"{limit / GIB:.2f} GiB ({where}); at most {most} fit at {at}"
         )
     else:
         reason = (
             f"-ngl {settings.n_gpu_layers} needs {need / GIB:.2f} GiB on one GPU, {where} holds "
             f"{limit / GIB:.2f} GiB: llama.cpp fails to allocate (cudaMalloc out of memory); at most "
-            f"{most} layers fit at {context:,} tokens"
+            f"{most} layers fit at {at}"
         )
     gpu_bw = card.memory_bandwidth_bytes_per_s * efficiency_for(card.arch).bandwidth
     host_bw = gpu_bw if unified else host_memory_bandwidth_gb_per_s * 1e9
