@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan")
 
 
-def _mixed(precision: str) -> str:
+def mixed_precision(precision: str) -> str:
+    """accelerate's / DeepSpeed's mixed-precision name for a gpuplan precision (``no`` for fp32 / tf32)."""
     return {"amp-bf16": "bf16", "bf16": "bf16", "amp-fp16": "fp16", "fp16": "fp16"}.get(precision, "no")
 
 
@@ -66,7 +67,7 @@ def deepspeed_config(p: Plan) -> dict[str, Any]:
         "steps_per_print": 100,
         "wall_clock_breakdown": False,
     }
-    mp = _mixed(p.workload.precision)
+    mp = mixed_precision(p.workload.precision)
     if mp == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif mp == "fp16":
@@ -101,7 +102,8 @@ def torchrun_command(p: Plan, script: str = "train.py") -> str:
 def torch_snippet(p: Plan) -> str:
     """Python applying the layout with torch.distributed (device mesh, TP plan, FSDP2, pipelining)."""
     lay = p.best.layout
-    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(_mixed(p.workload.precision), "torch.float32")
+    mp = mixed_precision(p.workload.precision)
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(mp, "torch.float32")
     s = lay.sharding
     hsdp_shard = s.hsdp_shard if isinstance(s, FSDP2) else None
     dims, names = [], []
@@ -236,7 +238,7 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": _mixed(p.workload.precision),
+        "mixed_precision": mixed_precision(p.workload.precision),
         "num_machines": p.topology.nodes,
         "num_processes": lay.gpus,
         "rdzv_backend": "static",
@@ -331,7 +333,7 @@ def megatron_args(p: Plan) -> list[str]:
         args.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
     elif lay.checkpointing == "selective":
         args.append("--recompute-granularity selective")
-    mp = _mixed(p.workload.precision)
+    mp = mixed_precision(p.workload.precision)
     if mp in ("bf16", "fp16"):
         args.append(f"--{mp}")
     return args

@@ -106,12 +106,18 @@ def lora_config(model: nn.Module, source: ModelSource, workload: Workload) -> An
     )
 
 
-def _has_default_targets(model: nn.Module) -> bool:
+def default_lora_targets(model_type: str | None) -> list[str] | None:
+    """PEFT's LoRA targets for an architecture when none are named (its model_type table), or None: what
+    ``--lora-targets`` left empty means, spelled out for frameworks whose own default differs (gpuplan.rl.emit)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
+    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type or "")
+    return list(targets) if targets else None
+
+
+def _has_default_targets(model: nn.Module) -> bool:
     config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    return model_type in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    return default_lora_targets(getattr(config, "model_type", None)) is not None
 
 
 def apply_peft(model: nn.Module, source: ModelSource, workload: Workload) -> nn.Module:
