@@ -426,6 +426,8 @@ def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path
     (["--gpus", "2"], lambda r: len(r["layouts"]) == 2 and r["chosen"] is not None),  # MoE: tests/serve/test_layouts
     (["--max-loras", "2", "--max-lora-rank", "8"], lambda r: r["lora"]["slot_bytes"] > 0
      and "--enable-lora --max-loras 2 --max-lora-rank 8" in r["command"]),  # speculative: test_lora_speculative.py
+    (["--input-len", "32", "--output-len", "16", "--disaggregate", "1:1"],
+     lambda r: r["disaggregation"]["gpus"] == 2 and r["disaggregation"]["kv_transfer_bytes_per_request"] > 0),
 ])
 def test_serve_option(tiny_gpt2: str, flags: list[str], check: Any) -> None:
     # gpuplan serve: every engine, KV dtype, quantization and answer form on the tiny GPT-2 (tests/serve)

@@ -85,6 +85,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="tokens drafted per step (default 1 for mtp, 4 for a draft model)")
     parser.add_argument("--spec-acceptance", type=float, default=None, metavar="A",
                         help="share of drafted tokens accepted (default 0.85 mtp, DeepSeek-V3 report; 0.7 draft)")
+    parser.add_argument("--disaggregate", default=None, metavar="P:D",
+                        help="prefill/decode disaggregation: P prefill and D decode instances of the layout (or auto "
+                        "with --rate): KV transfer, goodput per GPU against the aggregated engine")
     parser.add_argument("--prices", default=None, metavar="FILE",
                         help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
     _add_local_arguments(parser)
@@ -277,6 +280,17 @@ def run(args: argparse.Namespace) -> int:
               "max_lora_rank": args.max_lora_rank, "speculative_model": args.speculative_model,
               "speculative_method": args.speculative_method, "num_speculative_tokens": args.num_speculative_tokens,
               "spec_acceptance": args.spec_acceptance}
+    if args.disaggregate is not None:
+        if args.gpus is not None:
+            raise ConfigError("--disaggregate sizes pools of one layout: give --tp/--dp/--ep, not --gpus")
+        from gpuplan.serve.disaggregate import disaggregate
+
+        asked = ("input_len", "output_len", "rate", "ttft_slo", "itl_slo")
+        kwargs = {k: v for k, v in common.items() if k not in asked}
+        pools = disaggregate(args.model, gpu=args.gpu, split=args.disaggregate, input_len=args.input_len,
+                             output_len=args.output_len, rate=args.rate, ttft_slo=args.ttft_slo, itl_slo=args.itl_slo,
+                             tp=args.tp or 1, pp=args.pp, dp=args.dp or 1, ep=args.ep or 1, **kwargs)
+        return _print(args, pools, pools.aggregated, ok=pools.ok)
     if args.gpus is not None:
         given = [flag for flag, value in (("--tp", args.tp), ("--dp", args.dp), ("--ep", args.ep)) if value is not None]
         given += ["--pp"] if args.pp != 1 else []

@@ -17,6 +17,8 @@ RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.serve.capacity.ServeResult", TEXT): serve.render_serve,
     ("gpuplan.serve.layouts.LayoutSearch", JSON): serve.layout_search_to_dict,
     ("gpuplan.serve.layouts.LayoutSearch", TEXT): serve.render_layout_search,
+    ("gpuplan.serve.disaggregate.Disaggregation", JSON): serve.disaggregation_to_dict,
+    ("gpuplan.serve.disaggregate.Disaggregation", TEXT): serve.render_disaggregation,
     ("gpuplan.serve.llamacpp.LocalServeResult", JSON): local_serve.local_serve_to_dict,
     ("gpuplan.serve.llamacpp.LocalServeResult", TEXT): local_serve.render_local_serve,
     ("gpuplan.serve.pipeline.PipelineServe", TEXT): serve.render_pipeline_serve,

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from gpuplan.advise.recommend import ServeRecommendation
     from gpuplan.perf.workload_family import TimeInterval
     from gpuplan.serve.capacity import ServeResult
+    from gpuplan.serve.disaggregate import Disaggregation
     from gpuplan.serve.layouts import LayoutSearch
     from gpuplan.serve.pipeline import PipelineServe
 
@@ -193,6 +194,47 @@ def render_layout_search(r: LayoutSearch) -> str:
     if shown is not None:
         lines += ["", render_serve(shown)]
     lines += [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def disaggregation_to_dict(d: Disaggregation) -> dict[str, Any]:
+    """The aggregated engine's answer, plus the prefill and decode pools against it."""
+    out = serve_to_dict(d.aggregated)
+    out["ok"] = d.ok
+    out["disaggregation"] = {
+        "prefill_instances": d.prefill_instances, "decode_instances": d.decode_instances, "searched": d.searched,
+        "gpus_per_instance": d.gpus_per_instance, "gpus": d.gpus,
+        "prefill_requests_per_s_per_instance": d.prefill_requests_per_s_per_instance,
+        "decode_requests_per_s_per_instance": d.decode_requests_per_s_per_instance,
+        "decode_concurrency_per_dp_rank": d.decode_concurrency, "decode_itl_s": d.decode.decode.seconds,
+        "kv_cache_bytes_per_decode_gpu": d.decode.budget.kv_cache_bytes,
+        "kv_cache_bytes_per_gpu_aggregated": d.aggregated.budget.kv_cache_bytes,
+        "decode_max_num_batched_tokens": d.decode.settings.max_num_batched_tokens,
+        "kv_transfer_bytes_per_request": d.kv_transfer_bytes_per_request, "kv_transfer_s": d.kv_transfer_s,
+        "link": d.link, "ttft_s": d.ttft_s, "ttft_p99_s": d.ttft_p99_s, "requests_per_s": d.requests_per_s,
+        "meets_rate": d.meets_rate, "goodput_tokens_per_s_per_gpu": d.goodput_tokens_per_s_per_gpu,
+        "aggregated_goodput_tokens_per_s_per_gpu": d.aggregated_goodput_tokens_per_s_per_gpu,
+        "prefill_command": d.prefill_command, "decode_command": d.decode_command}
+    return out
+
+
+def render_disaggregation(d: Disaggregation) -> str:
+    how = "sized for the rate" if d.searched else "as asked"
+    lines = [render_serve(d.aggregated), "",
+             f"disaggregated ({how}): {d.prefill_instances} prefill + {d.decode_instances} decode instance(s) of "
+             f"{d.gpus_per_instance} GPU(s) = {d.gpus} GPUs: " + ("OK" if d.ok else "does NOT meet the target"),
+             f"  prefill: {d.prefill_requests_per_s_per_instance:.2f} req/s per instance; KV transfer "
+             f"{d.kv_transfer_bytes_per_request / 2**20:,.1f} MiB per request in {format_seconds(d.kv_transfer_s)} "
+             f"over {d.link}; TTFT {format_seconds(d.ttft_s)}"
+             + (f" (p99 with the queue {format_seconds(d.ttft_p99_s)})" if d.ttft_p99_s is not None else ""),
+             f"  decode: --max-num-batched-tokens {d.decode.settings.max_num_batched_tokens:,}, KV cache "
+             f"{_gib(d.decode.budget.kv_cache_bytes).strip()} per GPU (aggregated "
+             f"{_gib(d.aggregated.budget.kv_cache_bytes).strip()}), "
+             f"{d.decode_concurrency:,} sequences per DP rank at ITL {format_seconds(d.decode.decode.seconds)}: "
+             f"{d.decode_requests_per_s_per_instance:.2f} req/s per instance",
+             f"  goodput {d.goodput_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU at {d.requests_per_s:.2f} req/s "
+             f"(aggregated engine: {d.aggregated_goodput_tokens_per_s_per_gpu:,.0f})",
+             "launch (prefill):", f"  {d.prefill_command}", "launch (decode):", f"  {d.decode_command}"]
     return "\n".join(lines)
 
 

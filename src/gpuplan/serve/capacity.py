@@ -35,7 +35,7 @@ from gpuplan.serve.kv import (
     kv_layout,
     model_dtype,
 )
-from gpuplan.serve.latency import largest_batch, replicas_for, slot_wait
+from gpuplan.serve.latency import largest_batch, replica_requests_per_s, replicas_for, slot_wait
 from gpuplan.serve.lora import DEFAULT_MAX_LORA_RANK, LoRABudget, check_lora, lora_budget
 from gpuplan.serve.speculative import Speculation, speculation
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
@@ -700,7 +700,7 @@ def _rate(rate: float, input_len: int, output_len: int, cost: KVCost, budget: bu
         return RateAnswer(rate, input_len, output_len, 0, 0.0, 0, 0, gpu.id, None, ttft_s=ttft)
     itl = step_at(conc).seconds
     service = conc * ttft + output_len * itl
-    per_replica = conc / service
+    per_replica = replica_requests_per_s(conc, ttft, itl, output_len)
     replicas = replicas_for(rate, conc, service, ttft_s=ttft, ttft_slo_s=ttft_slo)
     # replicas are DP ranks; GPUs come in whole instances of tp × dp × pp
     gpus = -(-replicas // settings.dp) * settings.dp * settings.tp * settings.pp

@@ -12,6 +12,7 @@ and device memory), ``vllm/config.py`` (block size 16, CUDA-graph capture sizes
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -98,6 +99,8 @@ class EngineSettings:
     speculative: Speculation | None = None
     """Speculative decoding (serve/speculative.py); None: off."""
     model_type: str = ""
+    kv_role: str = ""
+    """Prefill/decode disaggregation: ``prefill`` or ``decode`` (serve/disaggregate.py); "" aggregated."""
 
     @property
     def version(self) -> str:
@@ -240,6 +243,8 @@ class VLLM:
             args += ["--enable-lora", "--max-loras", str(s.max_loras), "--max-lora-rank", str(s.max_lora_rank)]
         if s.speculative is not None:
             args += ["--speculative-config", s.speculative.vllm_config(s.model_type)]
+        if s.kv_role:  # vLLM 0.10.0 P/D: NIXL moves the prompt's KV; both sides run the same connector role
+            args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -317,6 +322,8 @@ class SGLang:
             args += ["--quantization", _VLLM_QUANT[s.quantization]]
         if s.speculative is not None:
             args += s.speculative.sglang_args()
+        if s.kv_role:
+            args += ["--disaggregation-mode", s.kv_role]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:

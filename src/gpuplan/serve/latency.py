@@ -38,6 +38,13 @@ def largest_batch(limit: int, meets: Callable[[int], bool]) -> int:
     return lo
 
 
+def replica_requests_per_s(concurrency: int, ttft_s: float, itl_s: float, output_len: int) -> float:
+    """Requests a replica of ``concurrency`` slots completes per second when its prefills run one after another
+    between the decode steps: a slot turns over every ``concurrency × TTFT + output_len × ITL`` (Little's law)."""
+    service = concurrency * ttft_s + output_len * itl_s
+    return concurrency / service if concurrency > 0 and service > 0 else 0.0
+
+
 def erlang_c(servers: int, offered_load: float) -> float:
     """Probability that an arrival waits in M/M/c (Erlang C), via the stable Erlang B recursion."""
     if offered_load <= 0:
