@@ -403,6 +403,7 @@ def test_a_model_too_big_for_the_gpu_exits_1() -> None:
         ([], "add --gguf-type"),
         (["--gguf-type", "Q4_K_M", "--tp", "2"], "--tp: flags of the paged engines"),
         (["--gguf-type", "Q4_K_M", "--n-cpu-moe", "1"], "has no experts"),
+        (["--gguf-type", "Q4_K_M", "--max-loras", "2"], "--max-loras: flags of the paged engines"),
         (["--gguf-type", "Q4_K_M", "-ot", "exps=CUDA0"], "PATTERN=CPU"),
         (["--gguf-type", "Q4_K_M", "-ot", "(=CPU"], "not a regular expression"),
         (["--gguf-type", "Q4_K_M", "--tensor-split", "0,0"], "positive sum"),

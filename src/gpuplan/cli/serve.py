@@ -101,7 +101,8 @@ _LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "fl
                 "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
 _PAGED_FLAGS = ("gpus", "dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate",
                 "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization",
-                "ttft_slo", "itl_slo", "prices")
+                "ttft_slo", "itl_slo", "prices", "max_loras", "max_lora_rank", "speculative_model",
+                "speculative_method", "num_speculative_tokens", "spec_acceptance")
 
 
 # a diffusion pipeline's generation (serve/pipeline.py); the engine flags are for language models

@@ -430,7 +430,6 @@ def _check(
     ubatch: int,
     tensor_split: Sequence[float],
     n_cpu_moe: int,
-    engine: str,
 ) -> None:
     if ngl is not None and not 0 <= ngl <= m.n_layer + 1:
         raise ConfigError(
@@ -489,7 +488,6 @@ def serve_local(
         ubatch=ubatch,
         tensor_split=split,
         n_cpu_moe=n_cpu_moe,
-        engine=engine,
     )
     unified = is_unified(card.vendor)
     if unified and len(split) > 1:
