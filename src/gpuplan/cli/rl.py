@@ -144,6 +144,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--optimizer", default=None, metavar="O", help="|".join(OPTIMIZERS) + " (default adamw)")
     parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="also the longest response that fits and, when the step does not fit, the cheapest change that does "
+        "(LoRA, offload, a smaller rollout share, split placement)",
+    )
+    parser.add_argument(
         "--emit", default=None, choices=EMIT_FRAMEWORKS, help="print the framework's configuration for this step"
     )
     add_json_argument(parser)
@@ -210,10 +216,29 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(f"rl: sizing {args.model}", enabled=wanted(args.json))
     with progress:
         result = rl(settings, progress=progress)
+        fitted = _fit(settings, result, progress) if args.fit else None
     if args.emit:
         result = with_emitted(result, args.emit)
+    data = result.to_dict()
+    if fitted is not None:
+        data["fit"] = fitted
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(data, indent=2))
     else:
         print(result)
+        if fitted is not None:
+            from gpuplan.report.rl import render_fit
+
+            print(render_fit(fitted))
     return 0 if result.fits else 1
+
+
+def _fit(settings: RLSettings, result: RLResult, progress: Any) -> dict[str, Any]:
+    from gpuplan.report.rl import fit_to_dict
+    from gpuplan.rl import rl
+    from gpuplan.rl.fit import RESPONSE_STEP, ladder, largest_response_len
+
+    progress("rl --fit: the longest response that fits")
+    longest = largest_response_len(settings, rl)
+    rungs = () if result.fits else ladder(settings, rl)
+    return fit_to_dict(rungs, longest, RESPONSE_STEP)

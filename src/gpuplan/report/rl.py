@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
+    from gpuplan.rl.fit import Rung
     from gpuplan.rl.result import RLResult
 
 PHASE_WORDS = {
@@ -96,4 +97,51 @@ def render_rl(r: RLResult) -> str:
     if r.command:
         lines += ["config:", r.command.rstrip("\n")]
     lines += ["assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def fit_to_dict(rungs: tuple[Rung, ...], max_response_len: int | None, step: int) -> dict[str, Any]:
+    """``--fit``: the ladder's rungs (cheapest first, each on top of the last) and the longest response that fits."""
+    answer = next((r.name for r in rungs if r.fits), None)
+    return {
+        "answer": answer,
+        "ladder": [
+            {
+                "rung": r.name,
+                "fits": r.fits,
+                "refused": r.refused,
+                "peak_bytes_per_gpu": r.result.peak_bytes_per_gpu if r.result else None,
+                "step_time_s": r.result.step_time_s if r.result else None,
+                "limiting_phase": r.result.limiting_phase if r.result else None,
+            }
+            for r in rungs
+        ],
+        "max_response_len": max_response_len,
+        "response_len_step": step,
+        "max_prompts_per_step": None,
+        "prompts_per_step_note": "the memory does not depend on the prompts per step (the engine decodes them in "
+        "waves, the trainer in micro-batches); only the step time grows",
+    }
+
+
+def render_fit(data: dict[str, Any]) -> str:
+    lines = ["fit:"]
+    if data["max_response_len"] is None:
+        lines.append("  no response length fits (not even " + f"{data['response_len_step']} tokens)")
+    else:
+        lines.append(
+            f"  longest response that fits: {data['max_response_len']:,} tokens (steps of {data['response_len_step']})"
+        )
+    for rung in data["ladder"]:
+        if rung["refused"]:
+            lines.append(f"  {rung['rung']:<44}refused: {rung['refused']}")
+            continue
+        verdict = "fits" if rung["fits"] else "does not fit"
+        lines.append(
+            f"  {rung['rung']:<44}{format_bytes(rung['peak_bytes_per_gpu']):>12} per GPU, "
+            f"step {format_seconds(rung['step_time_s'])}: {verdict}"
+        )
+    if data["ladder"]:
+        lines.append(f"  cheapest change that fits: {data['answer'] or 'none of these'}")
+    lines.append(f"  prompts per step: {data['prompts_per_step_note']}")
     return "\n".join(lines)

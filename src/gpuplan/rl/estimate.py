@@ -131,7 +131,8 @@ def _reason(phases: tuple[object, ...], usable: int, gen: Rollout | None) -> str
 
     if gen is not None and not gen.ok:
         why = gen.engine.reason or "its KV cache holds no sequence of prompt + response tokens"
-        why = why.replace("--gpu-memory-utilization", "--rollout-memory-utilization")  # the flag of this verb
+        for flag in ("--gpu-memory-utilization", "--max-num-seqs"):  # the flags of this verb
+            why = why.replace(flag, "--rollout-" + flag[2:].replace("gpu-", ""))
         return f"the {gen.engine.settings.engine} rollout engine does not start: {why}"
     worst = max(phases, key=lambda p: p.peak_bytes_per_gpu)  # type: ignore[attr-defined]
     if worst.peak_bytes_per_gpu > usable:  # type: ignore[attr-defined]
