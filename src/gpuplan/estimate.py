@@ -25,6 +25,7 @@ from gpuplan.memory.on_gpu import COMPONENT_NAMES, memory_on_gpu
 from gpuplan.memory.weight_quant import check_weight_quant
 from gpuplan.presentation import to_json, to_text
 from gpuplan.trace.step import TracedStep, trace_source, trace_step
+from gpuplan.units import format_bytes
 from gpuplan.workload import MODULE_LOADINGS, Workload, make_workload
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ def estimate(
     if target_gpu is None:
         assumptions.append("no --gpu: kernels chosen as on an sm_90 GPU (flash attention available)")
     check_workload_on_gpu(work, target_gpu)  # the same refusal as every verb, before the trace
+    _refuse_zero_offload(source.name, work)
     from gpuplan.trace.float8 import fp8_notes
     from gpuplan.trace.quant_format import quantization_notes
 
@@ -263,6 +265,10 @@ def estimate_from_step(source: ModelSource, step: TracedStep, work: Workload, ta
             notes.extend(timing.notes(target_gpu, work.batch_size))
             if placement is not None and placement.transfer_bytes:
                 timing, offload_s = _with_transfer(timing, placement, target_gpu)
+            elif step.host_copy_bytes:
+                timing, offload_s = _with_activation_offload(timing, step, target_gpu)
+    if step.host_copy_bytes:
+        notes.append(_activation_offload_note(step, offload_s))
     if cal is not None:
         notes.append(cal.describe())
     return Estimate(
@@ -345,23 +351,53 @@ def _placement_notes(placement: PipelinePlacement) -> list[str]:
             + (" (overlapped with compute by CUDA streams)" if placement.overlapped else " (not overlapped)")]
 
 
-def _with_transfer(timing: Timing, placement: PipelinePlacement, gpu: GPU) -> tuple[Timing, float]:
-    """The generation's time with the offloaded weights' copies (group offloading hides them behind the
-    denoiser's compute where they fit under it)."""
+def _refuse_zero_offload(name: str, work: Workload) -> None:
+    """``--offload params|optimizer`` is DeepSpeed ZeRO's offload: the planner's layouts, not one traced GPU."""
+    asked = [k for k in ("params", "optimizer") if work.offloads(k)]
+    if asked:
+        raise ConfigError(f"--offload {','.join(asked)} is DeepSpeed ZeRO's CPU offload: plan it with `gpuplan plan "
+                          f"{name} --gpus N --gpu GPU --offload {work.offload}` (estimate traces one GPU without "
+                          "DeepSpeed; --offload activations alone applies here)")
+
+
+def _activation_offload_note(step: TracedStep, added_s: float | None) -> str:
+    timed = f", {added_s:.3g} s per step over the host link (not overlapped)" if added_s is not None else ""
+    return (f"--offload activations: the checkpointed block inputs live on the host "
+            f"({format_bytes(step.host_peak_bytes)} of pinned host memory at most); "
+            f"{format_bytes(step.host_copy_bytes)} copied each way per step{timed}")
+
+
+def _with_activation_offload(timing: Timing, step: TracedStep, gpu: GPU) -> tuple[Timing, float]:
+    """The step's time with activation offload's copies over the host link (memory/offload.py)."""
+    from gpuplan.memory.offload import activation_offload_time_s
+
+    added = activation_offload_time_s(step.host_copy_bytes, gpu.pcie_gb_per_s_per_direction)
+    return _with_added(timing, added), added
+
+
+def _with_added(timing: Timing, added: float) -> Timing:
+    """``timing`` with ``added`` seconds of host-link copies (``offload_transfer`` in the splits)."""
     from dataclasses import replace
 
-    from gpuplan.memory.pipeline_offload import transfer_time_s
-
-    copy_s = transfer_time_s(placement.transfer_bytes, gpu.pcie_gb_per_s_per_direction)
     st = timing.time
-    added = max(0.0, copy_s - st.by_phase_s.get("denoise", 0.0)) if placement.overlapped else copy_s
     total = st.total_s + added
     new_st = replace(st, total_s=total, by_phase_s={**st.by_phase_s, "offload_transfer": added},
                      breakdown_s={**st.breakdown_s, "offload_transfer": added})
     scale = st.total_s / total if total else 1.0
     iv = timing.interval.of(total) if timing.interval is not None else None  # the interval of the whole time
     return replace(timing, time=new_st, samples_per_s=timing.samples_per_s * scale, interval=iv,
-                   throughput={"value": timing.throughput["value"] * scale, "unit": timing.throughput["unit"]}), added
+                   throughput={"value": timing.throughput["value"] * scale, "unit": timing.throughput["unit"]})
+
+
+def _with_transfer(timing: Timing, placement: PipelinePlacement, gpu: GPU) -> tuple[Timing, float]:
+    """The generation's time with the offloaded weights' copies (group offloading hides them behind the
+    denoiser's compute where they fit under it)."""
+    from gpuplan.memory.pipeline_offload import transfer_time_s
+
+    copy_s = transfer_time_s(placement.transfer_bytes, gpu.pcie_gb_per_s_per_direction)
+    st = timing.time
+    added = max(0.0, copy_s - st.by_phase_s.get("denoise", 0.0)) if placement.overlapped else copy_s
+    return _with_added(timing, added), added
 
 
 def _pipeline_weight_quant(name: str, work: Workload, weight_quant: str) -> tuple[Workload, Any]:

@@ -57,6 +57,9 @@ MODULE_LOADINGS: tuple[str, ...] = ("lazy", "eager")
 LOAD_INS: tuple[str, ...] = ("none", "4bit", "8bit")
 PEFTS: tuple[str, ...] = ("none", "lora", "qlora", "dora")
 PIPELINE_OFFLOADS: tuple[str, ...] = ("none", "model", "sequential", "group")
+TRAINING_OFFLOADS: tuple[str, ...] = ("params", "optimizer", "activations")
+"""Training offload to the host, combined with commas: DeepSpeed ZeRO-3's offload_param / offload_optimizer
+(the planner's layouts) and activation-checkpoint CPU offload (the checkpointed block inputs; trace/runner.py)."""
 COMPONENT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8-storage")
 MAX_STEPS = 10_000
 MAX_FRAMES = 4096
@@ -140,7 +143,9 @@ class Workload:
     """Video frames (None: the pipeline's default; images have none)."""
     image_width: int | None = None
     """Image width in pixels when it differs from ``image_size`` (the height): --image-size HxW."""
-    offload: PipelineOffload = "none"
+    offload: str = "none"
+    """A diffusion pipeline's offload (PipelineOffload), or training offload: a comma list of TRAINING_OFFLOADS
+    (kept in that order, e.g. ``params,optimizer,activations``)."""
     vae_tiling: bool = False
     """The VAE decodes tile by tile (``vae.enable_tiling()``)."""
     vae_slicing: bool = False
@@ -212,7 +217,7 @@ class Workload:
                 raise ConfigError(f"MLP tiles {self.mlp_tiles} configure --tiled-mlp; add --tiled-mlp to use them")
 
     def _check_pipeline(self) -> None:
-        require_choice("offload", self.offload, PIPELINE_OFFLOADS)
+        self._check_offload()
         require_choice("component weight quantization", self.component_quant, COMPONENT_QUANTS)
         if self.steps is not None:
             _check_range("steps", self.steps, 1, MAX_STEPS, "pass the denoising steps of one generation")
@@ -223,6 +228,27 @@ class Workload:
         names = self.quantize_components
         if isinstance(names, str) or not all(isinstance(n, str) and n.strip() for n in names):
             raise ConfigError(f"quantize components must be a tuple of component names, got {names!r}")
+
+    def _check_offload(self) -> None:
+        if isinstance(self.offload, str) and self.offload in PIPELINE_OFFLOADS:
+            return
+        parts = [p.strip() for p in self.offload.split(",")] if isinstance(self.offload, str) else []
+        if not parts or any(p not in TRAINING_OFFLOADS for p in parts) or len(set(parts)) != len(parts):
+            raise ConfigError(f"offload {self.offload!r} is not allowed: {'|'.join(PIPELINE_OFFLOADS)} (diffusion "
+                              f"pipelines) or a comma list of {', '.join(TRAINING_OFFLOADS)} (training, e.g. "
+                              "params,optimizer,activations)")
+        object.__setattr__(self, "offload", ",".join(p for p in TRAINING_OFFLOADS if p in parts))
+        if self.mode != "train":
+            raise ConfigError(f"--offload {self.offload} offloads training state; it applies to --mode train only, "
+                              f"not {self.mode}")
+        if "activations" in parts and self.checkpointing != "full":
+            raise ConfigError(f"--offload activations keeps the inputs of fully checkpointed blocks on the host (as "
+                              f"Arctic Long Sequence Training runs it), not with --checkpointing {self.checkpointing}; "
+                              "add --checkpointing full")
+
+    def offloads(self, kind: str) -> bool:
+        """Training offload of ``kind`` (one of TRAINING_OFFLOADS) is on."""
+        return kind in self.offload.split(",")
 
     @property
     def uses_peft(self) -> bool:

@@ -21,6 +21,7 @@ from gpuplan.workload import (
     PEFTS,
     PIPELINE_OFFLOADS,
     PRECISIONS,
+    TRAINING_OFFLOADS,
     ZERO_GRADS,
     Workload,
     check_peft_settings,
@@ -190,7 +191,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, *, training: bool = 
     g.add_argument("--frames", type=_int, default=None, metavar="N", help="video frames (default: the pipeline's)")
     g.add_argument("--offload", default=None, metavar="O",
                    help="|".join(PIPELINE_OFFLOADS) + ": diffusers' enable_model_cpu_offload (model), "
-                        "enable_sequential_cpu_offload (sequential), block-level group offloading with streams (group)")
+                        "enable_sequential_cpu_offload (sequential), block-level group offloading with streams "
+                        "(group); training: a comma list of " + ",".join(TRAINING_OFFLOADS) + " (DeepSpeed ZeRO-3 "
+                        "offload_param / offload_optimizer in plan; activation-checkpoint CPU offload)")
     g.add_argument("--vae-tiling", action="store_true", default=None,
                    help="VAE decodes tile by tile (vae.enable_tiling)")
     g.add_argument("--vae-slicing", action="store_true", default=None,

@@ -60,10 +60,22 @@ def optimizer_offload_time(
     ``grad_bytes_per_param`` go to the host and ``param_bytes_per_param`` come back (the dtypes the
     GPU holds them in); ``host_link_gb_per_s`` is the GPU's host link per direction (GB/s, decimal),
     None when unknown (then :data:`DEFAULT_HOST_LINK_GB_PER_S`)."""
-    link_bytes_per_s = (host_link_gb_per_s or DEFAULT_HOST_LINK_GB_PER_S) * 1e9 * PCIE_EFFICIENCY
-    transfer_s = params_updated * (grad_bytes_per_param + param_bytes_per_param) / link_bytes_per_s
+    transfer_s = host_link_time_s(params_updated * (grad_bytes_per_param + param_bytes_per_param), host_link_gb_per_s)
     cpu_s = params_updated * CPU_ADAM_BYTES_PER_PARAM / HOST_MEMORY_BANDWIDTH_BYTES_PER_S
     return OffloadTime(transfer_s, cpu_s)
+
+
+def host_link_time_s(copy_bytes: float, host_link_gb_per_s: float | None) -> float:
+    """Seconds ``copy_bytes`` take over the GPU's host link in one direction (large pinned copies at
+    ``PCIE_EFFICIENCY`` of the per-direction rate; None: :data:`DEFAULT_HOST_LINK_GB_PER_S`)."""
+    return copy_bytes / ((host_link_gb_per_s or DEFAULT_HOST_LINK_GB_PER_S) * 1e9 * PCIE_EFFICIENCY)
+
+
+def activation_offload_time_s(copy_bytes: float, host_link_gb_per_s: float | None) -> float:
+    """``--offload activations``: the checkpointed inputs go to the host in the forward and come back before
+    each block's recompute — ``copy_bytes`` each way, not overlapped with compute (an upper bound: ALST issues
+    the copies beside the compute stream)."""
+    return 2 * host_link_time_s(copy_bytes, host_link_gb_per_s)
 
 
 def describe_model() -> str:

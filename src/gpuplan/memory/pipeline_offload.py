@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuplan.memory.offload import DEFAULT_HOST_LINK_GB_PER_S, PCIE_EFFICIENCY
+from gpuplan.memory.offload import host_link_time_s
 
 PREFETCHED_BLOCKS = 2
 """Blocks of the denoiser resident under group offloading with streams: the running one and the next."""
@@ -133,7 +133,7 @@ def place(*, offload: str, denoiser: str, phase_peaks: Mapping[str, int], compon
 
 def transfer_time_s(transfer_bytes: int, host_link_gb_per_s: float | None) -> float:
     """Seconds the host link takes for ``transfer_bytes`` of weights (memory/offload.py's link model)."""
-    return transfer_bytes / ((host_link_gb_per_s or DEFAULT_HOST_LINK_GB_PER_S) * 1e9 * PCIE_EFFICIENCY)
+    return host_link_time_s(transfer_bytes, host_link_gb_per_s)
 
 
 __all__ = ["ComponentPlacement", "PipelinePlacement", "component_of", "place", "transfer_time_s"]

@@ -158,6 +158,9 @@ def plan(
     refuse_pipeline(source, "plan")
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
+    offload_fixed = _zero_offload(w, zero, fsdp=bool(fsdp), megatron=bool(megatron))
+    if offload_fixed is not None:
+        zero = zero if zero is not None else 3
     gb = global_batch_size if global_batch_size is not None else gpus * w.batch_size * w.grad_accum
     if gb < 1:
         raise LayoutError(f"global batch must be at least 1, got {gb}")
@@ -181,6 +184,7 @@ def plan(
         cp=cp,
         cp_comm=cp_comm,
         seq_len=int(seq_len_of(source, w) or 0),
+        offload_fixed=offload_fixed,
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
 
@@ -308,6 +312,24 @@ def _assumptions(
         *((megatron_kernels_note(),) if any(isinstance(e.layout.sharding, MegatronDDP) for e in shown) else ()),
         *notes,
     )
+
+
+def _zero_offload(w: Workload, zero: int | None, *, fsdp: bool, megatron: bool) -> tuple[bool, bool] | None:
+    """``--offload params|optimizer`` as DeepSpeed ZeRO's offload_param / offload_optimizer: (optimizer, params)
+    for every layout, or None when neither is asked; one line for what DeepSpeed cannot run."""
+    optimizer, params = w.offloads("optimizer"), w.offloads("params")
+    if not (optimizer or params):
+        return None
+    asked = ",".join(k for k, on in (("params", params), ("optimizer", optimizer)) if on)
+    if fsdp or megatron:
+        raise LayoutError(f"--offload {asked} is DeepSpeed ZeRO's CPU offload; drop --{'fsdp' if fsdp else 'megatron'}"
+                          " (or the offload)")
+    if params and zero not in (None, 3):
+        raise LayoutError(f"--offload params is DeepSpeed's offload_param, which needs ZeRO-3, not --zero {zero}; "
+                          "use --zero 3 or leave --zero out")
+    if zero == 0:
+        raise LayoutError(f"--offload {asked} needs a DeepSpeed ZeRO stage (1-3), not --zero 0")
+    return optimizer, params
 
 
 def _ckpt_why(e: Evaluation, usable_bytes: int) -> str:

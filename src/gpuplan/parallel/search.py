@@ -42,6 +42,9 @@ class Constraints:
     micro_batch: int | None = None
     checkpointing: str = "none"
     offload: bool = False
+    offload_fixed: tuple[bool, bool] | None = None
+    """``--offload params,optimizer``: (offload_optimizer, offload_params) of every layout (DeepSpeed ZeRO, stage
+    ``zero``); None: offload only in the escalation (``offload``)."""
     sequence_parallel: bool = True
     ep: int | None = None
     """Expert-parallel degree (MoE models); None searches the divisors of dp that divide the experts."""
@@ -204,6 +207,10 @@ def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int, cp: int = 1)
         fsdp = [FSDP2()] if not c.megatron and c.zero is None and c.fsdp is not False and pp == 1 else []
         return [*megatron, *fsdp]
     opts: list[Sharding] = []
+    if c.offload_fixed is not None and c.zero is not None:
+        optimizer, params = c.offload_fixed
+        return [] if c.zero >= 2 and pp > 1 else [Zero(_ZERO_STAGES[c.zero], offload_optimizer=optimizer,
+                                                          offload_params=params)]
     if c.megatron:
         return [MegatronDDP()]
     want_zero = c.zero is not None and not c.fsdp

@@ -49,6 +49,11 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
     if est.pipeline is not None:
         out["pipeline"] = pipeline_to_dict(est)
         out["host_memory_bytes"] = est.pipeline.host_memory_bytes
+    elif est.step.host_copy_bytes:  # --offload activations: the checkpointed inputs on the host, both ways per step
+        out["host_memory_bytes"] = est.step.host_peak_bytes
+        out["activation_offload"] = {"host_memory_bytes": est.step.host_peak_bytes,
+                                     "copy_bytes_each_way": est.step.host_copy_bytes,
+                                     "offload_transfer_s": est.offload_transfer_s}
     if est.calibration is not None:
         out["calibration"] = {**asdict(est.calibration), "driver_versions": list(est.calibration.driver_versions)}
     return out

@@ -106,6 +106,10 @@ class RawTrace:
     released_output_bytes: int = 0
     """Training: bytes freed when the step drops the model's output before backward (what a loop
     keeping ``out`` alive through backward would hold on to)."""
+    host_peak_bytes: int = 0
+    """Most host (pinned CPU) bytes live at once: activation offload's copies of checkpointed block inputs."""
+    host_copy_bytes: int = 0
+    """Bytes copied to the host during the step (the same come back before each block's recompute)."""
 
 
 @dataclass(slots=True)
@@ -196,6 +200,10 @@ class TracedStep:
     ``vae_decode``: where each component runs)."""
     child_param_bytes: dict[str, int] = field(default_factory=dict)
     """Top-level child module -> its parameter and buffer bytes at full depth (a pipeline's components)."""
+    host_peak_bytes: int = 0
+    """Host memory the step holds at most (``--offload activations``: the checkpointed block inputs), full depth."""
+    host_copy_bytes: int = 0
+    """Bytes the step copies to the host (and back) at full depth: activation offload's traffic each way."""
     run: RunResult | None = None
     """The traced run this record was made from (3 repeated blocks, or the whole model): what the
     planner splits per block and per module (parallel/profile.py). None for weights-only steps."""

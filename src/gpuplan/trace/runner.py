@@ -42,7 +42,7 @@ from gpuplan.trace.modules import ModuleScope
 from gpuplan.trace.optimizers import build_optimizer, state_tensors
 from gpuplan.trace.quantized import QuantizedLinear, logical_params_count
 from gpuplan.trace.records import RunResult
-from gpuplan.trace.tracker import Recorder, RecordingMode
+from gpuplan.trace.tracker import Recorder, RecordingMode, on_host
 from gpuplan.workload import Workload
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -304,10 +304,11 @@ def _torchtitan_op_contexts() -> Any:
 
 
 def apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
-                        recompute: Callable[[], AbstractContextManager[None]]) -> None:
+                        recompute: Callable[[], AbstractContextManager[None]], *, offload: bool = False) -> None:
     """Wrap each block in non-reentrant checkpointing; ``recompute()`` (``Semantics.recompute``)
     re-enters the step's semantics for the recompute, as torch.utils.checkpoint re-enters
-    torch.autocast."""
+    torch.autocast. ``offload``: the checkpointed input (the block's hidden state) is kept on the host
+    (:func:`_offloaded_checkpoint`)."""
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
     context_fn: Callable[[], Any] | None = None
@@ -324,9 +325,39 @@ def apply_checkpointing(blocks: list[tuple[str, nn.Module]], mode: str,
 
         def forward(*args: Any, __run: Any = run, **kwargs: Any) -> Any:
             extra = {"context_fn": context_fn} if context_fn is not None else {}
+            if offload and args and isinstance(args[0], torch.Tensor):
+                return _offloaded_checkpoint(__run, args, {**extra, **kwargs})
             return checkpoint(__run, *args, use_reentrant=False, **extra, **kwargs)  # type: ignore[call-overload]
 
         block.forward = forward  # type: ignore[method-assign]
+
+
+def _offloaded_checkpoint(run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Activation-checkpoint CPU offload as Arctic Long Sequence Training runs it (its patch of
+    torch.utils.checkpoint moves each checkpointed ``hidden_states`` to the host; ``torch.autograd.graph.
+    save_on_cpu`` semantics): the block's input is copied to a host buffer and only that copy is kept for
+    backward; the forward computes on the device tensor it was given (then dropped), and the recompute
+    first copies the host buffer back to the device. What the host holds and the bytes each way are the
+    recorder's (``tracker.on_host``); the time over the host link is memory/offload.py's."""
+    from torch.utils.checkpoint import checkpoint
+
+    x = args[0]
+    with on_host():
+        host = torch.empty_like(x)
+        host.copy_(x.detach())
+    given = [x]
+    requires_grad = x.requires_grad
+
+    def offloaded(first: torch.Tensor, *rest: Any, **kw: Any) -> Any:
+        if given:  # the forward: the device tensor itself (the graph reaches the previous block through it)
+            device = given.pop()
+        else:  # the recompute: back from the host, requiring grad as the original input did
+            device = torch.empty_like(first)
+            device.copy_(first)
+            device.requires_grad_(requires_grad)
+        return run(device, *rest, **kw)
+
+    return checkpoint(offloaded, host, *args[1:], use_reentrant=False, **kwargs)  # type: ignore[call-overload]
 
 
 class Semantics(Protocol):
@@ -440,7 +471,8 @@ class StepRunner:
         semantics: Semantics = (CudaEmulation(attention, amp_dtype) if self.target.cuda
                                 else DeviceSemantics("cpu", amp_dtype))
         if w.trains and w.checkpointing != "none":
-            apply_checkpointing(block_modules(model, containers), w.checkpointing, semantics.recompute)
+            apply_checkpointing(block_modules(model, containers), w.checkpointing, semantics.recompute,
+                                offload=w.offloads("activations"))
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_optimizer(w.optimizer, w.optimizer_impl, params, cuda=self.target.cuda) if w.trains else None
         inputs = self.source.inputs(model, w)

@@ -125,8 +125,16 @@ def _trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], 
         trainable_param_bytes=run.trainable_param_bytes, frozen_float_params_count=run.frozen_float_params,
         frozen_float_param_bytes=run.frozen_float_param_bytes, notes=tuple(notes),
         phase_peaks=_phase_peaks(run.trace, lambda i: run.trace.points[i].peak_bytes),
-        child_param_bytes={k: v[0] for k, v in run.child_weights.items()}, run=run)
+        child_param_bytes={k: v[0] for k, v in run.child_weights.items()}, run=run,
+        host_peak_bytes=run.trace.host_peak_bytes, host_copy_bytes=_all_micro_batches(run.trace.host_copy_bytes, run))
     return step
+
+
+def _all_micro_batches(traced_bytes: float, run: RunResult) -> int:
+    """Bytes moved by the traced micro-batches, for all ``--grad-accum`` of them (trace/accumulation.py traces 2)."""
+    if run.accum_steps_traced <= 1 or run.accum_steps_full <= run.accum_steps_traced:
+        return int(traced_bytes)
+    return int(traced_bytes * run.accum_steps_full / run.accum_steps_traced)
 
 
 def _phase_peaks(trace: RawTrace, value: Any) -> dict[str, int]:
@@ -245,7 +253,11 @@ def _scaled_step(run_a: RunResult, runs_b: Mapping[str, RunResult], scaler: Any,
         frozen_float_param_bytes=_scaled_count(scaler, run_a, runs_b, "frozen_float_param_bytes"),
         notes=tuple(notes), phase_peaks=_phase_peaks(run_a.trace, scaler.value),
         child_param_bytes={k: int(scaler.scale_scalar(v[0], {key: r.child_weights[k][0] for key, r in runs_b.items()}))
-                           for k, v in run_a.child_weights.items()}, run=run_a)
+                           for k, v in run_a.child_weights.items()}, run=run_a,
+        host_peak_bytes=int(scaler.scale_scalar(run_a.trace.host_peak_bytes,
+                                                {k: r.trace.host_peak_bytes for k, r in runs_b.items()})),
+        host_copy_bytes=_all_micro_batches(scaler.scale_scalar(
+            run_a.trace.host_copy_bytes, {k: r.trace.host_copy_bytes for k, r in runs_b.items()}), run_a))
 
 
 def _accumulated(ops: Sequence[OpRecord], run: RunResult) -> list[OpRecord]:

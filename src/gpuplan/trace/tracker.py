@@ -15,9 +15,10 @@ output shape depends on data (``nonzero``, boolean-mask indexing), traced at the
 
 from __future__ import annotations
 
+import contextlib
 import re
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -181,6 +182,21 @@ def _fake_kernel(name: str, args: tuple[Any, ...]) -> tuple[Callable[..., Any] |
     return None, False
 
 
+_HOST_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def on_host() -> Iterator[None]:
+    """Storages made inside are host memory (activation offload's pinned CPU buffers): counted in
+    ``RawTrace.host_*``, never in the GPU's live bytes; the ops inside are copies over the host link
+    (timed by memory/offload.py), not kernels, so they are not recorded as ops."""
+    _HOST_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _HOST_DEPTH[0] -= 1
+
+
 def _tensor_bytes(t: torch.Tensor) -> int:
     stored = getattr(t, "stored_bytes", None)  # a quantized weight's stand-in (trace/quantized.py) reads its bytes
     return stored if isinstance(stored, int) else t.numel() * t.element_size()
@@ -212,6 +228,8 @@ class Recorder:
         self._block_cache: dict[str, str | None] = {}
         self._storage_block: dict[int, str | None] = {}
         self._untracked_blocks: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._host: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._host_bytes = 0
         self._last_optimizer_block: str | None = None
         self.module_scope = ModuleScope()
         self.repeat = -1
@@ -266,6 +284,18 @@ class Recorder:
         weakref.finalize(st, self._on_free, sid, size)
         return sid
 
+    def _new_host_storage(self, st: torch.UntypedStorage) -> None:
+        size = st.nbytes()
+        self._host[st] = size
+        self._host_bytes += size
+        self.trace.host_copy_bytes += size
+        self.trace.host_peak_bytes = max(self.trace.host_peak_bytes, self._host_bytes)
+        weakref.finalize(st, self._on_host_free, size)
+
+    def _on_host_free(self, size: int) -> None:
+        if self._active:
+            self._host_bytes -= size
+
     def _on_free(self, sid: int, size: int) -> None:
         if not self._active:
             return
@@ -306,6 +336,14 @@ class Recorder:
         name = func._overloadpacket.__name__
         if name in _NO_DATA_OPS or func.namespace == "prim":
             return run()
+        if _HOST_DEPTH[0]:
+            out = run()
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                    st = t.untyped_storage()
+                    if self._ids.get(st) is None and st not in self._host:
+                        self._new_host_storage(st)
+            return out
         self._module = self.current_module()
         # In backward, an op belongs to the block whose autograd node runs it, also when it is a
         # recompute of an earlier block (checkpointing recomputes block j-1 inside block j's
