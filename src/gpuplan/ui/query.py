@@ -26,14 +26,14 @@ UPLOAD_PREFIX: Final = "upload:"
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
 
 WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank", "steps",
-                        "frames", "image_width")
+                        "frames", "image_width", "mlp_tiles")
 WORKLOAD_FLOATS: Final = ("lora_alpha", "lora_dropout")
 WORKLOAD_CHOICES: Final = ("mode", "precision", "optimizer", "checkpointing", "attention", "optimizer_impl",
                            "zero_grad", "loss", "load_in", "peft", "offload", "component_quant")
 WORKLOAD_NAMES: Final = ("lora_targets", "train_modules", "quantize_components")
 """Comma-separated module names (``q_proj,v_proj``), as the CLI's --lora-targets / --train-modules."""
-WORKLOAD_FLAGS: Final = ("vae_tiling", "vae_slicing", "cache_latents", "cache_text_embeddings")
-"""Pipeline switches: 'on' (a checkbox) or absent."""
+WORKLOAD_FLAGS: Final = ("vae_tiling", "vae_slicing", "cache_latents", "cache_text_embeddings", "tiled_mlp")
+"""Switches (the pipeline's, --tiled-mlp): 'on' (a checkbox) or absent."""
 WORKLOAD_PARAMS: Final = (*WORKLOAD_INTS, *WORKLOAD_FLOATS, *WORKLOAD_CHOICES, *WORKLOAD_NAMES, *WORKLOAD_FLAGS)
 """Every Workload field the page takes; tests/ui/test_query.py checks that this is all of them, so a new
 field is offered or refused by name, never dropped silently."""
