@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpuplan.errors import ConfigError
-from gpuplan.rl.emit import FRAMEWORKS, emit_config, openrlhf_args, refusal, trl_config, verl_overrides
+from gpuplan.rl.emit import FRAMEWORKS, SOURCES, emit_config, openrlhf_args, refusal, trl_config, verl_overrides
 from gpuplan.rl.settings import RLSettings
 from tests.rl.framework_parse import commands
 
@@ -256,3 +256,38 @@ def _check_loaded(s: RLSettings, parsed: dict[str, Any]) -> None:
         assert args["vllm"]["enable_sleep"] == (s.placement == "colocate")  # OpenRLHF keeps it when colocated
         assert args["ref"]["offload"] == ("ref" in s.offload)
         assert args["ds"]["adam_offload"] == ("optimizer" in s.offload)
+
+
+# ------------------------------------------------------------------------------------ through the CLI
+@pytest.mark.slow  # three sizings of the tiny GPT-2 (~30 s)
+def test_every_emit_value_through_the_cli(tiny_gpt2: str) -> None:
+    """``gpuplan rl ... --emit X``: the JSON ``command`` is the emitter's text for the flags' settings, headed by
+    the answer; a framework that cannot express the step is one line, exit 2, before the step is sized."""
+    import argparse
+    import contextlib
+    import io
+
+    from gpuplan.cli.main import main
+    from gpuplan.cli.rl import add_parser, settings_from_args
+    from tests.rl.test_cli import BASE
+
+    argv = [tiny_gpt2, *BASE, "--peft", "lora", "--offload", "optimizer"]
+    parser = argparse.ArgumentParser()
+    add_parser(parser)
+    s = settings_from_args(parser.parse_args(argv))
+    for framework in FRAMEWORKS:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["rl", *argv, "--emit", framework, "--json"])
+        data = json.loads(out.getvalue())
+        assert code == (0 if data["fits"] else 1)
+        head, _, body = data["command"].partition("\n# gpuplan rl: ")
+        assert head == f"# {framework}: {SOURCES[framework]}"
+        assert body.startswith(("fits; ", "does NOT fit; "))
+        assert data["command"].endswith(emit_config(s, None, framework).partition("\n")[2])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["rl", *argv, "--placement", "split", "--rollout-gpus", "1", "--emit", "verl"])
+    assert code == 2
+    (line,) = err.getvalue().strip().splitlines()
+    assert "--emit verl cannot express it: verl's main_ppo runs the hybrid engine only" in line

@@ -196,15 +196,9 @@ def settings_from_args(args: argparse.Namespace) -> RLSettings:
 
 
 def with_emitted(result: RLResult, framework: str) -> RLResult:
-    """``result`` with the framework's configuration in ``command`` (gpuplan.rl.emit, when present)."""
-    from gpuplan.errors import ConfigError
+    """``result`` with the framework's configuration in ``command`` (gpuplan.rl.emit)."""
+    from gpuplan.rl.emit import emit_config
 
-    try:
-        from gpuplan.rl.emit import emit_config  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise ConfigError(
-            f"--emit {framework}: this gpuplan has no RL config emitters yet (gpuplan.rl.emit); leave --emit out"
-        ) from None
     return replace(result, command=emit_config(result.settings, result, framework))
 
 
@@ -213,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.rl import rl
 
     settings = settings_from_args(args)
+    if args.emit:
+        from gpuplan.errors import ConfigError
+        from gpuplan.rl.emit import refusal
+
+        refused = refusal(settings, args.emit)
+        if refused is not None:
+            raise ConfigError(refused)  # exit 2 before the step is sized
     progress = Progress(f"rl: sizing {args.model}", enabled=wanted(args.json))
     with progress:
         result = rl(settings, progress=progress)

@@ -76,8 +76,21 @@ def emit_config(settings: RLSettings, result: Answer | None, framework: str) -> 
     if result is not None:
         verdict = "fits" if result.fits else "does NOT fit"
         head.append(f"# gpuplan rl: {verdict}; {result.step_time_s:.1f} s per step (estimate)")
+    head += [f"# note: {note}" for note in _engine_notes(settings, framework)]
     body = {"trl": _trl, "verl": _verl, "openrlhf": _openrlhf}[framework](settings)
     return "\n".join(head) + "\n" + body
+
+
+def _engine_notes(s: RLSettings, framework: str) -> list[str]:
+    """Engine knobs gpuplan sized that the framework leaves at vLLM's defaults (verl alone sets them)."""
+    if framework == "verl":
+        return []
+    knobs = [(s.rollout_max_num_seqs, "max_num_seqs"), (s.rollout_max_num_batched_tokens, "max_num_batched_tokens")]
+    return [
+        f"{framework} has no vLLM {name} setting: its engine runs vLLM's default, gpuplan sized {value}"
+        for value, name in knobs
+        if value is not None
+    ]
 
 
 # ------------------------------------------------------------------------------------------- refusals
@@ -336,6 +349,14 @@ def verl_overrides(s: RLSettings) -> dict[str, Any]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size": s.rollout_tp,
         "actor_rollout_ref.rollout.free_cache_engine": True,  # the engine sleeps while the actor trains
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": m,
+        **{
+            f"actor_rollout_ref.rollout.{name}": value
+            for name, value in (
+                ("max_num_seqs", s.rollout_max_num_seqs),
+                ("max_num_batched_tokens", s.rollout_max_num_batched_tokens),
+            )
+            if value is not None
+        },
         # ppo_mini_batch_size counts prompts; verl multiplies it by rollout.n (refusal checks the division)
         "actor_rollout_ref.actor.ppo_mini_batch_size": s.global_batch // s.samples,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": m,
