@@ -35,7 +35,7 @@ PACKAGE = "gpuplan"
 # report renders every result type, so it sits above them all (issue 19: results are plain data, and no
 # result module imports report/; gpuplan/presentation.py is the registry their to_dict()/str() ask).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "dtypes", "workload", "userio", "version", "extras", "presentation"),
+    ("errors", "units", "dtypes", "scaled_formats", "workload", "userio", "version", "extras", "presentation"),
     ("hardware", "models", "compat"),
     ("memory",),
     ("trace",),

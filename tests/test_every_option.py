@@ -100,7 +100,8 @@ def test_precision(precision: str, tiny: Path, tiny_params: int) -> None:
     result = estimate_json(str(tiny), *SHAPE, "--precision", precision)
     assert result["workload"]["precision"] == precision
     # AMP and TF32 keep fp32 master weights; pure bf16/fp16 hold 2-byte weights
-    bytes_per_weight = 2 if precision in ("bf16", "fp16", "fp8") else 4  # fp8: torchao on bf16 weights
+    # fp8 / mxfp8 / nvfp4: scaled GEMMs on bf16 weights (torchao's float8 program)
+    bytes_per_weight = 2 if precision in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4") else 4
     assert result["components"]["parameters"] == bytes_per_weight * tiny_params
 
 

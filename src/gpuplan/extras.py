@@ -75,8 +75,9 @@ def workload_requirements(workload: Workload) -> list[Requirement]:
     reqs: list[Requirement] = []
     if workload.uses_peft:
         reqs.append(Requirement("peft", f"--peft {workload.peft} (the real peft library wraps the model)"))
-    if workload.precision == "fp8":
-        reqs.append(Requirement("torchao", "--precision fp8 (torchao's float8 training)"))
+    if workload.scaled_training:
+        what = f"--precision {workload.precision} (traced through torchao's float8 training)"
+        reqs.append(Requirement("torchao", what))
     return reqs
 
 

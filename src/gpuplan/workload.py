@@ -14,8 +14,10 @@ from typing import Any, Final, Literal
 from gpuplan.errors import ConfigError, require_choice
 
 Mode = Literal["train", "infer", "generate"]
-Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8"]
-"""fp8: torchao float8 training (Float8Linear on bf16 parameters; trace/float8.py)."""
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
+"""fp8: torchao float8 training (Float8Linear on bf16 parameters; trace/float8.py); mxfp8 / nvfp4: the
+block-scaled Blackwell recipes (torchao MX training, Transformer Engine NVFP4BlockScaling), traced as the
+float8 program and re-priced (perf/scaled_formats.py)."""
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
                     "paged-adamw-8bit", "none"]
 Checkpointing = Literal["none", "full", "selective", "selective-op"]
@@ -44,7 +46,10 @@ ModuleLoading = Literal["lazy", "eager"]
 """CUDA module loading: lazy (CUDA >= 11.7, the default) or eager (older stacks)."""
 
 MODES: tuple[str, ...] = ("train", "infer", "generate")
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8")
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+SCALED_PRECISIONS: frozenset[str] = frozenset({"fp8", "mxfp8", "nvfp4"})
+"""Training precisions whose linear layers run scaled low-precision GEMMs on bf16 parameters."""
+MAX_HIGH_PRECISION_BLOCKS = 1 << 16
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
                                 "paged-adamw-8bit", "none")
 CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective", "selective-op")
@@ -116,6 +121,9 @@ class Workload:
     optimizer_impl: OptimizerImpl = "auto"
     zero_grad: ZeroGrad = "set-to-none"
     loss: Loss = "auto"
+    high_precision_blocks: int | None = None
+    """Scaled precisions (fp8 / mxfp8 / nvfp4): the last N repeated blocks keep their linear layers in bf16;
+    None: the recipe's default (perf/scaled_formats.py: none for fp8 / mxfp8, ~15% for nvfp4)."""
     load_in: LoadIn = "none"
     """Quantize the base weights at load (bitsandbytes; trace/quantized.py): --load-in-4bit / --load-in-8bit."""
     peft: Peft = "none"
@@ -180,11 +188,17 @@ class Workload:
         self._check_peft()
         self._check_pipeline()
         self._check_long_context()
-        if self.precision == "fp8" and self.mode != "train":
-            # torchao's Float8Linear is its training API; its fp8 inference is a different one
-            # (quantize_ with Float8DynamicActivationFloat8WeightConfig: weights stored in fp8 ahead of time)
-            raise ConfigError(f"--precision fp8 is torchao float8 training and applies to --mode train only, not "
-                              f"{self.mode}; for fp8 inference use --precision bf16 --weight-quant fp8")
+        if self.scaled_training and self.mode != "train":
+            # torchao's Float8Linear (and its MX / TE's NVFP4 recipes) are training APIs; fp8 inference is a
+            # different one (quantize_ with Float8DynamicActivationFloat8WeightConfig: weights stored in fp8)
+            raise ConfigError(f"--precision {self.precision} is low-precision training and applies to --mode "
+                              f"train only, not {self.mode}; for fp8 inference use --precision bf16 --weight-quant fp8")
+        if self.high_precision_blocks is not None:
+            _check_range("high-precision blocks", self.high_precision_blocks, 0, MAX_HIGH_PRECISION_BLOCKS,
+                         "pass how many of the last blocks keep bf16 linear layers")
+            if not self.scaled_training:
+                raise ConfigError(f"--high-precision-blocks applies to --precision fp8, mxfp8 or nvfp4, not "
+                                  f"{self.precision}; drop it or pick a low-precision training recipe")
         if self.mode != "train" and self.grad_accum != 1:
             raise ConfigError(f"--grad-accum {self.grad_accum} applies to --mode train only, not {self.mode}")
 
@@ -251,6 +265,11 @@ class Workload:
         return kind in self.offload.split(",")
 
     @property
+    def scaled_training(self) -> bool:
+        """Linear layers train through scaled low-precision GEMMs (fp8, mxfp8, nvfp4)."""
+        return self.precision in SCALED_PRECISIONS
+
+    @property
     def uses_peft(self) -> bool:
         return self.peft != "none"
 
@@ -271,7 +290,9 @@ class Workload:
     @property
     def param_dtype(self) -> str:
         """dtype of the parameters as the model holds them."""
-        return {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}.get(self.precision, "float32")
+        if self.scaled_training:
+            return "bfloat16"
+        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.precision, "float32")
 
     def with_(self, **changes: Any) -> Workload:
         return replace(self, **changes)

@@ -110,6 +110,7 @@ MODE_ONLY_FLAGS: dict[str, tuple[str, ...]] = {
     "zero_grad": ("train",),
     "loss": ("train",),
     "checkpointing": ("train",),
+    "high_precision_blocks": ("train",),
 }
 
 
@@ -146,6 +147,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_mode: str
     g.add_argument("--tiled-mlp", type=_tiles, nargs="?", const="auto", default=None, metavar="TILES",
                    help="train mode: each block's MLP over sequence tiles, recomputed in backward (DeepSpeed/ALST "
                         "TiledMLP); TILES default ceil(seq-len / hidden size)")
+    g.add_argument("--high-precision-blocks", type=_int, default=None, metavar="N",
+                   help="--precision fp8|mxfp8|nvfp4: the last N blocks keep bf16 linear layers (default: none "
+                        "for fp8 and mxfp8, the last 15%% for nvfp4 as NVIDIA's NVFP4 recipe does)")
     add_peft_arguments(g)
     if pipelines:
         add_pipeline_arguments(parser)

@@ -3,7 +3,8 @@
 Each rule is the hardware's, not a verb's: bf16 compute (``--precision bf16|amp-bf16``, and QLoRA,
 whose NF4 layers compute in bf16 as bitsandbytes' ``bnb_4bit_compute_dtype`` is set by PEFT's recipes)
 needs a GPU with bf16 (compute capability 8.0+ on NVIDIA); FP8 training (torchao ``Float8Linear``:
-``torch._scaled_mm``) needs FP8 tensor cores, compute capability 8.9+ (Ada, Hopper, Blackwell). A GPU
+``torch._scaled_mm``) needs FP8 tensor cores, compute capability 8.9+ (Ada, Hopper, Blackwell); MXFP8 and
+NVFP4 training need Blackwell's block-scaled tensor cores, 10.0+ (``gpuplan.scaled_formats``). A GPU
 without a CUDA compute capability (AMD, Apple) is judged by the dtypes its catalog row lists.
 
 ``refusal`` gives both a short reason (recommend's "left out" table) and the one-line error every other
@@ -16,12 +17,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
+from gpuplan.scaled_formats import SCALED_FORMATS
 
 if TYPE_CHECKING:
     from gpuplan.hardware.gpu import GPU
     from gpuplan.workload import Workload
 
-FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+FP8_MIN_COMPUTE_CAPABILITY = SCALED_FORMATS["fp8"].min_compute_capability
 """``torch._scaled_mm`` (torchao float8 training) needs sm_89 or newer."""
 
 
@@ -36,6 +38,16 @@ class Refusal:
 def refusal(workload: Workload, gpu: GPU) -> Refusal | None:
     """Why ``gpu`` cannot run ``workload`` (None: it can)."""
     cc, label = gpu.compute_capability, gpu.compute_capability_label
+    scaled = SCALED_FORMATS.get(workload.precision)
+    block_scaled = scaled is not None and scaled.precision != "fp8"
+    if scaled is not None and block_scaled and cc is not None and tuple(cc) < scaled.min_compute_capability:
+        need = ".".join(map(str, scaled.min_compute_capability))
+        return Refusal(
+            f"no block-scaled {scaled.precision.upper()} tensor cores (compute capability below {need})",
+            f"{gpu.id} has no {scaled.precision.upper()} tensor cores (compute capability {label}; "
+            f"--precision {scaled.precision} needs {need}+: Blackwell); use --precision fp8 on Ada / Hopper "
+            "or amp-bf16, or pick a Blackwell GPU",
+        )
     if workload.precision == "fp8" and cc is not None and tuple(cc) < FP8_MIN_COMPUTE_CAPABILITY:
         return Refusal(
             "no FP8 tensor cores (compute capability below 8.9; use --precision amp-bf16)",

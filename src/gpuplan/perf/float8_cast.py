@@ -56,17 +56,18 @@ def _in_cast_chain(op: OpRecord) -> bool:
 
 
 def cast_op_time(op: OpRecord, modules: frozenset[tuple[str, str | None]], gpu: GPU,
-                 eff: Efficiency) -> OpTime | None:
+                 eff: Efficiency, bytes_per_element: float = 1.0) -> OpTime | None:
     """The compiled time of ``op`` when it belongs to an fp8 cast chain, else None (cost it as usual).
 
     The chain's ``abs`` carries the whole cast: the high-precision tensor read twice (amax, cast)
-    and one byte per element written, two kernels; the chain's other ops cost nothing."""
+    and ``bytes_per_element`` written (the recipe's data and scales: gpuplan.scaled_formats), two kernels;
+    the chain's other ops cost nothing."""
     if (op.module, op.block) not in modules or op.op_class == "matmul" or not _in_cast_chain(op):
         return None
     if short_name(op.name) != "abs":
         return OpTime(0.0, 0.0, 0.0)
     hp_bytes = float(op.bytes_read)
-    fp8_bytes = hp_bytes / DTYPE_BYTES.get(op.dtype, 2)
+    fp8_bytes = hp_bytes / DTYPE_BYTES.get(op.dtype, 2) * bytes_per_element
     moved = 2.0 * hp_bytes + fp8_bytes
     memory_s = moved / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
     return OpTime(0.0, memory_s, CAST_KERNELS * eff.graph_launch_overhead_s, CAST_KERNELS * eff.launch_overhead_s)

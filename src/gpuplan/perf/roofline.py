@@ -28,6 +28,7 @@ from gpuplan.memory.weight_quant import WEIGHT_QUANT_BITS as WEIGHT_QUANT_BITS  
 from gpuplan.memory.weight_quant import bits_per_weight
 from gpuplan.perf.efficiency import Efficiency
 from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
+from gpuplan.scaled_formats import SCALED_FORMATS
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -103,6 +104,8 @@ def rate_key(op: OpRecord, precision: str, gpu: GPU) -> tuple[str, bool]:
     (CUDA cores), then to the other half type; fp32 work never borrows a tensor-core rate. No usable
     rate at all is a NoRateError."""
     base = _DTYPE_RATE.get(op.dtype, "fp32")
+    if base == "fp8" and precision in SCALED_FORMATS:
+        base = SCALED_FORMATS[precision].gemm_rate  # the recipe's GEMMs, traced as torchao float8's
     # torch: matmul TF32 off by default (allow_tf32 False), cuDNN convolutions TF32 on by default
     tf32 = precision == "tf32" or op.op_class == "conv"
     if op.dtype == "float32" and tf32 and gpu.peak_tflops("tf32"):
@@ -128,7 +131,10 @@ def compute_dtype_key(precision: str) -> str:
         "bf16": "bf16",
         "amp-fp16": "fp16",
         "fp16": "fp16",
-        "fp8": "bf16",  # torchtitan quotes float8 training MFU against the bf16 peak; its GEMMs run at fp8 rates
+        # torchtitan quotes float8 (and MX) training MFU against the bf16 peak; the GEMMs run at their own rates
+        "fp8": "bf16",
+        "mxfp8": "bf16",
+        "nvfp4": "bf16",
     }[precision]
 
 

@@ -11,13 +11,13 @@ decode (per new token), the decode loop costed as a CUDA-graph replay the way se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import quantize_weights
 from gpuplan.perf.efficiency import Efficiency, efficiency_for
-from gpuplan.perf.float8_cast import CAST_KERNELS, cast_op_time, float8_modules, is_folded
+from gpuplan.perf.float8_cast import CAST_KERNELS, FP8_DTYPES, cast_op_time, float8_modules, is_folded
 from gpuplan.perf.roofline import (
     WEIGHT_QUANT_BITS,
     NoRateError,
@@ -27,6 +27,7 @@ from gpuplan.perf.roofline import (
     op_time,
     weight_bytes_factor,
 )
+from gpuplan.scaled_formats import SCALED_FORMATS, high_precision_blocks
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -152,6 +153,17 @@ class StepTime:
     """Architecture key whose efficiency factors timed the step."""
 
 
+
+def _high_precision_share(step: TracedStep, workload: Workload) -> float:
+    """Share of the repeated blocks whose linear layers stay in bf16 under a scaled recipe
+    (``--high-precision-blocks``; gpuplan.scaled_formats). Blocks are alike, so the kept blocks' GEMMs are
+    that share of every traced block GEMM, run at the bf16 rate. With two stacks (encoder-decoder) the
+    count applies to their blocks together."""
+    blocks = sum((step.block_counts or step.traced_blocks).values())  # block_counts: only when scaled up
+    if not workload.scaled_training or blocks <= 0:
+        return 0.0
+    return high_precision_blocks(workload.precision, workload.high_precision_blocks, blocks) / blocks
+
 def model_flops(step: TracedStep, workload: Workload) -> int:
     """Forward + loss + backward FLOPs without the recompute of activation checkpointing.
 
@@ -198,13 +210,24 @@ def step_time(
     acc = KernelSum()
     by_class: dict[str, float] = {}
     quant = "none" if workload.trains else weight_quant
-    # fp8 training: torchao's scaling casts as torch.compile fuses them (perf/float8_cast.py)
-    fp8_modules = float8_modules(step.ops) if workload.precision == "fp8" else frozenset()
+    # fp8 / mxfp8 / nvfp4 training: the scaling casts as torch.compile fuses them (perf/float8_cast.py)
+    fp8_modules = float8_modules(step.ops) if workload.scaled_training else frozenset()
+    scaled = SCALED_FORMATS.get(workload.precision)
+    kept = _high_precision_share(step, workload)
     for op in step.ops:
         decode = generate and op.phase == "decode"
-        cast = cast_op_time(op, fp8_modules, gpu, eff) if fp8_modules else None
+        cast = (cast_op_time(op, fp8_modules, gpu, eff, scaled.cast_bytes_per_element)
+                if fp8_modules and scaled is not None else None)
         t = cast if cast is not None else op_time(op, gpu, workload.precision, eff, graph=decode, weight_quant=quant)
         n = op.count * time_factor
+        share = kept if op.block and (op.module, op.block) in fp8_modules else 0.0
+        if share and (cast is not None or op.dtype in FP8_DTYPES):
+            # the blocks kept in bf16 run this linear layer's GEMM at the bf16 rate and cast nothing
+            if cast is None:
+                bf16 = op_time(replace(op, dtype="bfloat16"), gpu, workload.precision, eff)
+                acc.add(bf16, n * share, op.op_class, op.phase)
+                by_class[op.op_class] = by_class.get(op.op_class, 0.0) + bf16.total_s * n * share
+            n *= 1.0 - share
         acc.add(t, n, op.op_class, op.phase)
         by_class[op.op_class] = by_class.get(op.op_class, 0.0) + t.total_s * n
         if cast is None:

@@ -251,7 +251,9 @@ def trace_key(source: ModelSource, workload: Workload, compute_capability: tuple
     identity = model_identity(source)
     if identity is None:
         return None
-    document = {"format": FORMAT_VERSION, "model": identity, "workload": workload.to_dict(),
+    # --high-precision-blocks only prices the traced program (perf/step_time.py): one trace serves every value
+    traced = {k: v for k, v in workload.to_dict().items() if k != "high_precision_blocks"}
+    document = {"format": FORMAT_VERSION, "model": identity, "workload": traced,
                 "cc_class": trace_cc_class(compute_capability), "environment": _environment()}
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError
+from gpuplan.scaled_formats import SCALED_FORMATS
 
 if TYPE_CHECKING:
     from torch import nn
@@ -45,28 +46,29 @@ def _eligible(module: nn.Module, fqn: str) -> bool:
     return module.in_features % _SCALED_MM_MULTIPLE == 0 and module.out_features % _SCALED_MM_MULTIPLE == 0
 
 
-def convert_to_fp8_training(model: nn.Module) -> nn.Module:
-    """``model`` with torchao ``Float8Linear`` layers (tensorwise dynamic scaling, torchao's default)."""
+def convert_to_fp8_training(model: nn.Module, precision: str = "fp8") -> nn.Module:
+    """``model`` with torchao ``Float8Linear`` layers (tensorwise dynamic scaling, torchao's default): the
+    program of every scaled recipe (``gpuplan.scaled_formats``: mxfp8 / nvfp4 re-priced from it)."""
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError as exc:
-        raise ConfigError("--precision fp8 models torchao's float8 training and needs torchao: "
+        raise ConfigError(f"--precision {precision} models torchao's float8 training and needs torchao: "
                           "pip install 'gpuplan[finetune]'") from exc
     from gpuplan.trace.quantized import quantized_layers
 
     if quantized_layers(model):
-        raise ConfigError("--precision fp8 trains the linear layers through torchao float8 and cannot run on "
-                          "quantized base weights; drop --load-in-4bit/--load-in-8bit (or the quantized checkpoint) "
-                          "or use --precision bf16")
+        raise ConfigError(f"--precision {precision} trains the linear layers through scaled low-precision GEMMs "
+                          "and cannot run on quantized base weights; drop --load-in-4bit/--load-in-8bit (or the "
+                          "quantized checkpoint) or use --precision bf16")
     return convert_to_float8_training(model, module_filter_fn=_eligible)
 
 
 def convert_for_precision(model: nn.Module, workload: Workload) -> nn.Module:
-    """``model`` as the precision runs it: fp8 converts the linear layers; every other precision is a dtype
-    (set when the model is built) and autocast."""
-    if workload.precision != "fp8":
+    """``model`` as the precision runs it: fp8 / mxfp8 / nvfp4 convert the linear layers; every other
+    precision is a dtype (set when the model is built) and autocast."""
+    if not workload.scaled_training:
         return model
-    return convert_to_fp8_training(model)
+    return convert_to_fp8_training(model, workload.precision)
 
 
 def fp8_layers(model: nn.Module) -> int:
@@ -75,9 +77,20 @@ def fp8_layers(model: nn.Module) -> int:
 
 
 def fp8_notes(workload: Workload) -> list[str]:
-    """The assumption lines for ``--precision fp8``."""
-    if workload.precision != "fp8":
+    """The assumption lines for ``--precision fp8`` (and the recipes re-priced from it)."""
+    if not workload.scaled_training:
         return []
+    if workload.precision != "fp8":
+        fmt = SCALED_FORMATS[workload.precision]
+        kept = (f"the last {workload.high_precision_blocks} blocks" if workload.high_precision_blocks is not None
+                else f"the last {fmt.default_high_precision_fraction:.0%} of the blocks")
+        return [f"--precision {fmt.precision}: {fmt.recipe}; traced as torchao's float8 program (every linear "
+                "layer with both sides divisible by 16 but the output head, bf16 input and weight saved for "
+                f"backward, bf16 parameters, gradients and optimizer state); GEMMs at the {fmt.gemm_rate} rate, "
+                f"casts writing {fmt.cast_bytes_per_element:.4g} B per element as torch.compile fuses them; "
+                f"{kept} keep bf16 linear layers (--high-precision-blocks)"
+                + ("; NVFP4's random Hadamard transform and 2-D weight scaling not modelled, cast temporaries "
+                   "counted at fp8's byte per element" if fmt.precision == "nvfp4" else "")]
     return ["--precision fp8: torchao Float8Linear on every linear layer with both sides divisible by 16 (not the "
             "output head), tensorwise dynamic scaling, bf16 parameters, gradients and optimizer state; the three "
             "GEMMs per layer at the fp8 rate; each scaling cast as torch.compile fuses it (amax + cast: 2 kernels, "

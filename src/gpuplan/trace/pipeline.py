@@ -80,10 +80,10 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
         for name in names:
             layerwise_fp8(getattr(model, name), compute_dtype=_compute_dtype(workload))
     denoiser = getattr(model, denoiser_name)
-    if workload.trains and workload.precision == "fp8":
+    if workload.trains and workload.scaled_training:
         from gpuplan.trace.float8 import convert_to_fp8_training
 
-        setattr(model, denoiser_name, convert_to_fp8_training(denoiser))
+        setattr(model, denoiser_name, convert_to_fp8_training(denoiser, workload.precision))
         denoiser = getattr(model, denoiser_name)
     if workload.uses_peft:
         inject_lora(denoiser, source, workload)

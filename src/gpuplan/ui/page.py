@@ -108,6 +108,7 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_select("optimizer", "Optimizer (train)", OPTIMIZERS, g("optimizer", ""), "default (adamw)")}
   {_select("checkpointing", "Activation checkpointing", CHECKPOINTING, g("checkpointing", ""), "default (none)")}
   {_number("grad_accum", "Gradient accumulation steps", g("grad_accum", ""))}
+  {_number("high_precision_blocks", "Blocks kept in bf16 (fp8 / mxfp8 / nvfp4)", g("high_precision_blocks", ""))}
   {_select("attention", "Attention kernel", ATTENTIONS, g("attention", ""), "default (auto)")}
   {_select("optimizer_impl", "Optimizer implementation", OPTIMIZER_IMPLS, g("optimizer_impl", ""), "default (auto)")}
   {_select("zero_grad", "zero_grad", ZERO_GRADS, g("zero_grad", ""), "default (set-to-none)")}

@@ -26,7 +26,8 @@ UPLOAD_PREFIX: Final = "upload:"
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
 
 WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank", "steps",
-                        "frames", "image_width", "mlp_tiles")
+                        "frames", "image_width", "mlp_tiles",
+                        "high_precision_blocks")
 WORKLOAD_FLOATS: Final = ("lora_alpha", "lora_dropout")
 WORKLOAD_CHOICES: Final = ("mode", "precision", "optimizer", "checkpointing", "attention", "optimizer_impl",
                            "zero_grad", "loss", "load_in", "peft", "offload", "component_quant")
