@@ -211,14 +211,16 @@ def test_the_command_line_caches_by_default_and_no_cache_bypasses_it(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verb", [["estimate", "--gpu", "H100-SXM"], ["plan", "--gpu", "H100-SXM", "--gpus", "2"]],
-                         ids=lambda v: v[0])
+@pytest.mark.parametrize("verb", [["estimate", "--seq-len", "32", "--gpu", "H100-SXM"],
+                                  ["plan", "--seq-len", "32", "--gpu", "H100-SXM", "--gpus", "2"],
+                                  ["fit", "--gpu", "T4", "--axis", "seq-len"]], ids=lambda v: v[0])
 def test_a_cache_hit_does_not_import_torch(tiny_gpt2: str, tmp_path: Path, verb: list[str]) -> None:
     """Old main: a cached plan imported torch (37 s on a busy machine) through transformers' AutoConfig, read
-    for the layer counts; they are cached beside the traces (trace/cache.layer_counts_of)."""
+    for the layer counts, and a cached ``fit --axis seq-len`` built a block for the position table; both are
+    cached beside the traces (trace/cache.model_fact)."""
     env = {**os.environ, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": str(tmp_path / "c"),
            "PYTHONPATH": str(REPO / "src")}
-    argv = [verb[0], tiny_gpt2, "--seq-len", "32", *verb[1:], "--json"]
+    argv = [verb[0], tiny_gpt2, *verb[1:], "--json"]
     probe = ("import sys, io, contextlib; from gpuplan.cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()): code = main(sys.argv[1:])\n"
              "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
@@ -232,7 +234,7 @@ def test_layer_counts_are_cached_beside_the_traces(tmp_path: Path, monkeypatch: 
     """transformers' reading of the layer counts is kept per model and library versions; a damaged entry is
     read again, never trusted."""
     from gpuplan.models.sources import HFConfigSource
-    from gpuplan.trace.cache import layer_counts_key, layer_counts_of
+    from gpuplan.trace.cache import fact_key, layer_counts_of
 
     source = HFConfigSource("tiny", {"model_type": "gpt2", "n_layer": 5, "n_embd": 32, "n_head": 2,
                                      "vocab_size": 100, "n_positions": 64})
@@ -241,7 +243,7 @@ def test_layer_counts_are_cached_beside_the_traces(tmp_path: Path, monkeypatch: 
         assert layer_counts_of(source) == {"num_hidden_layers": 5} == source.layer_counts()
         monkeypatch.setattr(HFConfigSource, "layer_counts", lambda self: pytest.fail("read the config again"))
         assert layer_counts_of(source) == {"num_hidden_layers": 5}
-        key = layer_counts_key(source)
+        key = fact_key(source, "layer_counts")
         assert key is not None
         entry = cache.directory / f"{key}.facts"
         entry.write_text(entry.read_text().replace("5", "-5"))

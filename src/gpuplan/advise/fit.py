@@ -858,20 +858,31 @@ def largest_seq_len(
 
 def _position_table_tokens(source: ModelSource, workload: Workload) -> int | None:
     """The longest sequence a model with a learned position table runs (None: positions are computed,
-    as in RoPE models), read from a one-block build on fake tensors (no weight is allocated)."""
+    as in RoPE models), read from a one-block build on fake tensors (no weight is allocated), kept in the
+    trace cache beside the model's traces (a cached search imports no torch)."""
+    from gpuplan.models.sources import positions_needed
+    from gpuplan.trace.cache import model_fact
+
+    plain = workload.with_(peft="none")
+    table = model_fact(source, "position_table", lambda: _position_table_size(source, plain), plain)
+    if not isinstance(table, int):
+        return None
+    return table - (positions_needed(workload, 1) - 1)  # generation feeds new tokens back as positions
+
+
+def _position_table_size(source: ModelSource, workload: Workload) -> int | None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from gpuplan.models.sources import learned_position_table, positions_needed
+    from gpuplan.models.sources import learned_position_table
+    from gpuplan.trace.cache import layer_counts_of
     from gpuplan.trace.runner import StepRunner, Target, quiet
 
-    one_block = dict.fromkeys(source.layer_counts(), 1)
+    one_block = dict.fromkeys(layer_counts_of(source), 1)
     with quiet(), torch.device("cpu"), FakeTensorMode():
-        module = StepRunner(source, workload.with_(peft="none"), Target(), fake=True, layers=one_block).build_model()
+        module = StepRunner(source, workload, Target(), fake=True, layers=one_block).build_model()
     table = learned_position_table(module)
-    if table is None:
-        return None
-    return table[1] - (positions_needed(workload, 1) - 1)  # generation feeds new tokens back as positions
+    return None if table is None else table[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ import json
 import os
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,30 +219,43 @@ def _code_hash() -> str:
     return digest.hexdigest()
 
 
-def layer_counts_key(source: ModelSource) -> str | None:
-    """The cache key of ``source.layer_counts()`` (None: this model is not cached): the same identity and
+FactValue = int | dict[str, int] | None
+"""What a model fact holds: a count, counts by name, or None (the model has none)."""
+
+
+def fact_key(source: ModelSource, fact: str, workload: Workload | None = None) -> str | None:
+    """The cache key of a fact about ``source`` (None: this model is not cached): the same identity and
     library versions as its traces, so an upgraded transformers reads its config again."""
     identity = model_identity(source)
     if identity is None:
         return None
-    document = {"format": FORMAT_VERSION, "model": identity, "fact": "layer_counts", "environment": _environment()}
+    document = {"format": FORMAT_VERSION, "model": identity, "fact": fact, "environment": _environment(),
+                "workload": workload.to_dict() if workload is not None else None}
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def layer_counts_of(source: ModelSource) -> dict[str, int]:
-    """``source.layer_counts()``, read from the active cache when it holds the answer. For a transformers
-    config the answer is transformers' own reading (``AutoConfig``: defaults, derived ``layer_types``), and
-    building one imports torch: kept beside the traces, a cached ``plan`` or ``fit`` never imports torch."""
+def model_fact(source: ModelSource, fact: str, compute: Callable[[], FactValue],
+               workload: Workload | None = None) -> FactValue:
+    """``compute()``, read from the active cache when it holds the answer for this model (and ``workload``).
+    For facts a library gives (transformers' reading of a config, a one-block build's position table), whose
+    reading imports torch: kept beside the traces, a cached ``plan`` or ``fit`` never imports it."""
     cache = active_trace_cache()
-    key = layer_counts_key(source) if cache is not None else None
+    key = fact_key(source, fact, workload) if cache is not None else None
     if cache is None or key is None:
-        return source.layer_counts()
-    found = cache.load_layer_counts(key)
+        return compute()
+    found = cache.load_fact(key)
     if found is not None:
-        return found
-    counts = source.layer_counts()
-    cache.store_layer_counts(key, counts)
-    return counts
+        return found[0]
+    value = compute()
+    cache.store_fact(key, value)
+    return value
+
+
+def layer_counts_of(source: ModelSource) -> dict[str, int]:
+    """``source.layer_counts()`` through :func:`model_fact`: for a transformers config it is transformers' own
+    reading (``AutoConfig``: the class defaults, derived ``layer_types``), and making one imports torch."""
+    counts = model_fact(source, "layer_counts", source.layer_counts)
+    return dict(counts) if isinstance(counts, dict) else {}
 
 
 def trace_key(source: ModelSource, workload: Workload, compute_capability: tuple[int, int]) -> str | None:
@@ -294,9 +307,9 @@ class TraceCache:
     def path_for(self, key: str) -> Path:
         return self.directory / f"{key}.trace"
 
-    def load_layer_counts(self, key: str) -> dict[str, int] | None:
-        """The layer counts stored under ``key``; None when absent or not exactly what
-        :meth:`store_layer_counts` writes (then removed: it is rewritten)."""
+    def load_fact(self, key: str) -> tuple[FactValue] | None:
+        """(the fact stored under ``key``,); None when absent or not exactly what :meth:`store_fact`
+        writes (then removed: it is rewritten)."""
         path = self.directory / f"{key}{_FACTS_SUFFIX}"
         try:
             with path.open("rb") as f:
@@ -307,18 +320,16 @@ class TraceCache:
             doc = json.loads(data) if len(data) <= _MAX_FACTS_BYTES else None
         except ValueError:
             doc = None
-        counts = doc.get("layer_counts") if isinstance(doc, dict) else None
         if (isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("version") == FORMAT_VERSION
-                and doc.get("key") == key and isinstance(counts, dict)
-                and all(isinstance(k, str) and type(v) is int and v > 0 for k, v in counts.items())):
-            return dict(counts)
+                and doc.get("key") == key and "value" in doc and _is_fact(doc["value"])):
+            return (doc["value"],)
         with contextlib.suppress(OSError):
             path.unlink()
         return None
 
-    def store_layer_counts(self, key: str, counts: dict[str, int]) -> None:
-        """Keep ``counts`` under ``key`` (best effort, as :meth:`store`)."""
-        doc = {"format": FORMAT, "version": FORMAT_VERSION, "key": key, "layer_counts": dict(counts)}
+    def store_fact(self, key: str, value: FactValue) -> None:
+        """Keep ``value`` under ``key`` (best effort, as :meth:`store`)."""
+        doc = {"format": FORMAT, "version": FORMAT_VERSION, "key": key, "value": value}
         with contextlib.suppress(OSError):
             self._write(self.directory / f"{key}{_FACTS_SUFFIX}", json.dumps(doc).encode())
 
@@ -407,6 +418,14 @@ class TraceCache:
             with contextlib.suppress(OSError):
                 path.unlink()
                 total -= size
+
+
+def _is_fact(value: Any) -> bool:
+    def count(v: Any) -> bool:
+        return type(v) is int and v > 0
+
+    return value is None or count(value) or (isinstance(value, dict)
+                                             and all(isinstance(k, str) and count(v) for k, v in value.items()))
 
 
 @contextlib.contextmanager
