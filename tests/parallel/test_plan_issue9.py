@@ -275,8 +275,14 @@ def test_every_layout_has_an_engine_or_a_reason(gpt2_ctx: Any) -> None:
         assert engines_for(lay) or (lay.engine == "deepspeed" and (lay.tp > 1 or lay.pp > 1)), name
 
 
-@pytest.mark.slow
-def test_emit_refusal_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], config_json: str) -> None:
+def test_emit_refusal_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], config_json: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused before the trace (old main traced for a minute, then refused without the plan): the flags allow
+    no layout the engine's output implements."""
+    def no_trace(*_: Any, **__: Any) -> Any:
+        raise AssertionError("traced before refusing --emit")
+
+    monkeypatch.setattr("gpuplan.trace.step._trace_source", no_trace)
     code, out, err = _run(
         capsys, "plan", config_json, "--gpus", "4", "--gpu", "H100-SXM", "--zero", "3", "--tp", "1",
         "--emit", "torchrun"
@@ -287,6 +293,25 @@ def test_emit_refusal_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], con
         capsys, "plan", config_json, "--gpus", "4", "--gpu", "H100-SXM", "--fsdp", "--emit", "deepspeed", "--json"
     )
     assert code == 2 and out == "" and err.count("\n") == 1 and "--emit torchrun" in err
+    assert "the flags allow only layouts like" in err
+
+
+@pytest.mark.slow
+def test_emit_searches_the_layouts_its_engine_implements(capsys: pytest.CaptureFixture[str], config_json: str) -> None:
+    """Old main: `plan --emit X` searched every engine, found a layout X cannot run and refused it after the
+    trace. The search keeps to what the engine implements: its best layout, emitted, the same as fixing it."""
+    argv = ["plan", config_json, "--gpus", "4", "--gpu", "H100-SXM", "--json"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0 and json.loads(out)["parallelism"]["engine"] == "deepspeed"  # the unrestricted best
+    code, out, err = _run(capsys, *argv, "--emit", "torchrun")
+    d = json.loads(out)
+    assert code == 0, err
+    assert d["parallelism"]["engine"] in ("torch", "megatron") and d["emit"]["engine"] == "torchrun"
+    assert "torchrun" in d["emit"]["text"]
+    assert any("--emit torchrun: only the layouts" in a for a in d["assumptions"])
+    fixed = ["--tp", str(d["parallelism"]["tp"]), "--pp", str(d["parallelism"]["pp"])]
+    code, out, _ = _run(capsys, *argv, *fixed, "--fsdp" if d["parallelism"]["fsdp"] else "--megatron")
+    assert json.loads(out)["layout"] == d["layout"]
 
 
 # ---- item 13: numeric flags ------------------------------------------------------------------------

@@ -148,6 +148,7 @@ def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workloa
         ep=args.ep,
         cp=args.cp,
         cp_comm=args.cp_comm,
+        emit=args.emit,  # only layouts the engine's output implements; refused before the trace if none
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,
     )

@@ -370,8 +370,9 @@ def _launchers_for(lay: Layout) -> tuple[str, ...]:
     return ("torchrun",) if lay.pp > 1 else ("torchrun", "accelerate")
 
 
-def refusal(lay: Layout, kind: str) -> str | None:
-    """One line saying why ``--emit kind`` cannot implement ``lay`` and which engine can, or None."""
+def refusal(lay: Layout, kind: str, *, before_search: bool = False) -> str | None:
+    """One line saying why ``--emit kind`` cannot implement ``lay`` and which engine can, or None.
+    ``before_search``: ``lay`` stands for every layout the flags allow (plan refuses before tracing)."""
     can = engines_for(lay)
     if kind in can:
         return None
@@ -379,7 +380,8 @@ def refusal(lay: Layout, kind: str) -> str | None:
     if limit is not None:
         others = " or ".join(f"--emit {k}" for k in can)
         return f"--emit torchtitan cannot implement it: {limit}" + (f"; or use {others}" if can else "")
-    what = f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}"
+    what = (f"the flags allow only layouts like {lay.describe()}, which run on {_ENGINE_NAMES[lay.engine]}"
+            if before_search else f"the planned layout ({lay.describe()}) runs on {_ENGINE_NAMES[lay.engine]}")
     if can:
         return f"--emit {kind} cannot implement it: {what}; use " + " or ".join(f"--emit {k}" for k in can)
     if lay.cp > 1:

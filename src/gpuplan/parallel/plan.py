@@ -28,7 +28,10 @@ from gpuplan.trace.cache import layer_counts_of
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from gpuplan.hardware import GPU
+    from gpuplan.parallel.layout import Layout
     from gpuplan.models.sources import ModelSource
     from gpuplan.workload import Workload
 
@@ -125,6 +128,7 @@ def plan(
     workload: Workload | None = None,
     max_alternatives: int = 5,
     checkpointing_fixed: bool | None = None,
+    emit: str | None = None,
     **workload_fields: Any,
 ) -> Plan:
     """Best layout of one training step of ``model`` on ``gpus`` GPUs of type ``gpu``.
@@ -134,7 +138,9 @@ def plan(
     overridden, and a layout that fits only with full checkpointing is shown as an alternative.
     Otherwise, when nothing fits without it, full checkpointing is searched too. Context
     parallelism (``cp``, its attention exchange ``cp_comm``: ring | all-to-all | hierarchical) is
-    the user's when given; left None, it is searched when nothing fits otherwise. Example::
+    the user's when given; left None, it is searched when nothing fits otherwise. ``emit`` (an ``--emit``
+    engine: torchrun | deepspeed | accelerate) searches only the layouts that engine's output implements
+    (parallel/emit.engines_for), and refuses before the trace when the constraints allow none. Example::
 
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
@@ -187,12 +193,15 @@ def plan(
         offload_fixed=offload_fixed,
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
+    if emit is not None:
+        _check_emittable(base, emit, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts,
+                         gpus_per_node=topo.gpus_per_node)
 
     usable = target.usable_memory_bytes
     t0 = time.perf_counter()
     trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
     prof = profile_model(source, trace_w, target)
-    search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0)
+    search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0, emit=emit)
     ctx = plan_context(prof, topo, target)
     evals = search.rank(ctx)
     if not evals:
@@ -201,7 +210,7 @@ def plan(
             "under the given constraints (check divisibility of heads, layers and batch)"
         )
     # ---- escalation: full checkpointing, then CPU offload, when nothing fits --------------------
-    notes: list[str] = []
+    notes: list[str] = [f"--emit {emit}: only the layouts its output implements were searched"] if emit else []
     ckpt_alt: tuple[Evaluation, str] | None = None
     if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
         t0 = time.perf_counter()
@@ -272,26 +281,43 @@ class _Search:
     trace_s: float = 0.0
     search_s: float = 0.0
     considered: int = 0
+    emit: str | None = None
+    """Only layouts this ``--emit`` engine implements (None: all)."""
 
     def rank(self, ctx: Context, **overrides: Any) -> list[Evaluation]:
         """Every layout of ``base`` (with ``overrides``) ranked on ``ctx``'s profile."""
         t1 = time.perf_counter()
         c = Constraints(**{**_fields(self.base), **overrides}) if overrides else self.base
         prof = ctx.profile
-        evals, n = rank(
-            ctx,
-            candidates(
-                c,
-                heads=self.heads,
-                kv_heads=self.kv_heads,
-                layers=prof.layers,
-                gpus_per_node=self.topology.gpus_per_node,
-                experts=prof.experts,
-            ),
-        )
+        layouts = candidates(c, heads=self.heads, kv_heads=self.kv_heads, layers=prof.layers,
+                             gpus_per_node=self.topology.gpus_per_node, experts=prof.experts)
+        evals, n = rank(ctx, _emittable(layouts, self.emit))
         self.search_s += time.perf_counter() - t1
         self.considered += n
         return evals
+
+
+def _emittable(layouts: Iterator[Layout], emit: str | None) -> Iterator[Layout]:
+    from gpuplan.parallel.emit import engines_for
+
+    return layouts if emit is None else (lay for lay in layouts if emit in engines_for(lay))
+
+
+def _check_emittable(base: Constraints, emit: str, **shape: int) -> None:
+    """Refuse ``--emit`` before any trace when no layout the constraints allow — escalations included
+    (full checkpointing, context parallelism, CPU offload) — is one that engine's output implements."""
+    from gpuplan.parallel.emit import refusal
+
+    first: Layout | None = None
+    for variant in ({}, {"checkpointing": "full"}, {"search_cp": base.cp is None}, {"offload": True}):
+        c = Constraints(**{**_fields(base), **variant})
+        for lay in candidates(c, **shape):
+            if refusal(lay, emit) is None:
+                return
+            if first is None:
+                first = lay
+    if first is not None:  # none at all: the search says so with its own message
+        raise LayoutError(str(refusal(first, emit, before_search=True)))
 
 
 def _assumptions(
