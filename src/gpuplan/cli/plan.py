@@ -129,6 +129,8 @@ def _figure(data: dict[str, Any]) -> Figure:
 
 
 def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workload) -> Plan:
+    from gpuplan.parallel.emit import engine_filter
+
     return plan(
         args.model,
         gpus=args.gpus,
@@ -148,7 +150,7 @@ def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workloa
         ep=args.ep,
         cp=args.cp,
         cp_comm=args.cp_comm,
-        emit=args.emit,  # only layouts the engine's output implements; refused before the trace if none
+        emit=engine_filter(args.emit) if args.emit else None,  # its layouts only; refused before the trace if none
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,
     )

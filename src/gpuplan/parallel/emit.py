@@ -15,7 +15,7 @@ from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero
 
 if TYPE_CHECKING:
     from gpuplan.parallel.layout import Layout
-    from gpuplan.parallel.plan import Plan
+    from gpuplan.parallel.plan import EngineFilter, Plan
     from gpuplan.workload import Workload
 
 EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan")
@@ -368,6 +368,15 @@ def _launchers_for(lay: Layout) -> tuple[str, ...]:
         return ("torchrun",) if lay.pp > 1 and lay.schedule == "interleaved" else ("torchrun", "accelerate")
     # torch.distributed: DDP, FSDP2/HSDP, TP; accelerate has no pipeline dimension
     return ("torchrun",) if lay.pp > 1 else ("torchrun", "accelerate")
+
+
+def engine_filter(kind: str) -> EngineFilter:
+    """``--emit kind`` as the planner's search filter (``plan(..., emit=engine_filter(kind))``)."""
+    from gpuplan.parallel.plan import EngineFilter
+
+    if kind not in EMITTERS:
+        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
+    return EngineFilter(kind, lambda lay, before: refusal(lay, kind, before_search=before))
 
 
 def refusal(lay: Layout, kind: str, *, before_search: bool = False) -> str | None:

@@ -28,7 +28,7 @@ from gpuplan.trace.cache import layer_counts_of
 from gpuplan.units import format_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from gpuplan.hardware import GPU
     from gpuplan.parallel.layout import Layout
@@ -128,7 +128,7 @@ def plan(
     workload: Workload | None = None,
     max_alternatives: int = 5,
     checkpointing_fixed: bool | None = None,
-    emit: str | None = None,
+    emit: EngineFilter | None = None,
     **workload_fields: Any,
 ) -> Plan:
     """Best layout of one training step of ``model`` on ``gpus`` GPUs of type ``gpu``.
@@ -139,8 +139,8 @@ def plan(
     Otherwise, when nothing fits without it, full checkpointing is searched too. Context
     parallelism (``cp``, its attention exchange ``cp_comm``: ring | all-to-all | hierarchical) is
     the user's when given; left None, it is searched when nothing fits otherwise. ``emit`` (an ``--emit``
-    engine: torchrun | deepspeed | accelerate) searches only the layouts that engine's output implements
-    (parallel/emit.engines_for), and refuses before the trace when the constraints allow none. Example::
+    engine's filter, ``parallel.emit.engine_filter("deepspeed")``) searches only the layouts that engine's
+    output implements, and refuses before the trace when the constraints allow none. Example::
 
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
@@ -210,7 +210,7 @@ def plan(
             "under the given constraints (check divisibility of heads, layers and batch)"
         )
     # ---- escalation: full checkpointing, then CPU offload, when nothing fits --------------------
-    notes: list[str] = [f"--emit {emit}: only the layouts its output implements were searched"] if emit else []
+    notes = [f"--emit {emit.name}: only the layouts its output implements were searched"] if emit else []
     ckpt_alt: tuple[Evaluation, str] | None = None
     if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
         t0 = time.perf_counter()
@@ -281,7 +281,7 @@ class _Search:
     trace_s: float = 0.0
     search_s: float = 0.0
     considered: int = 0
-    emit: str | None = None
+    emit: EngineFilter | None = None
     """Only layouts this ``--emit`` engine implements (None: all)."""
 
     def rank(self, ctx: Context, **overrides: Any) -> list[Evaluation]:
@@ -297,27 +297,33 @@ class _Search:
         return evals
 
 
-def _emittable(layouts: Iterator[Layout], emit: str | None) -> Iterator[Layout]:
-    from gpuplan.parallel.emit import engines_for
+@dataclass(frozen=True, slots=True)
+class EngineFilter:
+    """An ``--emit`` engine as the search sees it (made by ``parallel.emit.engine_filter``, so the planner
+    needs no emitter): its name, and why it cannot implement a layout (None: it can; ``before_search``: the
+    layout stands for every one the flags allow)."""
 
-    return layouts if emit is None else (lay for lay in layouts if emit in engines_for(lay))
+    name: str
+    refusal: Callable[[Layout, bool], str | None]
 
 
-def _check_emittable(base: Constraints, emit: str, **shape: int) -> None:
+def _emittable(layouts: Iterator[Layout], emit: EngineFilter | None) -> Iterator[Layout]:
+    return layouts if emit is None else (lay for lay in layouts if emit.refusal(lay, False) is None)
+
+
+def _check_emittable(base: Constraints, emit: EngineFilter, **shape: int) -> None:
     """Refuse ``--emit`` before any trace when no layout the constraints allow — escalations included
     (full checkpointing, context parallelism, CPU offload) — is one that engine's output implements."""
-    from gpuplan.parallel.emit import refusal
-
     first: Layout | None = None
     for variant in ({}, {"checkpointing": "full"}, {"search_cp": base.cp is None}, {"offload": True}):
         c = Constraints(**{**_fields(base), **variant})
         for lay in candidates(c, **shape):
-            if refusal(lay, emit) is None:
+            if emit.refusal(lay, False) is None:
                 return
             if first is None:
                 first = lay
     if first is not None:  # none at all: the search says so with its own message
-        raise LayoutError(str(refusal(first, emit, before_search=True)))
+        raise LayoutError(str(emit.refusal(first, True)))
 
 
 def _assumptions(
