@@ -4,7 +4,7 @@ frontier the Unsloth and LLaMA-Factory tables print), and the ladder's PEFT rung
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -136,3 +136,40 @@ def test_answer_flags_name_the_peft_changes() -> None:
     flags = answer_flags(result)  # type: ignore[arg-type]
     assert "--checkpointing full" in flags and "--peft qlora" in flags and "--lora-rank 8" in flags
     assert "PEFT's default" in flags
+
+
+class LongContextStub(LinearInSeq):
+    """Each long-context technique lowers the bytes per token (full checkpointing, fused linear CE, tiled MLP,
+    activation offload): the rungs' answers are known in advance."""
+
+    SHARE: ClassVar[dict[str, float]] = {"checkpointing": 0.5, "loss": 0.8, "tiled_mlp": 0.75, "offload": 0.5}
+
+    def __call__(self, model: Any, *, workload: Workload, gpu: GPU, **kw: Any) -> Any:
+        factor = 1.0
+        for field, on in (("checkpointing", workload.checkpointing == "full"),
+                          ("loss", workload.loss == "fused-linear-ce"), ("tiled_mlp", workload.tiled_mlp),
+                          ("offload", workload.offload == "activations")):
+            factor *= self.SHARE[field] if on else 1.0
+        shrunk_seq = int((workload.seq_len or 0) * factor)
+        return super().__call__(model, workload=workload.with_(seq_len=max(1, shrunk_seq)), gpu=gpu, **kw)
+
+
+def test_seq_len_long_context_ladder_rungs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fit --axis seq-len's long-context rungs (issue 23): cumulative, in the ALST order, each searched, the
+    answer growing with each; the as-given answer stays ``max_seq_len``."""
+    gpu = get_gpu("H100-SXM")
+    stub = LongContextStub(gpu, answer_tokens=4096, per_token=1 << 20)
+    monkeypatch.setattr(gpuplan.estimate, "estimate", stub)
+    source = HFConfigSource("tiny-llama", TINY_LLAMA, task="causal-lm")
+    result = largest_seq_len(source, gpu, Workload(batch_size=1), limit_tokens=1 << 20, ladder=True)
+    assert result.max_seq_len == 4096
+    names = [r.name for r in result.ladder]
+    assert names == ["full-checkpointing", "fused-linear-ce", "tiled-mlp", "activation-offload"]
+    answers = [r.max_seq_len for r in result.ladder]
+    assert answers == sorted(answers) and answers[-1] > answers[0] > 4096
+    assert answers[-1] == int(4096 / (0.5 * 0.8 * 0.75 * 0.5)) // SEQ_LEN_STEP * SEQ_LEN_STEP
+    last = result.ladder[-1].max_point
+    assert last is not None and last.workload.offload == "activations" and last.workload.tiled_mlp
+    assert [r["name"] for r in result.to_dict()["ladder"]] == names
+    assert "long-context rungs" in str(result)
+    assert not largest_seq_len(source, gpu, Workload(batch_size=1), limit_tokens=1 << 20).ladder  # library: opt-in

@@ -768,6 +768,8 @@ class SeqLenFit:
     limit_tokens: int
     assumptions: tuple[str, ...] = ()
     probes: tuple[Point, ...] = ()
+    ladder: tuple[SeqLenRung, ...] = ()
+    """The long-context rungs (cumulative) when memory, not the limit, stopped the search as given."""
 
     @property
     def ok(self) -> bool:
@@ -798,10 +800,48 @@ class SeqLenFit:
             "reason": self.reason,
             "traces": self.traces,
             "assumptions": list(self.assumptions),
+            "ladder": [r.to_dict() for r in self.ladder],
         }
 
     def __str__(self) -> str:
         return to_text(self)  # gpuplan/report/registry.py: report.advise.render_seq_len_fit
+
+
+@dataclass(frozen=True, slots=True)
+class SeqLenRung:
+    """One long-context technique added to the ones before it, and the largest sequence that then fits."""
+
+    name: str
+    description: str
+    changes: dict[str, Any]
+    max_seq_len: int
+    max_point: Point | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "workload_changes": dict(self.changes),
+                "max_seq_len": self.max_seq_len, "max_seq_len_point": _seq_point(self.max_point)}
+
+
+def _long_context_ladder(source: ModelSource, base: Workload) -> list[tuple[str, str, dict[str, Any]]]:
+    """The single-GPU long-context recipe (Arctic Long Sequence Training), cheapest in speed first, each
+    keeping the ones before: full checkpointing, Liger's fused linear cross entropy (causal LMs), DeepSpeed's
+    TiledMLP, activation-checkpoint CPU offload."""
+    if not base.trains:
+        return []
+    rungs: list[tuple[str, str, dict[str, Any]]] = []
+    if base.checkpointing != "full":
+        rungs.append(("full-checkpointing", "--checkpointing full: keep block inputs only",
+                      {"checkpointing": "full"}))
+    if base.loss in ("auto", "cross-entropy", "chunked-ce") and getattr(source, "task", None) == "causal-lm":
+        rungs.append(("fused-linear-ce", "--loss fused-linear-ce: Liger's fused linear cross entropy, no "
+                      "full-vocabulary logits", {"loss": "fused-linear-ce"}))
+    if not base.tiled_mlp:
+        rungs.append(("tiled-mlp", "--tiled-mlp: each MLP over sequence tiles, recomputed in backward",
+                      {"tiled_mlp": True}))
+    if base.offload == "none":
+        rungs.append(("activation-offload", "--offload activations: checkpointed block inputs on the host",
+                      {"offload": "activations"}))
+    return rungs
 
 
 def _seq_point(point: Point | None) -> dict[str, Any] | None:
@@ -816,9 +856,12 @@ def largest_seq_len(
     limit_tokens: int = MAX_SEQ_LEN,
     calibration: Calibration | None = None,
     progress: Callable[[str], None] | None = None,
+    ladder: bool = False,
 ) -> SeqLenFit:
     """The largest ``--seq-len`` (in steps of SEQ_LEN_STEP tokens, at most ``limit_tokens``) of
     ``workload`` — its batch, precision, PEFT setup and techniques as given — that fits ``gpu``.
+    ``ladder`` (the CLI's): when memory stops it, the long-context rungs too (:func:`_long_context_ladder`),
+    each a search of its own.
     The same search as the largest batch (secant on traced points, confirmed by tracing the answer
     and one step more); memory grows about linearly in the sequence with fused attention, faster
     with eager attention, which the confirming traces catch."""
@@ -846,6 +889,15 @@ def largest_seq_len(
                           f"{SEQ_LEN_STEP}; use `gpuplan estimate --seq-len N` instead")
     tracer = _Tracer(source, target_gpu, calibration, progress)
     search = _largest_batch(tracer, base, seq_len_axis(limit_tokens))
+    rungs: list[SeqLenRung] = []
+    current = base
+    if ladder and search.over is not None:  # memory stopped it: the long-context rungs, each searched again
+        for name, description, changes in _long_context_ladder(source, base):
+            current = current.with_(**changes)
+            rung = _largest_batch(tracer, current, seq_len_axis(limit_tokens))
+            rungs.append(SeqLenRung(name, description, changes, rung.batch * SEQ_LEN_STEP, rung.point))
+            if rung.over is None:  # the search's limit: later rungs cannot add tokens
+                break
     assumptions = (f"largest sequence length searched in steps of {SEQ_LEN_STEP} tokens at batch "
                    f"{base.batch_size}: two traces give the slope, the answer is confirmed by tracing it and "
                    f"{SEQ_LEN_STEP} tokens more", *notes, *tracer.assumptions)
@@ -853,7 +905,7 @@ def largest_seq_len(
         model=source.name, gpu=target_gpu, workload=base, max_seq_len=search.batch * SEQ_LEN_STEP,
         max_point=search.point, over_point=search.over,
         bytes_per_token=int(search.bytes_per_sample) // SEQ_LEN_STEP, traces=tracer.traces,
-        limit_tokens=limit_tokens, assumptions=assumptions, probes=tuple(tracer.probes))
+        limit_tokens=limit_tokens, assumptions=assumptions, probes=tuple(tracer.probes), ladder=tuple(rungs))
 
 
 def _position_table_tokens(source: ModelSource, workload: Workload) -> int | None:

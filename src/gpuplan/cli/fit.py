@@ -108,7 +108,7 @@ def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
         raise ConfigError("--axis seq-len searches the sequence length: drop --seq-len (the batch is --batch-size)")
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = largest_seq_len(args.model, gpu, workload_from_args(args),
-                                 calibration=calibration_for_gpu(gpu.id), progress=progress)
+                                 calibration=calibration_for_gpu(gpu.id), progress=progress, ladder=True)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         if result.reason:

@@ -106,7 +106,11 @@ def render_seq_len_fit(r: SeqLenFit) -> str:
               f"(~{format_bytes(r.bytes_per_token)} per extra token)"
               + (f" — the search's limit ({r.limit_tokens:,}); memory is not the limit" if r.over_point is None else "")
               if r.ok else r.reason or "")
-    return _frontier_text(r, setup, answer, "seq-len", lambda p: p.workload.seq_len, "step")
+    text = _frontier_text(r, setup, answer, "seq-len", lambda p: p.workload.seq_len, "step")
+    if not r.ladder:
+        return text
+    rows = [[rung.name, f"{rung.max_seq_len:,}", rung.description] for rung in r.ladder]
+    return text + "\n\nlong-context rungs (each keeps the ones above):\n" + table(rows, ["rung", "max seq-len", "what"])
 
 
 def render_resolution_fit(r: ResolutionFit) -> str:
