@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from typing import Any
 
 from gpuplan.cli.main import main
 from gpuplan.rl import RLSettings, rl
 from gpuplan.rl.fit import RESPONSE_STEP, ladder, largest_response_len
 
-SHAPE = dict(
+SHAPE: dict[str, Any] = dict(
     gpu="H100-SXM",
     gpus=2,
     prompts_per_step=4,
@@ -36,7 +37,11 @@ def test_ladder_climbs_until_a_rung_fits(tiny_gpt2: str) -> None:
     ]
     assert [r.fits for r in rungs] == [False, False, False, True]
     last = rungs[-1].settings
-    assert (last.peft, last.offload, last.rollout_memory_utilization) == ("lora", {"optimizer", "params"}, 0.4)
+    assert (last.peft, last.offload, last.rollout_memory_utilization) == (
+        "lora",
+        frozenset({"optimizer", "params"}),
+        0.4,
+    )
 
 
 def test_split_rung_gives_the_engine_half_the_gpus(tiny_gpt2: str) -> None:
