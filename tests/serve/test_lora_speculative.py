@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,20 @@ def test_cli_json_and_sglang_nextn(configs: dict[str, str]) -> None:
     data = json.loads(out)
     assert code == 1 and data["ok"] is False  # vLLM 0.10.0 refuses a draft model; the budget is still shown
     assert data["speculative"]["acceptance"] == 0.9 and data["speculative"]["kv_bytes_per_token"] == 128
+
+
+@pytest.mark.slow
+def test_deepseek_v3_parameters_and_mtp_module_against_the_model_card(tmp_path: Any) -> None:
+    """deepseek-ai/DeepSeek-V3 model card: "685B, which includes 671B of the Main Model weights and 14B of the
+    Multi-Token Prediction (MTP) Module weights"; the MTP checkpoint layer carries its own copies of the
+    embedding and the output head (2 × 129,280 × 7,168 = 1.853B), which vLLM shares with the model. Traced at 3
+    and 2 blocks with 2 of the 3 dense layers kept (models/sources.py), the experts are counted (before: 37.4B,
+    every traced block dense)."""
+    config = json.loads((Path(__file__).parent / "data" / "deepseek-v3" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
+    r = serve(str(path), gpu="H200", tp=8, quantization="fp8", speculative_method="mtp", context=4096)
+    assert r.params_count == pytest.approx(671e9, rel=0.005)
+    assert r.drafter is not None
+    mtp_params = r.drafter.shape.params_count
+    assert mtp_params == pytest.approx(14e9 - 2 * 129_280 * 7_168, abs=0.6e9)  # "14B" is rounded (±0.5B)

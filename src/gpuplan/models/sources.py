@@ -148,6 +148,12 @@ class HFConfigSource(ModelSource):
             cfg.pop(key, None)
         if layers:
             cfg.update(layers)
+            dense = cfg.get("first_k_dense_replace")
+            if isinstance(dense, int) and dense > _DENSE_PREFIX_TRACED:
+                # DeepSeek-V3 (3 dense MLP layers first): traced at 3 and 2 blocks every block would be dense and
+                # the scaled model would have no experts; with 2 dense the 3-block run adds one MoE block, so the
+                # scaled model holds 2 dense + (N − 2) MoE layers (one MoE layer where the model has a dense one)
+                cfg["first_k_dense_replace"] = _DENSE_PREFIX_TRACED
             if isinstance(cfg.get("layer_types"), list):
                 n = next(iter(layers.values()))
                 cfg["layer_types"] = cfg["layer_types"][:1] * n
@@ -360,6 +366,11 @@ def _validation_message(exc: Exception) -> str:
     reprs shortened to their names, the per-type detail after "Errors:" dropped."""
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", str(exc)).split(" Errors:", 1)[0]
     return one_line(text, 240)
+
+
+_DENSE_PREFIX_TRACED = 2
+"""Dense MLP layers kept before the MoE ones when a config is traced at reduced depth (trace/scaling.py traces 3
+and 2 blocks, TRACED_BLOCKS = 3): one fewer than the deeper run, so the block the scaling repeats is a MoE one."""
 
 
 def _check_sizes(name: str, config: Mapping[str, Any]) -> None:

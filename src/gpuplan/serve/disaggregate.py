@@ -136,7 +136,8 @@ def _transfer(gpu: GPU, per_gpu_bytes: int, instance_gpus: int, total_gpus: int)
 
     if not gpu.intra_node_gb_per_s_per_direction and total_gpus <= 1:
         return 0.0, "none"
-    topo = make_topology(gpu, max(2, total_gpus))
+    per_node = 8  # parallel/topology.py's default node
+    topo = make_topology(gpu, max(2, total_gpus if total_gpus <= per_node else -(-total_gpus // per_node) * per_node))
     pair = group(topo, 2, instance_gpus)
     link = "network (one NIC per GPU)" if pair.crosses_nodes else f"{topo.intra_link} inside a node"
     return p2p_s(pair, per_gpu_bytes), link
