@@ -70,6 +70,7 @@ def served(tiny_flux: str, prices: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ serve ----
 
+
 @pytest.mark.slow
 def test_serve_reads_the_estimate_per_image(tiny_flux: str, served: dict[str, Any]) -> None:
     est = run_json("estimate", tiny_flux, "--mode", "infer", "--gpu", "H100-SXM", *SIZE, "--steps", "4")
@@ -96,62 +97,107 @@ def test_serve_text_has_the_components_and_phases(tiny_flux: str, prices: str) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("flags", "check"), [
-    (["--batch-size", "2"], lambda r: r["outputs_per_generation"] == 2
-     and r["seconds_per_output"] == pytest.approx(r["generation_s"] / 2)),
-    (["--image-size", "64x128"], lambda r: (r["estimate"]["pipeline"]["height"], r["estimate"]["pipeline"]["width"])
-     == (64, 128)),
-    (["--precision", "fp16"], lambda r: r["estimate"]["workload"]["precision"] == "fp16"),
-    (["--steps", "2"], lambda r: r["estimate"]["pipeline"]["steps"] == 2),
-    (["--offload", "none"], lambda r: r["estimate"]["host_memory_bytes"] == 0),
-    (["--offload", "model"], lambda r: r["estimate"]["pipeline"]["offload"] == "model"
-     and r["estimate"]["host_memory_bytes"] > 0),
-    (["--offload", "group"], lambda r: r["estimate"]["pipeline"]["offload"] == "group"),
-    (["--offload", "sequential"], lambda r: r["estimate"]["pipeline"]["offload"] == "sequential"
-     and r["estimate"]["pipeline"]["offload_transfer_s"] > 0),
-    (["--vae-tiling"], lambda r: r["estimate"]["workload"]["vae_tiling"] is True),
-    (["--vae-slicing"], lambda r: r["estimate"]["workload"]["vae_slicing"] is True),
-    (["--quantization", "none"], lambda r: r["estimate"]["workload"]["component_quant"] == "none"),
-    (["--quantization", "int8"], lambda r: r["estimate"]["workload"]["component_quant"] == "int8"),
-    (["--quantization", "fp8", "--quantize-components", "transformer,vae"],
-     lambda r: r["estimate"]["workload"]["component_quant"] == "fp8-storage"
-     and r["estimate"]["workload"]["quantize_components"] == ["transformer", "vae"]),
-    (["--quantization", "int4"], lambda r: r["estimate"]["workload"]["load_in"] == "4bit"),
-])
+@pytest.mark.parametrize(
+    ("flags", "check"),
+    [
+        (
+            ["--batch-size", "2"],
+            lambda r: (
+                r["outputs_per_generation"] == 2 and r["seconds_per_output"] == pytest.approx(r["generation_s"] / 2)
+            ),
+        ),
+        (
+            ["--image-size", "64x128"],
+            lambda r: (r["estimate"]["pipeline"]["height"], r["estimate"]["pipeline"]["width"]) == (64, 128),
+        ),
+        (["--precision", "fp16"], lambda r: r["estimate"]["workload"]["precision"] == "fp16"),
+        (["--steps", "2"], lambda r: r["estimate"]["pipeline"]["steps"] == 2),
+        (["--offload", "none"], lambda r: r["estimate"]["host_memory_bytes"] == 0),
+        (
+            ["--offload", "model"],
+            lambda r: r["estimate"]["pipeline"]["offload"] == "model" and r["estimate"]["host_memory_bytes"] > 0,
+        ),
+        (["--offload", "group"], lambda r: r["estimate"]["pipeline"]["offload"] == "group"),
+        (
+            ["--offload", "sequential"],
+            lambda r: (
+                r["estimate"]["pipeline"]["offload"] == "sequential"
+                and r["estimate"]["pipeline"]["offload_transfer_s"] > 0
+            ),
+        ),
+        (["--vae-tiling"], lambda r: r["estimate"]["workload"]["vae_tiling"] is True),
+        (["--vae-slicing"], lambda r: r["estimate"]["workload"]["vae_slicing"] is True),
+        (["--quantization", "none"], lambda r: r["estimate"]["workload"]["component_quant"] == "none"),
+        (["--quantization", "int8"], lambda r: r["estimate"]["workload"]["component_quant"] == "int8"),
+        (
+            ["--quantization", "fp8", "--quantize-components", "transformer,vae"],
+            lambda r: (
+                r["estimate"]["workload"]["component_quant"] == "fp8-storage"
+                and r["estimate"]["workload"]["quantize_components"] == ["transformer", "vae"]
+            ),
+        ),
+        (["--quantization", "int4"], lambda r: r["estimate"]["workload"]["load_in"] == "4bit"),
+    ],
+)
 def test_serve_pipeline_flag(tiny_flux: str, served: dict[str, Any], flags: list[str], check: Any) -> None:
     result = run_json("serve", tiny_flux, "--gpu", "H100-SXM", *SIZE, "--steps", "4", *flags)
     assert check(result)
-    if "--offload" in flags or "--quantization" in flags and "none" not in flags:
+    if "--offload" in flags or ("--quantization" in flags and "none" not in flags):
         # offload and quantization lower the GPU's share, never raise it
         assert result["estimate"]["tensor_peak_bytes"] <= served["estimate"]["tensor_peak_bytes"]
 
 
 @pytest.mark.slow
 def test_serve_video_frames() -> None:
-    result = run_json("serve", str(PIPELINES / "tiny-wan"), "--gpu", "H100-SXM", "--image-size", "32", "--frames",
-                      "9", "--steps", "2", "--precision", "bf16")
+    result = run_json(
+        "serve",
+        str(PIPELINES / "tiny-wan"),
+        "--gpu",
+        "H100-SXM",
+        "--image-size",
+        "32",
+        "--frames",
+        "9",
+        "--steps",
+        "2",
+        "--precision",
+        "bf16",
+    )
     assert result["unit"] == "video" and result["estimate"]["pipeline"]["frames"] == 9
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    (["serve", "{flux}", "--gpu", "H100-SXM", "--image-size", "70"], ["height 70 is not a multiple of 16"]),
-    (["serve", "{flux}", "--gpu", "H100-SXM", "--frames", "9"], ["--frames applies to video pipelines"]),
-    (["serve", "{wan}", "--gpu", "H100-SXM", "--frames", "8"], ["--frames 8", "4·k + 1"]),
-    (["serve", "{flux}", "--gpu", "H100-SXM", "--quantization", "int8", "--quantize-components", "unet"],
-     ["--quantize-components unet", "no such component"]),
-    (["serve", "{flux}", "--gpu", "H100-SXM", "--context", "1024"], ["--context is a language-model engine flag"]),
-    (["serve", "{flux}", "--gpu", "H100-SXM", "--tp", "2"], ["--tp is a language-model engine flag"]),
-    (["serve", "{gpt2}", "--gpu", "H100-SXM", "--steps", "4"], ["--steps applies to diffusion pipelines"]),
-    (["recommend", "{flux}", "--mode", "serve"], ["recommend --mode serve` does not model pipelines", "--mode infer"]),
-    (["recommend", "{flux}", "--mode", "infer", "--image-size", "72"], ["height 72 is not a multiple of 16"]),
-    (["fit", "{flux}", "--gpu", "A10", "--mode", "infer", "--image-size", "40"], ["not a multiple of 16"]),
-    (["fit", "{flux}", "--gpu", "A10", "--axis", "resolution", "--image-size", "64"], ["drop --image-size"]),
-    (["fit", "{wan}", "--gpu", "A10", "--axis", "resolution", "--frames", "10"], ["--frames 10", "4·k + 1"]),
-    (["fit", "{flux}", "--gpu", "A10", "--axis", "resolution", "--target-batch-size", "4"],
-     ["--target-batch-size applies to --axis batch"]),
-    (["fit", "{gpt2}", "--gpu", "A10", "--axis", "resolution"], ["--axis resolution applies to diffusion pipelines"]),
-    (["fit", "{flux}", "--gpu", "A10", "--axis", "seq-len"], ["fit --axis seq-len` does not model pipelines"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["serve", "{flux}", "--gpu", "H100-SXM", "--image-size", "70"], ["height 70 is not a multiple of 16"]),
+        (["serve", "{flux}", "--gpu", "H100-SXM", "--frames", "9"], ["--frames applies to video pipelines"]),
+        (["serve", "{wan}", "--gpu", "H100-SXM", "--frames", "8"], ["--frames 8", "4·k + 1"]),
+        (
+            ["serve", "{flux}", "--gpu", "H100-SXM", "--quantization", "int8", "--quantize-components", "unet"],
+            ["--quantize-components unet", "no such component"],
+        ),
+        (["serve", "{flux}", "--gpu", "H100-SXM", "--context", "1024"], ["--context is a language-model engine flag"]),
+        (["serve", "{flux}", "--gpu", "H100-SXM", "--tp", "2"], ["--tp is a language-model engine flag"]),
+        (["serve", "{gpt2}", "--gpu", "H100-SXM", "--steps", "4"], ["--steps applies to diffusion pipelines"]),
+        (
+            ["recommend", "{flux}", "--mode", "serve"],
+            ["recommend --mode serve` does not model pipelines", "--mode infer"],
+        ),
+        (["recommend", "{flux}", "--mode", "infer", "--image-size", "72"], ["height 72 is not a multiple of 16"]),
+        (["fit", "{flux}", "--gpu", "A10", "--mode", "infer", "--image-size", "40"], ["not a multiple of 16"]),
+        (["fit", "{flux}", "--gpu", "A10", "--axis", "resolution", "--image-size", "64"], ["drop --image-size"]),
+        (["fit", "{wan}", "--gpu", "A10", "--axis", "resolution", "--frames", "10"], ["--frames 10", "4·k + 1"]),
+        (
+            ["fit", "{flux}", "--gpu", "A10", "--axis", "resolution", "--target-batch-size", "4"],
+            ["--target-batch-size applies to --axis batch"],
+        ),
+        (
+            ["fit", "{gpt2}", "--gpu", "A10", "--axis", "resolution"],
+            ["--axis resolution applies to diffusion pipelines"],
+        ),
+        (["fit", "{flux}", "--gpu", "A10", "--axis", "seq-len"], ["fit --axis seq-len` does not model pipelines"]),
+    ],
+)
 def test_bad_pipeline_input_is_one_line(tiny_flux: str, gpt2_config: str, argv: list[str], words: list[str]) -> None:
     names = {"flux": tiny_flux, "wan": str(PIPELINES / "tiny-wan"), "gpt2": gpt2_config}
     code, out, err = run(*(a.format(**names) for a in argv))
@@ -161,6 +207,7 @@ def test_bad_pipeline_input_is_one_line(tiny_flux: str, gpt2_config: str, argv: 
 
 
 # -------------------------------------------------------------------------------------- recommend ----
+
 
 @pytest.mark.slow
 def test_recommend_ranks_gpus_for_a_pipeline(tiny_flux: str, served: dict[str, Any]) -> None:
@@ -186,8 +233,7 @@ def test_recommend_climbs_the_offload_ladder(tiny_flux: str) -> None:
 
     w = Workload(mode="infer", image_size=64, precision="bf16", steps=4)
     h100 = get_gpu("H100-SXM")
-    need = {m: estimate(tiny_flux, workload=w.with_(offload=m), gpu=h100).min_required_bytes
-            for m in ("none", "model")}
+    need = {m: estimate(tiny_flux, workload=w.with_(offload=m), gpu=h100).min_required_bytes for m in ("none", "model")}
     assert need["model"] < need["none"]
     size = (need["none"] + need["model"]) // 2
     mid = dataclasses.replace(h100, id="H100-mid", memory_total_bytes=size, cuda_total_memory_bytes=size)
@@ -202,17 +248,46 @@ def test_recommend_climbs_the_offload_ladder(tiny_flux: str) -> None:
 
 # -------------------------------------------------------------------------------------------- fit ----
 
+
 @pytest.mark.slow
 def test_fit_resolution_axis(tiny_flux: str) -> None:
-    result = run_json("fit", tiny_flux, "--gpu", "A10", "--mode", "infer", "--axis", "resolution", "--steps", "4",
-                      "--batch-size", "8", "--precision", "bf16")
+    result = run_json(
+        "fit",
+        tiny_flux,
+        "--gpu",
+        "A10",
+        "--mode",
+        "infer",
+        "--axis",
+        "resolution",
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--precision",
+        "bf16",
+    )
     side = result["max_image_size"]
     assert result["axis"] == "resolution" and side % 16 == 0 and side > 64
     assert result["max_image_size_point"]["fits"] and not result["max_image_size_plus_step"]["fits"]
     assert result["max_image_size_plus_step"]["image_size"] == side + 16
     # the confirming points are estimate's answers at those sizes
-    est = run_json("estimate", tiny_flux, "--mode", "infer", "--gpu", "A10", "--image-size", str(side), "--steps",
-                   "4", "--batch-size", "8", "--precision", "bf16")
+    est = run_json(
+        "estimate",
+        tiny_flux,
+        "--mode",
+        "infer",
+        "--gpu",
+        "A10",
+        "--image-size",
+        str(side),
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--precision",
+        "bf16",
+    )
     assert est["fits"] and est["min_required_bytes"] == result["max_image_size_point"]["min_required_bytes"]
 
 
@@ -226,8 +301,7 @@ def test_fit_batch_of_a_pipeline_with_offload_rungs(tiny_flux: str) -> None:
 
     w = Workload(mode="infer", image_size=64, precision="bf16", steps=4, batch_size=2)
     h100 = get_gpu("H100-SXM")
-    need = {m: estimate(tiny_flux, workload=w.with_(offload=m), gpu=h100).min_required_bytes
-            for m in ("none", "model")}
+    need = {m: estimate(tiny_flux, workload=w.with_(offload=m), gpu=h100).min_required_bytes for m in ("none", "model")}
     size = (need["none"] + need["model"]) // 2
     mid = dataclasses.replace(h100, id="H100-mid", memory_total_bytes=size, cuda_total_memory_bytes=size)
     result = fit(tiny_flux, mid, w.with_(batch_size=1), target_batch_size=2)
@@ -238,13 +312,26 @@ def test_fit_batch_of_a_pipeline_with_offload_rungs(tiny_flux: str) -> None:
 
 @pytest.mark.slow
 def test_fit_batch_axis_trains_a_pipeline(tiny_flux: str) -> None:
-    result = run_json("fit", tiny_flux, "--gpu", "A10", "--mode", "train", "--image-size", "64", "--precision", "bf16",
-                      "--peft", "lora")
+    result = run_json(
+        "fit",
+        tiny_flux,
+        "--gpu",
+        "A10",
+        "--mode",
+        "train",
+        "--image-size",
+        "64",
+        "--precision",
+        "bf16",
+        "--peft",
+        "lora",
+    )
     assert result["max_batch_size"] >= 1 and result["max_batch"]["fits"]
     assert not result["max_batch_plus_one"]["fits"] or result["max_batch_size"] >= 32768
 
 
 # --------------------------------------------------------------------------------------------- ui ----
+
 
 @pytest.mark.slow
 def test_web_page_takes_a_pipeline(served: dict[str, Any]) -> None:
@@ -253,11 +340,24 @@ def test_web_page_takes_a_pipeline(served: dict[str, Any]) -> None:
     from gpuplan.ui.page import render_result
     from gpuplan.ui.query import parse_query
 
-    query = parse_query({"verb": "serve", "model": "flux.1-dev", "gpu": "H100-SXM", "image_size": "512",
-                         "steps": "4", "offload": "model"}, ("flux.1-dev",))
+    query = parse_query(
+        {
+            "verb": "serve",
+            "model": "flux.1-dev",
+            "gpu": "H100-SXM",
+            "image_size": "512",
+            "steps": "4",
+            "offload": "model",
+        },
+        ("flux.1-dev",),
+    )
     assert query is not None and query.pipeline
-    assert (query.workload.mode, query.workload.image_size, query.workload.steps, query.workload.offload) == \
-        ("infer", 512, 4, "model")
+    assert (query.workload.mode, query.workload.image_size, query.workload.steps, query.workload.offload) == (
+        "infer",
+        512,
+        4,
+        "model",
+    )
     assert isinstance(_source(query, None), PipelineSource)
     html = render_result(query, Outcome(data=served))
     assert "per image" in html and "Pipeline components" in html and "text_encoder_2" in html

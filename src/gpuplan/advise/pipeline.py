@@ -36,7 +36,7 @@ OFFLOAD_WORDS: dict[str, str] = {
     "model": "--offload model: each component on the GPU only while it runs (enable_model_cpu_offload)",
     "group": "--offload group: block-level groups streamed with CUDA streams (enable_group_offload)",
     "sequential": "--offload sequential: every module copied to the GPU when it runs "
-                  "(enable_sequential_cpu_offload; the slowest)",
+    "(enable_sequential_cpu_offload; the slowest)",
 }
 assert set(OFFLOAD_LADDER) == set(PIPELINE_OFFLOADS)
 
@@ -65,7 +65,7 @@ def offload_rungs(base: Workload) -> list[tuple[str, str, dict[str, Any]]]:
     if base.trains:
         return []
     start = OFFLOAD_LADDER.index(base.offload)
-    return [(f"offload-{mode}", OFFLOAD_WORDS[mode], {"offload": mode}) for mode in OFFLOAD_LADDER[start + 1:]]
+    return [(f"offload-{mode}", OFFLOAD_WORDS[mode], {"offload": mode}) for mode in OFFLOAD_LADDER[start + 1 :]]
 
 
 def ladder(base: Workload, *, quantize: bool = True) -> list[Rung]:
@@ -74,7 +74,7 @@ def ladder(base: Workload, *, quantize: bool = True) -> list[Rung]:
         return [Rung(base)]
     from gpuplan.serve.pipeline import pipeline_quantization
 
-    modes = OFFLOAD_LADDER[OFFLOAD_LADDER.index(base.offload):]
+    modes = OFFLOAD_LADDER[OFFLOAD_LADDER.index(base.offload) :]
     rungs = [Rung(base.with_(offload=m)) for m in modes]
     if quantize and base.load_in == "none" and base.component_quant == "none":
         for q in QUANTIZATION_RUNGS:
@@ -101,8 +101,9 @@ class Traces:
         key = (cls, rung.quantization, rung.workload.precision)
         if key not in self.steps:
             try:
-                self.steps[key] = trace_source(self.source, traced_workload(self.source, rung.workload), cls,
-                                               fake=True, cuda=True)
+                self.steps[key] = trace_source(
+                    self.source, traced_workload(self.source, rung.workload), cls, fake=True, cuda=True
+                )
             except GpuplanError as exc:  # a weight format this environment cannot trace: that rung is out
                 self.steps[key] = exc
         found = self.steps[key]
@@ -111,8 +112,9 @@ class Traces:
         return found
 
 
-def first_fit(source: ModelSource, traces: Traces, gpu: GPU, rungs: list[Rung], cls: tuple[int, int]
-              ) -> tuple[Rung | None, Estimate | None, list[str]]:
+def first_fit(
+    source: ModelSource, traces: Traces, gpu: GPU, rungs: list[Rung], cls: tuple[int, int]
+) -> tuple[Rung | None, Estimate | None, list[str]]:
     """The first rung that fits ``gpu`` (timed), else None; the last rung's estimate (memory only) and why
     rungs were skipped."""
     from gpuplan.errors import GpuplanError

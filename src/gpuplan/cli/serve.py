@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from gpuplan.cli._workload import (
     _image_size,
@@ -159,9 +160,10 @@ def _run_pipeline(args: argparse.Namespace, source: object) -> int:
     check_output_paths(args)
     height, width = args.image_size if args.image_size is not None else (None, None)
     args.mode = "infer"  # precision_for reads the verb's mode
-    workload = Workload(mode="infer", batch_size=args.batch_size or 1, image_size=height, image_width=width,
-                        precision=args.precision if args.precision is not None else precision_for(args),
-                        **_pipeline_fields(args))
+    fields: dict[str, Any] = {"mode": "infer", "batch_size": args.batch_size or 1, "image_size": height,
+                              "image_width": width, **_pipeline_fields(args),
+                              "precision": args.precision if args.precision is not None else precision_for(args)}
+    workload = Workload(**fields)
     require_workload(workload)
     prices = load_prices(args.prices) if args.prices else None
     result = serve_pipeline(source, args.gpu, workload, quantization=args.quantization,  # type: ignore[arg-type]

@@ -260,13 +260,11 @@ def render_serve_recommendation(r: ServeRecommendation) -> str:
 
 def render_pipeline_serve(r: PipelineServe) -> str:
     """``gpuplan serve PIPELINE``: seconds and outputs per hour on one GPU, the memory verdict, the components."""
-    from gpuplan.report.text import pipeline_lines, verdict_line
+    from gpuplan.report.text import generation_size, pipeline_lines, verdict_line
 
     est = r.estimate
-    shape = est.pipeline_shape or {}
-    size = f"{shape.get('height')}×{shape.get('width')}" + (f", {shape['frames']} frames" if shape.get("frames") else "")
     unit = r.unit
-    lines = [f"{est.model} on 1× {est.gpu.id if est.gpu else '?'}: {shape.get('steps')} steps at {size}, "
+    lines = [f"{est.model} on 1× {est.gpu.id if est.gpu else '?'}: {generation_size(est)}, "
              f"{r.outputs_per_generation} {unit}(s) per generation, {est.workload.precision}"
              + (f", --offload {est.workload.offload}" if est.workload.offload != "none" else ""),
              verdict_line(est)]

@@ -109,6 +109,13 @@ def render_estimate(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def generation_size(est: Estimate) -> str:
+    """``28 steps at 1024×1024`` (``, 81 frames`` for a video): a pipeline's generation as modelled."""
+    shape = est.pipeline_shape or {}
+    frames = f", {shape['frames']} frames" if shape.get("frames") else ""
+    return f"{shape.get('steps')} steps at {shape.get('height')}×{shape.get('width')}{frames}"
+
+
 def pipeline_lines(est: Estimate) -> list[str]:
     """A diffusion pipeline's components (parameters, weights, where they live under the offload mode, the GPU
     peak while each runs), the peak of each phase, and host RAM."""
@@ -121,16 +128,15 @@ def pipeline_lines(est: Estimate) -> list[str]:
     rows = [[c.name, format_count(params.get(c.name, 0)), _in(c.weight_bytes, scale), _in(c.gpu_bytes, scale),
              c.where, _in(c.phase_peak_bytes, scale) if c.phase_peak_bytes is not None else "-"]
             for c in p.components]
-    shape = est.pipeline_shape or {}
-    size = f"{shape.get('height')}×{shape.get('width')}" + (f", {shape['frames']} frames" if shape.get("frames") else "")
-    lines = [f"pipeline ({shape.get('steps')} steps at {size}, --offload {p.offload}):",
+    lines = [f"pipeline ({generation_size(est)}, --offload {p.offload}):",
              table(rows, ["component", "parameters", f"weights {unit}", f"on GPU {unit}", "where",
                           f"peak while running {unit}"], "lrrrlr")]
     phases = [[phase, _in(b, scale)] for phase, b in est.step.phase_peaks.items()]
     if phases:
         lines += ["", "live tensors by phase (all components resident, as traced):",
                   table(phases, ["phase", unit])]
-    lines.append(f"GPU peak in {p.peak_phase or est.peak_phase}; host RAM for weights {format_bytes(p.host_memory_bytes)}"
+    lines.append(f"GPU peak in {p.peak_phase or est.peak_phase}; host RAM for weights "
+                 f"{format_bytes(p.host_memory_bytes)}"
                  + (f"; {format_bytes(p.transfer_bytes)} copied host → GPU per generation" if p.transfer_bytes else ""))
     return lines
 

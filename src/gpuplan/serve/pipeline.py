@@ -43,8 +43,10 @@ OUTPUTS_PER: int = 1000
 def pipeline_quantization(value: str) -> dict[str, str]:
     """The workload fields of ``--quantization VALUE`` for a pipeline, or one line naming the values."""
     if value not in PIPELINE_QUANTIZATION:
-        raise ConfigError(f"--quantization {value}: diffusion pipelines take {', '.join(PIPELINE_QUANTIZATION)} "
-                          "(int8 torchao weight-only, fp8 diffusers layerwise casting, int4 bitsandbytes NF4)")
+        raise ConfigError(
+            f"--quantization {value}: diffusion pipelines take {', '.join(PIPELINE_QUANTIZATION)} "
+            "(int8 torchao weight-only, fp8 diffusers layerwise casting, int4 bitsandbytes NF4)"
+        )
     return PIPELINE_QUANTIZATION[value]
 
 
@@ -125,8 +127,14 @@ class PipelineServe:
         return to_text(self)  # gpuplan/report/registry.py: report.serve.render_pipeline_serve
 
 
-def serve_pipeline(source: ModelSource, gpu: str | GPU, workload: Workload, *, quantization: str = "none",
-                   prices: dict[str, float] | None = None) -> PipelineServe:
+def serve_pipeline(
+    source: ModelSource,
+    gpu: str | GPU,
+    workload: Workload,
+    *,
+    quantization: str = "none",
+    prices: dict[str, float] | None = None,
+) -> PipelineServe:
     """``workload`` (--mode infer) of the pipeline ``source`` on ``gpu``: gpuplan.estimate's answer, per output."""
     from gpuplan.estimate import estimate
     from gpuplan.hardware import resolve_gpu
