@@ -36,11 +36,10 @@ def make(model: str, **changes: Any) -> RLSettings:
     return RLSettings(**{"model": model, "gpu": GPU, "gpus": 2, **SHAPE, **changes})
 
 
-def test_train_phase_is_the_planners_evaluation_of_the_trainer_layout(tiny_gpt2: str) -> None:
-    s = make(tiny_gpt2)
-    result = rl(s)
+def _planned(model: str, s: RLSettings, seq_len: int) -> Any:
+    """plan's evaluation of the trainer's layout (FSDP2 over both GPUs) at ``seq_len`` tokens per sequence."""
     p = plan(
-        tiny_gpt2,
+        model,
         gpus=2,
         gpu=GPU,
         dp=2,
@@ -50,14 +49,20 @@ def test_train_phase_is_the_planners_evaluation_of_the_trainer_layout(tiny_gpt2:
         fsdp=True,
         micro_batch_size=s.micro_batch,
         global_batch_size=s.global_batch,
-        workload=s.trainer_workload(),
+        workload=s.trainer_workload(seq_len=seq_len),
         checkpointing_fixed=True,
     )
     same = [e for e in (p.best, *(e for e, _ in p.alternatives)) if e.layout == trainer_layout(s)]
     assert same, "plan did not evaluate the trainer's layout"
-    train = result.phase_map["train"]
-    assert train.parts_bytes["this_phase"] == same[0].per_gpu_peak_bytes
-    assert train.seconds == same[0].step_time_s * s.optimizer_steps
+    return same[0]
+
+
+def test_train_phase_is_the_planners_evaluation_of_the_trainer_layout(tiny_gpt2: str) -> None:
+    """Memory at prompt + longest response (padded), time at prompt + mean response (padding removed)."""
+    s = make(tiny_gpt2)
+    train = rl(s).phase_map["train"]
+    assert train.parts_bytes["this_phase"] == _planned(tiny_gpt2, s, 32 + 64).per_gpu_peak_bytes
+    assert train.seconds == _planned(tiny_gpt2, s, 32 + 32).step_time_s * s.optimizer_steps
 
 
 def test_rollout_phase_is_serve_for_the_same_engine_settings(tiny_gpt2: str) -> None:

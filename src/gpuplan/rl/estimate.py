@@ -47,8 +47,9 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     topology = _trainer_topology(settings, gpu)
     n = settings.trainer_gpus
     seqs = settings.sequences_per_step
+    mean = settings.mean_sequence_len  # time: padding removed; memory: the padded longest
     say(f"rl: tracing the policy's training step ({source.name})")
-    policy = trained(source, policy_w, settings, gpu, topology)
+    policy = trained(source, policy_w, settings, gpu, topology, time_seq_len=mean)
     # the policy's forward: its base as the trainer holds it (QLoRA: the 4-bit base); the adapters are left out
     fwd_w = Workload(
         mode="infer",
@@ -61,22 +62,22 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     old: Forward | None = None
     if settings.generates or (settings.ref and settings.peft != "none"):
         say("rl: tracing the policy's log-prob forward")
-        old = forward(source, fwd_w, seqs, gpu, topology, n)
+        old = forward(source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean)
     ref: Forward | None = None
     if settings.ref:  # under PEFT the reference is the policy with its adapters off: the same forward
-        ref = old if settings.peft != "none" else forward(source, frozen_w, seqs, gpu, topology, n)
+        ref = old if settings.peft != "none" else forward(source, frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
     if not settings.generates:
         old = None  # DPO: no old-policy pass
     reward = critic = critic_values = None
     if settings.reward_model is not None:
         say(f"rl: tracing the reward model ({settings.reward_model})")
-        reward = forward(resolve_model(settings.reward_model), frozen_w, seqs, gpu, topology, n)
+        reward = forward(resolve_model(settings.reward_model), frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
     if settings.critic is not None:
         say(f"rl: tracing the critic ({settings.critic})")
         critic_source = resolve_model(settings.critic)
         critic_w = policy_w.with_(peft="none")  # the value model trains whole (verl, OpenRLHF)
-        critic = trained(critic_source, critic_w, settings, gpu, topology)
-        critic_values = forward(critic_source, fwd_w, seqs, gpu, topology, n)
+        critic = trained(critic_source, critic_w, settings, gpu, topology, time_seq_len=mean)
+        critic_values = forward(critic_source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean)
     gen: Rollout | None = None
     if settings.generates:
         say(f"rl: sizing the {settings.rollout_engine} rollout engine")
@@ -149,7 +150,9 @@ def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> 
     layout = trainer_layout(settings)
     out = [
         f"trainer: {layout.describe()} over {settings.trainer_gpus} GPU(s), micro-batch {settings.micro_batch} "
-        f"sequences of {settings.sequence_len} tokens (prompt + longest response, padded), "
+        f"sequences of {settings.sequence_len} tokens (prompt + longest response, padded) for the memory and of "
+        f"{settings.mean_sequence_len} (prompt + mean response: padding removed, as verl's use_remove_padding and "
+        "OpenRLHF's --packing_samples run) for the time, "
         f"{settings.grad_accum} micro-batch(es) per optimizer step, {settings.optimizer_steps} optimizer step(s) per "
         "RL step: the planner's evaluator on the exact traced step",
         "the policy loss is traced as the causal LM's cross entropy over the full vocabulary (the same logits, "

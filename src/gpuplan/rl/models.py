@@ -37,8 +37,11 @@ class Trained:
 
     profile: ModelProfile
     evaluation: Evaluation
+    """At the padded length (prompt + longest response): the memory."""
     overhead_bytes: int
     """CUDA context and cuBLAS workspaces of one trainer process (counted once per GPU)."""
+    timed: Evaluation | None = None
+    """At the mean length (prompt + mean response): the time, when it differs from the padded length."""
 
     @property
     def peak_bytes(self) -> int:
@@ -58,8 +61,8 @@ class Trained:
 
     @property
     def step_s(self) -> float:
-        """One optimizer step (its micro-batches, gathers, reduce-scatters, the optimizer)."""
-        return self.evaluation.step_time_s
+        """One optimizer step (its micro-batches, gathers, reduce-scatters, the optimizer), at the mean length."""
+        return (self.timed or self.evaluation).step_time_s
 
     @property
     def weight_16bit_bytes(self) -> int:
@@ -92,11 +95,20 @@ def trainer_layout(settings: RLSettings) -> Layout:
     )  # tp 1: nothing to split (as the planner writes it)
 
 
-def trained(source: ModelSource, workload: Workload, settings: RLSettings, gpu: GPU, topology: Topology) -> Trained:
-    """The planner's answer for ``workload`` (one micro-batch, traced once) under ``trainer_layout``."""
+def trained(
+    source: ModelSource, workload: Workload, settings: RLSettings, gpu: GPU, topology: Topology, *, time_seq_len: int
+) -> Trained:
+    """The planner's answer for ``workload`` (one micro-batch, traced once) under ``trainer_layout``; the time from
+    a second trace at ``time_seq_len`` tokens when the padded length differs (padding removed, as verl and
+    OpenRLHF pack the sequences)."""
+    layout = trainer_layout(settings)
     prof = profile_model(source, workload.with_(grad_accum=1), gpu)
     ctx = plan_context(prof, topology, gpu)
-    return Trained(prof, evaluate(ctx, trainer_layout(settings)), ctx.overhead_bytes)
+    timed = None
+    if workload.seq_len != time_seq_len:
+        short = profile_model(source, workload.with_(grad_accum=1, seq_len=time_seq_len), gpu)
+        timed = evaluate(plan_context(short, topology, gpu), layout)
+    return Trained(prof, evaluate(ctx, layout), ctx.overhead_bytes, timed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +116,12 @@ class Forward:
     """The forward-only passes of one model over a step's sequences, on one trainer GPU."""
 
     estimate: Estimate
+    """At the padded length: the memory."""
     sharded: ShardedForward
     passes: int
     """Micro-batches one GPU forwards per RL step."""
+    timed: Estimate | None = None
+    """At the mean length: the time, when it differs from the padded length."""
 
     @property
     def bytes_per_gpu(self) -> int:
@@ -120,16 +135,27 @@ class Forward:
     @property
     def seconds(self) -> float:
         """Every pass: the traced forward or the prefetched gathers, whichever is longer."""
-        one = self.estimate.step_time_s or 0.0
+        one = (self.timed or self.estimate).step_time_s or 0.0
         return self.passes * max(one, self.sharded.gather_s)
 
 
 def forward(
-    source: ModelSource, workload: Workload, sequences: int, gpu: GPU, topology: Topology, gpus: int
+    source: ModelSource,
+    workload: Workload,
+    sequences: int,
+    gpu: GPU,
+    topology: Topology,
+    gpus: int,
+    *,
+    time_seq_len: int,
 ) -> Forward:
-    """``sequences`` forwarded in micro-batches of ``workload.batch_size`` over ``gpus`` trainer GPUs."""
+    """``sequences`` forwarded in micro-batches of ``workload.batch_size`` over ``gpus`` trainer GPUs; memory at
+    the workload's (padded) length, time at ``time_seq_len`` tokens."""
     from gpuplan.estimate import estimate
 
     est = estimate(source, gpu=gpu, workload=workload)
+    timed = None
+    if workload.seq_len != time_seq_len:
+        timed = estimate(source, gpu=gpu, workload=workload.with_(seq_len=time_seq_len))
     passes = math.ceil(sequences / (workload.batch_size * gpus))
-    return Forward(est, sharded_forward(est.step, topology, gpus), passes)
+    return Forward(est, sharded_forward(est.step, topology, gpus), passes, timed)

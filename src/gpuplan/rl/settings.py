@@ -334,12 +334,19 @@ class RLSettings:
     def generates(self) -> bool:
         return self.algorithm != "dpo"
 
-    def trainer_workload(self, *, micro_batch: int | None = None) -> Workload:
-        """The policy's training step as the existing trace runs it (one micro-batch of sequences)."""
+    @property
+    def mean_sequence_len(self) -> int:
+        """Tokens a sequence holds on average: what the trainers compute on once padding is removed (verl's
+        ``use_remove_padding``, OpenRLHF's ``--packing_samples``)."""
+        return self.prompt_len + self.response_len
+
+    def trainer_workload(self, *, micro_batch: int | None = None, seq_len: int | None = None) -> Workload:
+        """The policy's training step as the existing trace runs it (one micro-batch of sequences of ``seq_len``
+        tokens, default the padded ``sequence_len``)."""
         return Workload(
             mode="train",
             batch_size=micro_batch or self.micro_batch,
-            seq_len=self.sequence_len,
+            seq_len=seq_len or self.sequence_len,
             precision=self.precision,
             optimizer=self.optimizer,
             checkpointing=self.checkpointing,
