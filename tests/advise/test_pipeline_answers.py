@@ -148,6 +148,19 @@ def test_serve_pipeline_flag(tiny_flux: str, served: dict[str, Any], flags: list
 
 
 @pytest.mark.slow
+def test_serve_pipeline_picture_and_report(tiny_flux: str, tmp_path: Path) -> None:
+    """--plot draws the generation's memory (the estimate's picture), --html adds the components and phases."""
+    picture, report = tmp_path / "serve.svg", tmp_path / "serve.html"
+    code, _, err = run(
+        "serve", tiny_flux, "--gpu", "H100-SXM", *SIZE, "--steps", "4", "--plot", str(picture), "--html", str(report)
+    )
+    assert code == 0, err
+    assert picture.read_text().lstrip().startswith(("<?xml", "<svg"))
+    html = report.read_text()
+    assert "Pipeline components" in html and "Peak live tensors by phase" in html and "vae_decode" in html
+
+
+@pytest.mark.slow
 def test_serve_video_frames() -> None:
     result = run_json(
         "serve",
@@ -250,23 +263,14 @@ def test_recommend_climbs_the_offload_ladder(tiny_flux: str) -> None:
 
 
 @pytest.mark.slow
-def test_fit_resolution_axis(tiny_flux: str) -> None:
-    result = run_json(
-        "fit",
-        tiny_flux,
-        "--gpu",
-        "A10",
-        "--mode",
-        "infer",
-        "--axis",
-        "resolution",
-        "--steps",
-        "4",
-        "--batch-size",
-        "8",
-        "--precision",
-        "bf16",
-    )
+def test_fit_resolution_axis(tiny_flux: str, tmp_path: Path) -> None:
+    argv = ["fit", tiny_flux, "--gpu", "A10", "--mode", "infer", "--axis", "resolution", "--steps", "4",
+            "--batch-size", "8", "--precision", "bf16"]  # fmt: skip
+    picture, report = tmp_path / "fit.svg", tmp_path / "fit.html"
+    result = run_json(*argv, "--plot", str(picture), "--html", str(report))
+    assert picture.read_text().lstrip().startswith(("<?xml", "<svg")) and "Largest image size" in report.read_text()
+    code, text, _ = run(*argv)  # the same traces again (the session's trace cache): the text answer
+    assert code == 0 and f"largest image that fits: {result['max_image_size']:,}×" in text
     side = result["max_image_size"]
     assert result["axis"] == "resolution" and side % 16 == 0 and side > 64
     assert result["max_image_size_point"]["fits"] and not result["max_image_size_plus_step"]["fits"]
