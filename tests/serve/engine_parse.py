@@ -1,8 +1,9 @@
 """Parse ``vllm serve ...`` / ``python -m sglang.launch_server ...`` command lines with the engine's own
 parser (run by the engine's Python, not gpuplan's).
 
-Usage: ``python engine_parse.py '["vllm serve MODEL --flag value ...", ...]'``; prints a JSON list with,
-per command, the parsed engine arguments or {"error": the parser's message}. Kept free of gpuplan imports:
+Usage: ``python engine_parse.py '["vllm serve MODEL --flag value ...", ...]' ['["extra_field", ...]']``; prints a
+JSON list with, per command, the parsed engine arguments (the fixed fields, plus the extra ones named) or
+{"error": the parser's message}. Kept free of gpuplan imports:
 the engine's environment does not have gpuplan installed.
 """
 
@@ -13,14 +14,14 @@ import shlex
 import sys
 
 
-def sglang(commands: list[str]) -> int:
+def sglang(commands: list[str], extra: tuple[str, ...] = ()) -> int:
     """``python -m sglang.launch_server ...`` through SGLang's own ServerArgs.add_cli_args parser."""
     import argparse
 
     from sglang.srt.server_args import ServerArgs
 
     fields = ("model_path", "tp_size", "pp_size", "context_length", "mem_fraction_static", "chunked_prefill_size",
-              "max_running_requests", "kv_cache_dtype", "quantization")
+              "max_running_requests", "kv_cache_dtype", "quantization", *extra)
     out: list[dict[str, object]] = []
     for line in commands:
         argv = shlex.split(line)
@@ -41,8 +42,9 @@ def sglang(commands: list[str]) -> int:
 
 def main() -> int:
     commands = json.loads(sys.argv[1])
+    extra = tuple(json.loads(sys.argv[2])) if len(sys.argv) > 2 else ()
     if commands and commands[0].startswith("python -m sglang"):
-        return sglang(commands)
+        return sglang(commands, extra)
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # vLLM < 0.11
@@ -57,7 +59,7 @@ def main() -> int:
 
         platforms._current_platform = CpuPlatform()
     fields = ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization",
-              "max_num_batched_tokens", "max_num_seqs", "kv_cache_dtype", "quantization")
+              "max_num_batched_tokens", "max_num_seqs", "kv_cache_dtype", "quantization", *extra)
     out: list[dict[str, object]] = []
     for line in commands:
         argv = shlex.split(line)

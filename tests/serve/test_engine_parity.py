@@ -31,8 +31,8 @@ pytestmark = pytest.mark.slow
 needs_vllm = pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-serve with vLLM installed (module doc)")
 
 
-def _engine(script: str, arg: str, python: Path = ENGINE_PYTHON) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), str(HERE / script), arg], capture_output=True, text=True,
+def _engine(script: str, arg: str, python: Path = ENGINE_PYTHON, *more: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), str(HERE / script), arg, *more], capture_output=True, text=True,
                           timeout=300, check=False)
 
 
@@ -100,3 +100,54 @@ def test_sglang_parser_accepts_the_emitted_command() -> None:
     assert parsed == {"model_path": "meta-llama/Llama-3.1-8B", "tp_size": 2, "pp_size": 2, "context_length": 131072,
                       "mem_fraction_static": 0.87, "chunked_prefill_size": 8192, "max_running_requests": 256,
                       "kv_cache_dtype": "fp8_e4m3", "quantization": "awq"}
+
+
+def _issue20_settings(engine: str) -> list[EngineSettings]:
+    """Issue 20's flags: DP attention + EP, multi-LoRA, speculative decoding (draft / MTP), P/D roles."""
+    from dataclasses import replace
+
+    from gpuplan.serve.speculative import Speculation
+
+    base = EngineSettings(engine, "deepseek-ai/DeepSeek-V3", 2, 1, 32768, 0.9, "auto", 8192, 256, 16, "none", True,
+                          dp=4, ep=8, model_type="deepseek_v3")
+    mtp = Speculation("mtp", None, 2, 0.85, 1)
+    out = [base, replace(base, speculative=mtp), replace(base, kv_role="prefill"), replace(base, kv_role="decode")]
+    if engine == "vllm":
+        out += [replace(base, dp=1, ep=1, max_loras=4, max_lora_rank=64),
+                replace(base, speculative=Speculation("draft", "meta-llama/Llama-3.2-1B", 4, 0.7))]
+    return out
+
+
+@needs_vllm
+def test_vllm_parser_accepts_issue_20_flags() -> None:
+    extra = ["data_parallel_size", "enable_expert_parallel", "enable_lora", "max_loras", "max_lora_rank",
+             "speculative_config", "kv_transfer_config"]
+    settings = _issue20_settings("vllm")
+    done = _engine("engine_parse.py", json.dumps([command(s) for s in settings]), ENGINE_PYTHON, json.dumps(extra))
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    for s, answer in zip(settings, answers, strict=True):
+        assert "error" not in answer, (command(s), answer)
+        assert (answer["tensor_parallel_size"], answer["data_parallel_size"]) == (s.tp, s.dp)
+        assert bool(answer["enable_expert_parallel"]) == (s.ep > 1)
+        if s.max_loras:
+            assert (answer["enable_lora"], answer["max_loras"], answer["max_lora_rank"]) == (True, 4, 64)
+        assert bool(answer["speculative_config"]) == (s.speculative is not None)
+        assert bool(answer["kv_transfer_config"]) == bool(s.kv_role)
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason="no .venv-sglang with SGLang installed (module doc)")
+def test_sglang_parser_accepts_issue_20_flags() -> None:
+    extra = ["dp_size", "enable_dp_attention", "ep_size", "speculative_algorithm", "speculative_num_steps",
+             "speculative_num_draft_tokens", "disaggregation_mode"]
+    settings = _issue20_settings("sglang")
+    done = _engine("engine_parse.py", json.dumps([command(s) for s in settings]), SGLANG_PYTHON, json.dumps(extra))
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    for s, answer in zip(settings, answers, strict=True):
+        assert "error" not in answer, (command(s), answer)
+        assert (answer["tp_size"], answer["dp_size"], answer["ep_size"]) == (s.tp * s.dp, s.dp, s.ep)
+        assert answer["enable_dp_attention"] is True
+        assert (answer["speculative_num_steps"] == 2) == (s.speculative is not None)
+        if s.kv_role:
+            assert answer["disaggregation_mode"] == s.kv_role
