@@ -82,7 +82,7 @@ class AffineStep:
                 "unit": "samples/s",
             },
             assumptions=(),
-            step=SimpleNamespace(params_count=1000, param_bytes=4000),
+            step=SimpleNamespace(params_count=1000, param_bytes=4000, model_state_bytes=4000),
             extra={
                 "json": {"time": {"by_phase_s": {"forward": fb / 3, "backward": 2 * fb / 3, "optimizer": self.opt_s}}}
             },

@@ -259,7 +259,7 @@ class _Tracer:
         """``workload`` traced; with accumulation k > 2, its memory is that of k = 2 (see
         TRACED_ACCUMULATION) and its time (when ``timed``) :meth:`accumulated_time`."""
         k = workload.grad_accum
-        est = self.estimate(workload.with_(grad_accum=min(k, TRACED_ACCUMULATION)))
+        est = self.estimate(_traced(workload))
         time_s, throughput = est.step_time_s, est.throughput
         if k > TRACED_ACCUMULATION:
             time_s, throughput = self.accumulated_time(workload, est) if timed else (None, None)
@@ -593,13 +593,22 @@ def _make_target_fit(
     if pt.fits:
         return steps, True, []
     pipeline = tracer.source.kind == "pipeline"
+    notes: list[str] = []
+    state_bytes = tracer.estimate(_traced(current)).step.model_state_bytes  # traced already
     for name, text, changes in _ladder(base, tracer.gpu, pipeline=pipeline):
         current = current.with_(**changes)
+        if set(changes) == {"checkpointing"} and state_bytes > tracer.gpu.usable_memory_bytes:
+            # checkpointing frees activations only: parameters, gradients and optimizer state all live at the
+            # optimizer step, whatever is recomputed (a MIG slice traced every rung of a model this big)
+            notes.append(f"{name} not traced: the model state alone ({format_bytes(state_bytes)}: parameters, "
+                         f"gradients, optimizer state) exceeds the {format_bytes(tracer.gpu.usable_memory_bytes)} "
+                         "usable, and checkpointing frees activations only; the later rungs include it")
+            continue
         pt = tracer.point(current)
+        state_bytes = tracer.estimate(_traced(current)).step.model_state_bytes
         steps.append(TechniqueStep(name, text, pt))
         if pt.fits:
-            return steps, True, []
-    notes: list[str] = []
+            return steps, True, notes
     if current.trains and pipeline:
         notes.append("gradient accumulation and optimizer offload are not modelled for diffusion pipelines")
     elif current.trains:
@@ -650,6 +659,11 @@ def _split_for(
         )
     )
     return config.with_(batch_size=micro, grad_accum=k), search
+
+
+def _traced(workload: Workload) -> Workload:
+    """The workload :meth:`_Tracer.point` traces for ``workload`` (accumulation capped, module docstring)."""
+    return workload.with_(grad_accum=min(workload.grad_accum, TRACED_ACCUMULATION))
 
 
 def _accumulate(tracer: _Tracer, current: Workload, target: int, exact: bool, notes: list[str]) -> TechniqueStep | None:
@@ -703,7 +717,7 @@ def _offload_step(
         if split is not None:
             bare = split[0]
     pt = tracer.point(bare)
-    step = tracer.estimate(bare.with_(grad_accum=min(bare.grad_accum, TRACED_ACCUMULATION))).step
+    step = tracer.estimate(_traced(bare)).step
     per_param = step.param_bytes / step.params_count if step.params_count else 0.0
     # torch keeps each gradient in its parameter's dtype: as many bytes go down as come back
     offload = optimizer_offload_time(
