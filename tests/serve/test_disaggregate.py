@@ -99,6 +99,8 @@ def test_cli_json_commands_and_bad_split(tiny_llama: str) -> None:
     (["--disaggregate", "0:2", "--input-len", "30", "--output-len", "10"], "give P:D"),
     (["--disaggregate", "auto", "--input-len", "30", "--output-len", "10"], "add --rate R"),
     (["--disaggregate", "1:1"], "needs --input-len and --output-len"),
+    (["--disaggregate", "1:1", "--gpus", "2", "--input-len", "30", "--output-len", "10"], "not --gpus"),
+    (["--disaggregate", "1:1", "--engine", "hf", "--input-len", "30", "--output-len", "10"], "--engine vllm or sglang"),
 ])
 def test_bad_disaggregate_is_one_line_exit_2(tiny_llama: str, argv: list[str], message: str) -> None:
     code, out, err = run(tiny_llama, "--gpu", "H100-SXM", *argv, *SMALL_ARGS)

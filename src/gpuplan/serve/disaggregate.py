@@ -149,7 +149,12 @@ def disaggregate(model: str | ModelSource, *, gpu: str | GPU, split: str, input_
     """P prefill and D decode instances (``split``: "P:D" or "auto") against the aggregated engine."""
     from gpuplan.serve.capacity import serve
 
+    from gpuplan.serve.engines import get_engine
+
     pools = parse_split(split)
+    if not get_engine(str(serve_kwargs.get("engine", "vllm"))).paged:
+        raise ConfigError("--disaggregate needs a serving engine that moves KV between instances (--engine vllm or "
+                          "sglang)")
     if input_len is None or output_len is None:
         raise ConfigError("--disaggregate needs --input-len and --output-len (the prompt is prefilled on one pool, "
                           "its KV moved, the output decoded on the other)")
