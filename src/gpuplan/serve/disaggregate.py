@@ -148,7 +148,6 @@ def disaggregate(model: str | ModelSource, *, gpu: str | GPU, split: str, input_
                  itl_slo: float | None = None, **serve_kwargs: Any) -> Disaggregation:
     """P prefill and D decode instances (``split``: "P:D" or "auto") against the aggregated engine."""
     from gpuplan.serve.capacity import serve
-
     from gpuplan.serve.engines import get_engine
 
     pools = parse_split(split)
