@@ -18,7 +18,7 @@ from gpuplan.rl.models import Forward, Trained, forward, trained
 from gpuplan.rl.phases import Residents, compose
 from gpuplan.rl.result import RLResult
 from gpuplan.rl.rollout import Rollout, rollout
-from gpuplan.workload import Workload
+from gpuplan.workload import SCALED_PRECISIONS, Workload
 
 if TYPE_CHECKING:
     from gpuplan.hardware import GPU
@@ -114,9 +114,9 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
 
 
 def _forward_precision(precision: str, gpu: GPU) -> str:
-    """The log-prob pass runs the trainer's weights as it holds them (FSDP mixed precision: autocast);
-    torchao float8 is a training format, so its forward is in 16 bits."""
-    return frozen_precision(gpu) if precision == "fp8" else precision
+    """The log-prob pass runs the trainer's weights as it holds them (FSDP mixed precision: autocast); the scaled
+    formats (torchao float8, MXFP8, NVFP4) are training recipes, so their forward is in 16 bits."""
+    return frozen_precision(gpu) if precision in SCALED_PRECISIONS else precision
 
 
 def _trainer_topology(settings: RLSettings, gpu: GPU) -> Topology:
