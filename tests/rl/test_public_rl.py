@@ -1,0 +1,85 @@
+"""The public RL rows (src/gpuplan/rl/data/public_rl.csv, residuals in docs/accuracy.md by scripts/accuracy_rl.py):
+every row sourced and its command valid; the held-out checks of issue 22 as documented residual checks.
+
+Neither held-out row is within a usual tolerance, and the tests say so instead of widening one: they pin the
+measured residual and its cause, so that a change to the estimator that moves it is seen (and the doc updated).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = list(csv.DictReader((ROOT / "src" / "gpuplan" / "rl" / "data" / "public_rl.csv").open(encoding="utf-8")))
+QUANTITIES = ("step_time_s", "tokens_per_s_per_gpu", "fits", "max_context")
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("accuracy_rl", ROOT / "scripts" / "accuracy_rl.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(row_id: str) -> dict[str, str]:
+    return next(r for r in ROWS if r["id"] == row_id)
+
+
+def test_every_row_is_sourced_and_every_command_is_valid() -> None:
+    import argparse
+
+    from gpuplan.cli.rl import add_parser, settings_from_args
+
+    assert len({r["id"] for r in ROWS}) == len(ROWS) >= 10
+    for r in ROWS:
+        assert r["quantity"] in QUANTITIES and r["value"], r["id"]
+        assert r["reproducible"] in ("true", "partial", "false"), r["id"]
+        assert (r["repo"] and re.fullmatch(r"[0-9a-f]{40}", r["commit"])) or r["file"].startswith("https://"), r["id"]
+        assert r["framework"] and r["settings"] and r["gpus"].isdigit(), r["id"]
+        if r["reproducible"] == "false":
+            assert r["reason"], r["id"]  # why gpuplan's flags cannot express the stack
+            continue
+        argv = shlex.split(r["command"])
+        assert argv[:2] == ["gpuplan", "rl"], r["id"]
+        parser = argparse.ArgumentParser()
+        add_parser(parser)
+        s = settings_from_args(parser.parse_args(argv[2:]))  # the settings check every value (ConfigError)
+        assert (s.gpus, s.gpu) == (int(r["gpus"]), r["gpu"]), r["id"]
+
+
+@pytest.mark.slow  # traces Llama-3.1-8B's step (~30 s)
+def test_held_out_grpo_step_time_on_16_h100() -> None:
+    """NeMo RL v0.5, Llama-3.1-8B-Instruct GRPO on 16 H100 (NVIDIA-NeMo/RL docs/about/performance-summary.md
+    @e7c0123d): 92.8 s per step. gpuplan answers 146.8 s (+58%, 2026-12-02): it pads all 2,048 sequences to
+    prompt + the 3,968-token cap where NeMo RL packs the ~1,019-token mean into 4,096-token micro-batches (the
+    trainer's and log-prob passes' tokens counted ~4x), and the prompt/response split is assumed (128 + 891).
+    The check pins that over-prediction: between +25% and +100%."""
+    got = _script().run_row(_row("nemo-rl-v0.5-llama31-8b-grpo-16xh100-step"))
+    assert got["fits"]
+    assert 0.25 <= got["error"] <= 1.0, got
+
+
+@pytest.mark.slow  # traces Qwen2.5-72B's step
+def test_held_out_grpo_lora_fit_boundary_on_8_h100() -> None:
+    """verl's GRPO-LoRA tuning run, Qwen2.5-72B-Instruct on 8 H100 (volcengine/verl examples/tuning/70b/
+    qwen2-72b_grpo-lora_8_h100_fsdp_vllm.sh @b178a3cd): 22 prompts per GPU ran, 23 ran out of memory. gpuplan
+    says neither fits (2026-12-02: peak / usable 2.72 and 2.77, in the old-policy log-prob pass): it is given the
+    1,024-token maximum response (GSM8K's mean is not published), pads every sequence to it, and counts the
+    full-vocabulary logits of a 22-sequence micro-batch where verl removes padding. A documented miss: the check
+    pins it (both out of memory, by more than 2x, in a log-prob pass) until the log-prob accounting changes."""
+    script = _script()
+    for row_id in (
+        "verl-tuning-qwen25-72b-grpo-lora-8xh100-176-fits",
+        "verl-tuning-qwen25-72b-grpo-lora-8xh100-184-oom",
+    ):
+        got = script.run_row(_row(row_id))
+        assert not got["fits"] and got["peak_over_usable"] > 2.0, (row_id, got)
+        assert got["limiting_phase"] == "old_log_prob", (row_id, got)
