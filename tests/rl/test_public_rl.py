@@ -1,8 +1,8 @@
 """The public RL rows (src/gpuplan/rl/data/public_rl.csv, residuals in docs/accuracy.md by scripts/accuracy_rl.py):
 every row sourced and its command valid; the held-out checks of issue 22 as documented residual checks.
 
-Neither held-out row is within a usual tolerance, and the tests say so instead of widening one: they pin the
-measured residual and its cause, so that a change to the estimator that moves it is seen (and the doc updated).
+The step-time row is checked within a stated tolerance; the fit boundary is a documented miss, pinned with its
+cause instead of widened, so that a change to the estimator that moves it is seen (and the doc updated).
 """
 
 from __future__ import annotations
@@ -58,13 +58,12 @@ def test_every_row_is_sourced_and_every_command_is_valid() -> None:
 @pytest.mark.slow  # traces Llama-3.1-8B's step (~30 s)
 def test_held_out_grpo_step_time_on_16_h100() -> None:
     """NeMo RL v0.5, Llama-3.1-8B-Instruct GRPO on 16 H100 (NVIDIA-NeMo/RL docs/about/performance-summary.md
-    @e7c0123d): 92.8 s per step. gpuplan answers 146.8 s (+58%, 2026-12-02): it pads all 2,048 sequences to
-    prompt + the 3,968-token cap where NeMo RL packs the ~1,019-token mean into 4,096-token micro-batches (the
-    trainer's and log-prob passes' tokens counted ~4x), and the prompt/response split is assumed (128 + 891).
-    The check pins that over-prediction: between +25% and +100%."""
+    @e7c0123d): 92.8 s per step. gpuplan answers 75.8 s (-18%, 2026-12-02) with the prompt/response split of the
+    published 1,019-token mean assumed (128 + 891) and its FSDP2 trainer in place of NeMo RL's Megatron TP1 PP2.
+    Tolerance: 30% either way."""
     got = _script().run_row(_row("nemo-rl-v0.5-llama31-8b-grpo-16xh100-step"))
     assert got["fits"]
-    assert 0.25 <= got["error"] <= 1.0, got
+    assert abs(got["error"]) <= 0.30, got
 
 
 @pytest.mark.slow  # traces Qwen2.5-72B's step
