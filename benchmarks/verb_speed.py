@@ -10,6 +10,8 @@ wall on an idle 2-core machine; ``--grad-accum 8`` at most one trace more than w
 ``plan`` or ``serve`` without importing torch.
 
     python benchmarks/verb_speed.py [VERB ...]
+
+The measured table (and what changed it) is docs/speed.md.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("fit", ["fit", "gpt2", "--gpu", "T4", "--seq-len", "512", "--json"]),
     ("fit", ["fit", "gpt2", "--gpu", "A100-40GB-PCIe:3g.20gb", "--seq-len", "512", "--json"]),
     ("fit", ["fit", "gpt2", "--gpu", "T4", "--axis", "seq-len", "--json"]),
+    ("fit", ["fit", "gemma-2-2b", "--gpu", "A100-40GB-PCIe:3g.20gb", "--zero-grad", "zeros", "--json"]),
     ("plan", ["plan", "gpt2", "--gpu", "H100-SXM", "--gpus", "8"]),
     ("recommend", ["recommend", "gpt2", "--seq-len", "512"]),
     ("serve", ["serve", "qwen2.5-0.5b", "--gpu", "L4"]),
