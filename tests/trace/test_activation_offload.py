@@ -103,6 +103,7 @@ def test_cli_plan_composes_zero3_offload_with_activation_offload(config: Path) -
     best = data["parallelism"]
     assert (best["zero"], best["offload_optimizer"], best["offload_params"]) == (3, True, True)
     assert data["workload"]["offload"] == "params,optimizer,activations"  # one order, whatever was typed
+    assert data["time_parts_s"]["activation_offload"] > 0  # the block inputs over the host link, both ways
 
 
 @pytest.mark.parametrize(("argv", "words"), [

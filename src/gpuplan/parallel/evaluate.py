@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from gpuplan.memory.offload import optimizer_offload_time
+from gpuplan.memory.offload import activation_offload_time_s, optimizer_offload_time
 from gpuplan.parallel.collectives import (
     Group,
     all_gather_s,
@@ -666,6 +666,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     bubble = bubble_slots * slot_s
     dp_exposed = _dp_exposed_s(ctx, layout, slot)
     opt = _optimizer_s(ctx, layout)
+    act_offload = m * _activation_offload_s(ctx, layout)
     parts = {
         "compute": m * slot.compute_s,
         "pipeline_bubble": bubble,
@@ -676,8 +677,23 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         "shard_comm_exposed": m * shard_exposed,
         "dp_comm_exposed": dp_exposed,
         "optimizer": opt,
+        **({"activation_offload": act_offload} if act_offload else {}),
     }
-    return compute + bubble + pp_s + dp_exposed + opt, parts
+    return compute + bubble + pp_s + dp_exposed + opt + act_offload, parts
+
+
+def _activation_offload_s(ctx: Context, layout: Layout) -> float:
+    """``--offload activations``: one micro-batch's checkpointed block inputs to the host and back on the most
+    loaded stage (memory/offload.py; the residual stream is split by sequence parallelism and context
+    parallelism only)."""
+    p = ctx.profile
+    if not p.block_host_copy_bytes:
+        return 0.0
+    blocks = max(layout.stage_layers(p.layers))
+    sp = layout.sequence_parallel and layout.tp > 1
+    scale = layout.micro_batch_size / p.micro_batch / layout.cp / (layout.tp if sp else 1)
+    host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
+    return activation_offload_time_s(p.block_host_copy_bytes * blocks * scale, host_gb_per_s)
 
 
 @lru_cache(maxsize=256)

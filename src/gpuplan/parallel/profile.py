@@ -169,6 +169,9 @@ class ModelProfile:
     kind: str = "llm"
     """Workload kind (cnn | vit | encoder | llm) whose public rows give the time's 80% interval
     (perf/workload_family.py)."""
+    block_host_copy_bytes: float = 0.0
+    """``--offload activations``: bytes one block copies to the host per micro-batch (its checkpointed input; the
+    same come back before its recompute), from the traced step's full-depth figure."""
 
     @property
     def model_flops_per_sample(self) -> float:
@@ -296,6 +299,7 @@ def profile_from_step(
         frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
         frozen_packed_bytes_per_param=params.frozen_packed_bytes_per_param,
         kind=workload_kind(str(getattr(source, "task", "custom")), run.trace.ops),
+        block_host_copy_bytes=step.host_copy_bytes / max(blocks.full_layers, 1),
     )
 
 
