@@ -3,14 +3,11 @@ longest response that fits, on the tiny GPT-2 (tests/fixtures)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from typing import Any
 
-from gpuplan.cli.main import main
 from gpuplan.rl import RLSettings, rl
 from gpuplan.rl.fit import RESPONSE_STEP, ladder, largest_response_len
+from tests.rl.test_cli import BASE, rl_json
 
 SHAPE: dict[str, Any] = dict(
     gpu="H100-SXM",
@@ -60,35 +57,9 @@ def test_longest_response_stops_at_the_models_context(tiny_gpt2: str) -> None:
 
 
 def test_cli_fit_json(tiny_gpt2: str) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    argv = [
-        "rl",
-        tiny_gpt2,
-        "--gpus",
-        "2",
-        "--gpu",
-        "H100-SXM",
-        "--prompts-per-step",
-        "4",
-        "--samples-per-prompt",
-        "4",
-        "--prompt-len",
-        "32",
-        "--response-len",
-        "32",
-        "--rollout-max-num-seqs",
-        "16",
-        "--rollout-max-num-batched-tokens",
-        "256",
-        "--rollout-memory-utilization",
-        "1",
-        "--fit",
-        "--json",
-    ]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    assert code == 1, err.getvalue()
-    fit = json.loads(out.getvalue())["fit"]
+    code, data = rl_json(tiny_gpt2, *BASE, "--rollout-memory-utilization", "1", "--fit")
+    assert code == 1
+    fit = data["fit"]
     assert fit["answer"] == "--peft lora --offload optimizer,params --rollout-memory-utilization 0.4"
     assert fit["max_response_len"] is None  # the engine does not start at any length with utilization 1
     assert fit["ladder"][-1]["fits"] is True and fit["max_prompts_per_step"] is None
