@@ -105,7 +105,7 @@ def _model_s(rec: Any, gpu: Any, precision: str) -> float | None:
     from gpuplan.perf.efficiency import efficiency_for
     from gpuplan.perf.roofline import op_time
 
-    return op_time(rec, gpu, precision, efficiency_for(gpu.arch)).kernel_s
+    return op_time(rec, gpu, precision, efficiency_for(gpu)).kernel_s
 
 
 def bench_gemm(timer: Timer, dev: str, gpu: Any, smoke: bool) -> list[dict[str, Any]]:

@@ -42,14 +42,14 @@ GEMM_CAPS: dict[str, float] = {
     # torch matmul, brute-force shape search) as a fraction of the dense peak, stas00/ml-engineering
     # compute/accelerator/README.md @b9e29720 (MAMF table): A100 SXM 86.9%, A100 PCIe 81.1%,
     # GH200 83.8%, H100 SXM 80.3%, B300 78.6%, B200 77.6%, MI250X 76.7% (1 GCD), MI325X 60.4%,
-    # MI300X 51.4%. Generations the table has no row for (Volta, Turing, Ada, GB20x: mma.sync kernels
+    # MI300X 51.4%. Generations the table has no row for (Volta, Turing, GA10x, Ada, GB20x: mma.sync kernels
     # like A100's) are capped at the A100's 0.87.
-    "volta": 0.87, "turing": 0.87, "ampere": 0.87, "ada": 0.87, "blackwell-gb20x": 0.87,
+    "volta": 0.87, "turing": 0.87, "ampere": 0.87, "ampere-ga10x": 0.87, "ada": 0.87, "blackwell-gb20x": 0.87,
     "hopper": 0.84, "blackwell": 0.79, "cdna": 0.77,
 }
 GEMM_CAPS_SOURCE = ("stas00/ml-engineering compute/accelerator/README.md @b9e29720, 'Maximum Achievable Matmul "
                     "FLOPS comparison table' (bf16): A100 SXM 86.9%, GH200 83.8%, H100 SXM 80.3%, B300 78.6%, "
-                    "B200 77.6%, MI250X 76.7%; no row for Volta/Turing/Ada/GB20x: A100's 0.87")
+                    "B200 77.6%, MI250X 76.7%; no row for Volta/Turing/GA10x/Ada/GB20x: A100's 0.87")
 CALIBRATION_SOURCES = {
     "hf-bertl": "huggingface/transformers perf_train_gpu_one.mdx @0016acf7",
     "lam-rn50-fp32": "lambdal/deeplearning-benchmark:pytorch/pytorch-train-throughput-fp32.csv",
@@ -176,7 +176,7 @@ def _cost(rows: Sequence[dict[str, Any]], traces: dict[tuple[str, str, int], Any
             print(f"  trace {r['model']} {wf} cc-class {key[2]} ({time.perf_counter() - t0:.0f} s)", flush=True)
             traces[key] = trace_step(model_source(r["model"]), w, compute_capability=cc)
         step = traces[key]
-        eff = efficiency_for(gpu.arch)
+        eff = efficiency_for(gpu)
         if checked < 3:  # the table is step_time's arithmetic: prove it on a few rows
             diff = check_table(step, w, gpu, eff)
             assert abs(diff) < 1e-9, (r["id"], diff)
@@ -184,7 +184,7 @@ def _cost(rows: Sequence[dict[str, Any]], traces: dict[tuple[str, str, int], Any
         # DDP rows: each GPU runs the traced step; the bucketed gradient all-reduce overlaps the
         # backward (perf/calibration.py's rule for lam-rn50-amp-8xa100sxm; the planner shows < 1% of
         # the step exposed there), so what scaling loses shows in these rows' residuals
-        out.append(FitRow(r["id"], arch_key(gpu.arch), op_table(step, w, gpu, eff), measured_step_s(r, wf)))
+        out.append(FitRow(r["id"], arch_key(gpu), op_table(step, w, gpu, eff), measured_step_s(r, wf)))
     print(f"costed {len(out)} rows, {len(traces)} traces, {time.perf_counter() - t0:.0f} s")
     return out
 
@@ -208,7 +208,11 @@ def predict(fit_rows: Sequence[Any], own: dict[str, dict[str, float]], shared: d
 def fit(fit_rows: Sequence[Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     from calibrate_fit import START, fit_generations
 
-    start = {**START, "tensor_core_matmul": 0.8, "conv_backward": 0.6, "conv_backward_16bit": 0.5}
+    from gpuplan.perf.efficiency import load_factors
+
+    # the eager dispatch cost is the host CPU's: the shipped (calibration-row) value, not refitted here
+    start = {**START, "tensor_core_matmul": 0.8, "conv_backward": 0.6, "conv_backward_16bit": 0.5,
+             "launch_overhead_s": float(load_factors()["fitted"]["launch_overhead_s"])}
     return fit_generations(fit_rows, GEMM_CAPS, start)
 
 
@@ -304,14 +308,15 @@ def render(data: dict[str, Any]) -> str:
              else "fitted on every row; GEMM fraction capped")
     lines += [f"### Factors per generation ({title})", "",
               f"GEMM caps: {GEMM_CAPS_SOURCE}.", "",
-              "| generation | large GEMM | conv | conv backward | conv backward 16-bit | fp32 CUDA-core | rows |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "| generation | large GEMM | conv | conv backward | conv backward 16-bit | fp32 CUDA-core "
+              "| elementwise (share of the streaming bandwidth) | rows |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for arch, f in data["factors"].items():
         n = sum(r["arch"] == arch for r in rows)
         cap = GEMM_CAPS.get(arch, 0)
         lines.append(f"| {ARCH_NAMES.get(arch, arch)} | {f['tensor_core_matmul']:.2f} (cap {cap:.2f}) "
                      f"| {f['conv_tensor_core']:.2f} | {f['conv_backward']:.2f} | {f['conv_backward_16bit']:.2f} "
-                     f"| {f['fp32_matmul']:.2f} | {n} |")
+                     f"| {f['fp32_matmul']:.2f} | {f.get('elementwise', 1.0):.2f} | {n} |")
     lines += ["", f"Eager dispatch (shared, the host CPU's): {data['launch_overhead_s'] * 1e6:.1f} µs per kernel.", ""]
     lines += ["### Sources", "", "| source | rows | LOSO median / worst |", "|---|---:|---:|"]
     for src in sorted({r["source"] for r in rows}):

@@ -36,7 +36,7 @@ def errors() -> dict[str, float]:
         if key not in cache:
             cache[key] = trace_case(case)
         step, w, gpu = cache[key]
-        out[case.row_id] = predict(case, step, w, gpu, efficiency_for(gpu.arch)) / case.published - 1
+        out[case.row_id] = predict(case, step, w, gpu, efficiency_for(gpu)) / case.published - 1
     return out
 
 

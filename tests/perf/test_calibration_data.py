@@ -56,4 +56,4 @@ def test_factors_file_has_every_architecture_with_source_and_residuals() -> None
 def test_each_gpu_gets_its_architectures_factors(gpu: str, arch: str) -> None:
     from gpuplan.hardware import get_gpu
 
-    assert efficiency_for(get_gpu(gpu).arch).arch == arch
+    assert efficiency_for(get_gpu(gpu)).arch == arch

@@ -53,7 +53,7 @@ def test_time_interval_is_the_uncertainty_interval_and_contains_the_time() -> No
 def _cand(gpu: str, t: float, iv: tuple[float, float]) -> Candidate:
     g = get_gpu(gpu)
     return Candidate(g, 1, True, "fits", step_time_s=t,
-                     interval=TimeInterval(iv[0], iv[1], "rows", "llm-train", arch_key(g.arch)))
+                     interval=TimeInterval(iv[0], iv[1], "rows", "llm-train", arch_key(g)))
 
 
 def test_overlapping_intervals_are_called_within_the_uncertainty_not_ranked() -> None:

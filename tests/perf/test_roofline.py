@@ -40,7 +40,7 @@ def test_fp32_convolutions_run_in_tf32_as_cudnn_defaults() -> None:
 
 def test_big_bf16_matmul_is_compute_bound_at_tensor_core_rate() -> None:
     h100 = get_gpu("H100-SXM")
-    eff = efficiency_for(h100.arch)
+    eff = efficiency_for(h100)
     op = _mm("bfloat16")
     t = op_time(op, h100, "amp-bf16", eff)
     peak = h100.peak_flops_per_s("bf16")

@@ -55,7 +55,7 @@ def test_total_is_compute_plus_memory_plus_overhead() -> None:
     assert t.total_s == pytest.approx(t.compute_s + t.memory_s + t.overhead_s)
     assert t.total_s == pytest.approx(sum(t.by_phase_s.values()))
     # long kernels: the CPU's dispatch runs ahead, only the GPU gaps between kernels show
-    eff = efficiency_for(get_gpu("H100-SXM").arch)
+    eff = efficiency_for(get_gpu("H100-SXM"))
     assert t.overhead_s == pytest.approx(12 * eff.graph_launch_overhead_s)
     assert t.kernels == 12
     assert t.flops == 12 * 10**12
@@ -70,7 +70,7 @@ def test_tiny_kernels_are_cpu_bound_in_eager_mode() -> None:
     # time (1000 × dispatch) and the GPU kernels hide under it; the breakdown says "launch"
     add = OpRecord("aten.add.Tensor", "forward", "h.1", "other", "float32", 0, 8192, 4096, None, 1000)
     gpu = get_gpu("A100-80GB-SXM")
-    eff = efficiency_for(gpu.arch)
+    eff = efficiency_for(gpu)
     t = step_time(_step([add]), gpu, Workload(mode="infer", precision="fp32"))
     assert t.total_s == pytest.approx(1000 * eff.launch_overhead_s)
     assert t.breakdown_s["launch"] == pytest.approx(t.total_s - t.breakdown_s["memory_bound"])

@@ -31,7 +31,7 @@ def test_a_missing_sm_count_is_charged_the_widest_gpu(gpu_id: str) -> None:
     """The issue-10 bug: a GPU without a count skipped the wave term and came out faster than better
     GPUs. Now it is charged the waves of the widest counted GPU."""
     gpu = get_gpu(gpu_id)
-    eff = efficiency_for(gpu.arch)
+    eff = efficiency_for(gpu)
     unknown = dataclasses.replace(gpu, sm_count=None)
     widest = dataclasses.replace(gpu, sm_count=widest_sm_count())
     assert gemm_efficiency(WGRAD, unknown, eff) == gemm_efficiency(WGRAD, widest, eff)
@@ -45,6 +45,6 @@ def test_issue_example_weight_gradient_is_not_slower_on_better_gpus() -> None:
     times = {}
     for gpu_id in ("A10", "A100-80GB-SXM", "H100-SXM", "B200"):
         gpu = get_gpu(gpu_id)
-        times[gpu_id] = op_time(WGRAD, gpu, "fp32", efficiency_for(gpu.arch)).total_s
+        times[gpu_id] = op_time(WGRAD, gpu, "fp32", efficiency_for(gpu)).total_s
     assert times["B200"] <= times["H100-SXM"] <= times["A100-80GB-SXM"] <= times["A10"]
     assert times["A100-80GB-SXM"] < 0.5e-3

@@ -118,7 +118,7 @@ def test_cast_chains_cost_as_compiled_two_kernels_per_cast() -> None:
     step = trace_step(_source(), FP8, scale=False)
     h100 = resolve_gpu("H100-SXM")
     assert h100 is not None
-    eff = efficiency_for(h100.arch)
+    eff = efficiency_for(h100)
     mods = float8_modules(step.ops)
     assert len({m for m, _ in mods}) == TINY_LLAMA["num_hidden_layers"] * LINEARS_PER_BLOCK
     casts = [op for op in step.ops if (op.module, op.block) in mods and op.name.split(".")[1] == "abs"]

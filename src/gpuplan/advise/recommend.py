@@ -334,7 +334,7 @@ def recommend(
             continue
         cand = _within_budget(cand, budget_usd, bool(prices))
         family = workload_family(task, w.mode, cand.count, step.ops)
-        cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu.arch)))
+        cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu)))
         (ins if cand.fits else outs).append(cand)
     ins, outs, by_cost = _ranked(ins, outs)
     # the header's model state and activations: the default class's trace (sm_90, the workload's precision)

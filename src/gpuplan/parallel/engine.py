@@ -55,9 +55,12 @@ def megatron_gemm_scale() -> float:
 
 
 def megatron_efficiency(eff: Efficiency, gemm_scale: float | None = None) -> Efficiency:
-    """``eff`` with Megatron's GEMM rate (``gemm_scale`` × the large-GEMM fraction)."""
+    """``eff`` with Megatron's GEMM rate (``gemm_scale`` × the large-GEMM fraction, never above the
+    generation's public GEMM ceiling) and its memory-bound kernels at the streaming rate: Megatron-LM runs
+    its own fused kernels (scale-mask-softmax, bias-GeLU, bias-dropout-add, fused layer norm), not the
+    eager elementwise kernels the fitted ``elementwise`` share describes."""
     g = megatron_gemm_scale() if gemm_scale is None else gemm_scale
-    return eff.with_(tensor_core_matmul=eff.tensor_core_matmul * g)
+    return eff.with_(tensor_core_matmul=eff.tensor_core_matmul * g, elementwise=1.0)
 
 
 def megatron_kernels_note() -> str:

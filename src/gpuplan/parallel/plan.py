@@ -73,7 +73,7 @@ class Plan:
         """80% prediction interval of the step time of ``e`` (the best layout when None)."""
         e = e or self.best
         family = family_key(self.profile.kind, self.workload.mode, e.layout.gpus)
-        return time_interval(e.step_time_s, family, arch_key(self.gpu.arch))
+        return time_interval(e.step_time_s, family, arch_key(self.gpu))
 
     @property
     def tokens_per_s_per_gpu(self) -> float:

@@ -529,7 +529,7 @@ def _time_split(
     last_time, last_mf, last_hf = subset_time(last_ops)
     # Megatron-LM's program: its fused softmax in place of HF's chain, at its GEMM rate
     cb_bytes = 2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4
-    meg_eff = megatron_efficiency(efficiency_for(gpu.arch), megatron_gemm_scale)
+    meg_eff = megatron_efficiency(efficiency_for(gpu), megatron_gemm_scale)
     megatron_time = EngineTime(
         subset_time(megatron_ops(blk, cb_bytes), meg_eff)[0],
         subset_time(megatron_ops(first_ops, cb_bytes), meg_eff)[0],
@@ -554,7 +554,7 @@ def _time_split(
         peak_tflops=full.peak_tflops,
         compute_dtype=full.compute_dtype,
         compute_bytes=cb_bytes,
-        copy_s_per_byte=memory_bound_s(1.0, gpu, efficiency_for(gpu.arch)),
+        copy_s_per_byte=memory_bound_s(1.0, gpu, efficiency_for(gpu)),
     )
 
 

@@ -63,6 +63,12 @@ class Efficiency:
     ``conv_backward`` (which the TF32 training row fits). FITTED on the one public AMP CNN training
     row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
     inference row's."""
+    elementwise: float = 1.0
+    """Memory-bound kernels that are not GEMMs (norms, activations, softmax, dropout, adds, batch norm,
+    optimizer updates, as eager PyTorch launches them): share of ``bandwidth`` (what a streaming copy
+    reaches) they reach. FITTED per generation (scripts/accuracy.py on the public matrices); never above
+    1, the streaming rate. Row-wise reductions over short rows, dropout's random numbers and the
+    two-pass backward of normalizations read and write at less than a copy does."""
     tiles: tuple[Tile, ...] = DEFAULT_TILES
     """Candidate GEMM tiles of this architecture (gemm_shape.shape_efficiency)."""
     gemm_k_half: float = 32.0
@@ -83,7 +89,9 @@ class Efficiency:
             f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
             f"efficiency: fused attention {self.attention_fused:.0%} of peak, memory-bound ops at "
-            f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)",
+            f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)"
+            + (f", eager elementwise/normalization kernels at {self.elementwise:.0%} of that (fitted)"
+               if self.elementwise < 1.0 else ""),
             f"eager dispatch {self.launch_overhead_s * 1e6:.1f} µs CPU per kernel (fitted; shows when kernels are "
             f"shorter); {self.graph_launch_overhead_s * 1e6:.1f} µs GPU gap per kernel (prior)",
         )
@@ -129,6 +137,7 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
             conv_tensor_core=own["conv_tensor_core"],
             conv_backward=float(own.get("conv_backward", 1.0)),
             conv_backward_16bit=float(own.get("conv_backward_16bit", own.get("conv_backward", 1.0))),
+            elementwise=min(1.0, float(own.get("elementwise", 1.0))),
             fp32_matmul=own["fp32_matmul"],
             attention_fused=a["attention_fused"],
             bandwidth=a["bandwidth"],
@@ -146,9 +155,18 @@ ARCH_EFFICIENCY: dict[str, Efficiency] = build_efficiencies(load_factors())
 DEFAULT_EFFICIENCY: Efficiency = ARCH_EFFICIENCY["ampere"]
 
 
-def arch_key(arch: str) -> str:
-    """Factors-file key of a catalog ``arch`` text; GPUs of other families (Pascal, Apple, Gaudi,
-    RDNA) use Ampere's factors, stated in the assumptions as that architecture."""
+def arch_key(arch: str | Any) -> str:
+    """Factors-file key of a catalog GPU (or its ``arch`` text); GPUs of other families (Pascal, Apple,
+    Gaudi, RDNA) use Ampere's factors, stated in the assumptions as that architecture. Given the GPU,
+    GeForce/workstation Ampere (GA10x: compute capability 8.6/8.7, the catalog's ``arch`` says only
+    "Ampere") is ``ampere-ga10x`` once the factors file has that key (a per-generation fit that
+    ships it): its SMs and memory system are not the A100's GA100."""
+    if not isinstance(arch, str):
+        cc = getattr(arch, "compute_capability", None)
+        text = str(getattr(arch, "arch", "") or "")
+        if "ampere" in text.lower() and cc is not None and tuple(cc) >= (8, 6) and "ampere-ga10x" in ARCH_EFFICIENCY:
+            return "ampere-ga10x"
+        arch = text
     low = arch.lower()
     for needle, key in _ARCH_KEYS:
         if needle in low:
@@ -156,6 +174,6 @@ def arch_key(arch: str) -> str:
     return "ampere"
 
 
-def efficiency_for(arch: str) -> Efficiency:
-    """The efficiency factors of a GPU architecture (catalog ``GPU.arch`` text)."""
+def efficiency_for(arch: str | Any) -> Efficiency:
+    """The efficiency factors of a catalog GPU (or of its ``GPU.arch`` text: then GA10x reads as Ampere)."""
     return ARCH_EFFICIENCY.get(arch_key(arch), DEFAULT_EFFICIENCY)

@@ -200,6 +200,8 @@ def op_time(
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
     memory_s = memory_bound_s(moved, gpu, eff)
+    if op.op_class == "other":
+        memory_s /= eff.elementwise  # eager elementwise/normalization kernels: below a streaming copy
     compute_s = 0.0
     if op.flops > 0:
         key, tensor = rate_key(op, precision, gpu)

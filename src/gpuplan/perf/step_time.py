@@ -205,7 +205,7 @@ def step_time(
     if not step.ops:  # a checkpoint without config.json: weights from headers, no operation to time
         raise NoRateError("the step runs no operation (weights only, no config.json beside the checkpoint), "
                           "so it has no step time; put the model's config.json next to it")
-    eff = efficiency or efficiency_for(gpu.arch)
+    eff = efficiency or efficiency_for(gpu)
     generate = workload.mode == "generate"
     acc = KernelSum()
     by_class: dict[str, float] = {}

@@ -40,6 +40,7 @@ ARCH_NAMES: dict[str, str] = {
     "volta": "Volta",
     "turing": "Turing",
     "ampere": "Ampere",
+    "ampere-ga10x": "Ampere GA10x",
     "ada": "Ada",
     "hopper": "Hopper",
     "blackwell": "Blackwell",

@@ -140,12 +140,12 @@ class ServeResult:
     @property
     def ttft_interval(self) -> TimeInterval | None:
         """80% prediction interval of the time to first token (perf/workload_family.py)."""
-        return None if self.time_unknown else time_interval(self.prefill.seconds, SERVE_FAMILY, arch_key(self.gpu.arch))
+        return None if self.time_unknown else time_interval(self.prefill.seconds, SERVE_FAMILY, arch_key(self.gpu))
 
     @property
     def step_interval(self) -> TimeInterval | None:
         """80% prediction interval of the decode step."""
-        return None if self.time_unknown else time_interval(self.decode.seconds, SERVE_FAMILY, arch_key(self.gpu.arch))
+        return None if self.time_unknown else time_interval(self.decode.seconds, SERVE_FAMILY, arch_key(self.gpu))
 
     @property
     def decode_tokens_per_s(self) -> float:

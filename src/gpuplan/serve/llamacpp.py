@@ -529,7 +529,7 @@ def serve_local(
             f"{limit / GIB:.2f} GiB: llama.cpp fails to allocate (cudaMalloc out of memory); at most "
             f"{most} layers fit at {at}"
         )
-    gpu_bw = card.memory_bandwidth_bytes_per_s * efficiency_for(card.arch).bandwidth
+    gpu_bw = card.memory_bandwidth_bytes_per_s * efficiency_for(card).bandwidth
     host_bw = gpu_bw if unified else host_memory_bandwidth_gb_per_s * 1e9
     eng = get_local_engine(engine)
     return LocalServeResult(

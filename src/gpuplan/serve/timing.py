@@ -88,7 +88,7 @@ class PhaseTime:
 def _ops_time(ops: list[OpRecord], gpu: GPU, precision: str, *, graph: bool,
               weight_quant: str) -> tuple[float, float, float]:
     total = compute = memory = 0.0
-    eff = efficiency_for(gpu.arch)  # the GPU's own architecture factors, as step_time costs an estimate
+    eff = efficiency_for(gpu)  # the GPU's own architecture factors, as step_time costs an estimate
     for op in ops:
         t = op_time(op, gpu, precision, eff, graph=graph, weight_quant=weight_quant)
         total += t.total_s * op.count
@@ -176,7 +176,7 @@ def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
     peak = gpu.peak_flops_per_s(key)
     if not peak:
         return None
-    eff = efficiency_for(gpu.arch)
+    eff = efficiency_for(gpu)
     per_token_s = 2 * shape.active_params / (peak * eff.tensor_core_matmul)
     weights_s = shape.weight_bytes_16bit / (gpu.memory_bandwidth_bytes_per_s * eff.bandwidth)
     return max(1, int(weights_s / per_token_s))
