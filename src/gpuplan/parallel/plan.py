@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from gpuplan.hardware import GPU
-    from gpuplan.parallel.layout import Layout
     from gpuplan.models.sources import ModelSource
+    from gpuplan.parallel.layout import Layout
     from gpuplan.workload import Workload
 
 
