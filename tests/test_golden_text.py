@@ -105,6 +105,14 @@ def _recommend_headline(text: str, doc: dict[str, Any]) -> None:
     assert " ".join(row).count(format_seconds(first["step_time_s"])) == 1
 
 
+def _rl_headline(text: str, doc: dict[str, Any]) -> None:
+    assert text.splitlines()[0].endswith("FITS" if doc["fits"] else "DOES NOT FIT")
+    assert _line(text, "step time").startswith(f"step time {format_seconds(doc['step_time_s'])} ")
+    table = text.split("step time", 1)[0]  # the phase rows: each phase's peak per GPU is the JSON's
+    for name, phase in doc["phases"].items():
+        assert format_bytes(phase["peak_bytes_per_gpu"]) in table, name
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -144,6 +152,9 @@ CASES = [
     Case("recommend_top", _RECOMMEND, headline=_recommend_headline),
     Case("recommend_prices", (*_RECOMMEND, "--prices", "prices.csv"), headline=_recommend_headline, marks=SLOW),
     Case("serve", ("serve", "config.json", "--gpu", "L4", "--context", "64"), headline=_serve_headline),
+    Case("rl", ("rl", "config.json", "--gpus", "1", "--gpu", "H100-SXM", "--algorithm", "grpo", "--prompts-per-step",
+                "2", "--samples-per-prompt", "2", "--prompt-len", "16", "--response-len", "16"),
+         headline=_rl_headline, marks=SLOW),
     Case("gpus", ("gpus",)),
     Case("gpus_show", ("gpus", "show", "T4")),
     Case("gpus_compare", ("gpus", "compare", "T4", "L4")),
