@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tests.fixtures.exact import run_cli
 
 PUBLISHED_TOKENS = 500_000
