@@ -138,7 +138,8 @@ def _fit_cases() -> list[tuple[str, list[str]]]:
         (MLP, ["--target-batch-size", "64"]),
         (MLP, ["--target-batch-size", "64", "--exact-batch"]),
     ]
-    cases += [(MLP, ["--precision", p]) for p in PRECISIONS]
+    # the block-scaled recipes need Blackwell (the last --gpu wins over the test's L4)
+    cases += [(MLP, ["--precision", p, *(["--gpu", "B200"] if p in ("mxfp8", "nvfp4") else [])]) for p in PRECISIONS]
     cases += [(MLP, ["--optimizer", o]) for o in OPTIMIZERS]
     cases += [("GPT2", ["--checkpointing", c, "--seq-len", "32"]) for c in CHECKPOINTING]
     # flash attention runs in half precision only (as on CUDA)
