@@ -422,7 +422,8 @@ CALLS = int(os.environ.get("GPUPLAN_FUZZ_CALLS", "300"))
 # Valid values (so that some calls get far enough to trace the tiny model) and hostile ones.
 VALUES: dict[str, tuple[str, ...]] = {
     "--mode": ("train", "infer", "generate", "decode", ""),
-    "--precision": ("fp32", "amp-bf16", "fp16", "fp64", "BF16"),
+    "--precision": ("fp32", "amp-bf16", "fp16", "fp64", "BF16", "mxfp8", "nvfp4"),
+    "--high-precision-blocks": ("0", "2", "-1", "1e400"),
     "--optimizer": ("adamw", "sgd", "none", "lion"),
     "--checkpointing": ("none", "full", "selective", "partial"),
     "--attention": ("auto", "eager", "flash", "sdpa"),
@@ -441,23 +442,39 @@ VALUES: dict[str, tuple[str, ...]] = {
     "--budget-usd": ("10", "0", "-1", "nan", "inf", "1e400"),
     "--inter-node-gbps": ("100", "0", "-5", "nan", "inf"),
     "--min-memory-gib": ("16", "-1", "nan", "inf", "1e400"),
-    "--emit": ("torchrun", "deepspeed", "accelerate", "slurm"),
+    "--emit": ("torchrun", "deepspeed", "accelerate", "torchtitan", "slurm"),
+    "--algorithm": ("grpo", "ppo", "dapo", "dpo", "reinforce"),
+    "--samples-per-prompt": ("1", "2", "4", "0", "-3"),
+    "--prompts-per-step": ("2", "0", "-1", "1e400"),
+    "--prompt-len": ("16", "0", "1e400"),
+    "--response-len": ("16", "8", "0"),
+    "--placement": ("colocate", "split", "both"),
+    "--rollout-memory-utilization": ("0.5", "0", "1.5", "nan"),
+    "--rollout-tp": ("1", "2", "3"),
+    "--engine": ("vllm", "sglang", "hf", "llama.cpp", "ollama", "trt"),
+    "--gguf-type": ("Q4_K_M", "Q8_0", "F16", "Q9"),
+    "--context": ("64", "0", "1e400"),
+    "--n-gpu-layers": ("0", "2", "99", "-1"),
     "--driver": ("560.35.03", "570.86.10", "1e400", "-1", "latest"),
     "--python": ("3.12", "2.7", "nan", "3.99"),
 }
 VERB_FLAGS: dict[str, tuple[str, ...]] = {
     "estimate": ("--mode", "--precision", "--optimizer", "--checkpointing", "--attention", "--batch-size",
-                 "--seq-len", "--grad-accum", "--new-tokens", "--gpu"),
+                 "--seq-len", "--grad-accum", "--new-tokens", "--gpu", "--high-precision-blocks"),
     "fit": ("--mode", "--precision", "--batch-size", "--seq-len", "--gpu", "--target-batch-size"),
     "plan": ("--gpus", "--tp", "--pp", "--zero", "--gpu", "--seq-len", "--batch-size", "--emit",
              "--inter-node-gbps", "--checkpointing"),
     "recommend": ("--max-gpus", "--top", "--budget-usd", "--seq-len", "--batch-size", "--mode"),
     "gpus": ("--min-memory-gib",),
     "install": ("--gpu", "--driver", "--python"),
+    "rl": ("--algorithm", "--samples-per-prompt", "--prompts-per-step", "--prompt-len", "--response-len",
+           "--placement", "--rollout-memory-utilization", "--rollout-tp", "--precision"),
+    "serve": ("--engine", "--gguf-type", "--context", "--n-gpu-layers", "--tp", "--gpus"),
 }
 VERB_WEIGHTS = {"estimate": 4, "fit": 2, "plan": 2, "recommend": 2, "gpus": 1, "install": 1, "explain": 1,
-                "doctor": 1, "calibrate": 1}
-# measure is left to the hand-picked cases: a valid random call would run real steps on this CPU
+                "doctor": 1, "calibrate": 1, "rl": 1, "serve": 1}
+# measure is left to the hand-picked cases: a valid random call would run real steps on this CPU. rl and serve
+# (paged and local engines) joined on 2026-12-02: 650 calls over two new seeds (20261202, 7) kept the contract
 
 
 def _random_stdin(rng: random.Random) -> bytes:
@@ -481,15 +498,18 @@ def _random_call(rng: random.Random, f: Files) -> tuple[list[str], bytes | None]
 
 def _random_argv(verb: str, rng: random.Random, f: Files) -> list[str]:
     argv = [verb]
-    if verb in ("estimate", "fit", "plan", "recommend"):
+    if verb in ("estimate", "fit", "plan", "recommend", "rl", "serve"):
         # mostly the tiny model (valid values then trace it quickly); sometimes a hostile file
         pool = [f.tiny] * 6 + list(f.configs.values())[:4] + list(f.safetensors.values())[:3] + ["no-such-model"]
         argv.append(rng.choice(pool))
-        if verb in ("fit", "plan") and rng.random() < 0.8:
-            argv += ["--gpu", rng.choice(("T4", "H100-SXM"))]
+        if verb in ("fit", "plan", "rl", "serve") and rng.random() < 0.8:
+            argv += ["--gpu", rng.choice(("T4", "H100-SXM", "B200"))]
+        if verb == "rl" and rng.random() < 0.8:  # small steps: prompts × samples × 32 tokens on the tiny model
+            argv += ["--gpus", "1", "--prompts-per-step", "2", "--samples-per-prompt", "2", "--prompt-len", "16",
+                     "--response-len", "16"]
         if verb == "plan" and rng.random() < 0.8:
             argv += ["--gpus", rng.choice(("1", "2", "8"))]
-        if verb != "estimate" or rng.random() < 0.5:  # no huge models: keep tracing tiny
+        if verb not in ("estimate", "rl", "serve") or rng.random() < 0.5:  # no huge models: keep tracing tiny
             argv += ["--seq-len", rng.choice(("16", "32"))]
     for flag in rng.sample(VERB_FLAGS[verb], k=rng.randint(0, min(4, len(VERB_FLAGS[verb])))):
         value = rng.choice(VALUES[flag])
