@@ -36,8 +36,14 @@ def sglang(commands: list[str], extra: tuple[str, ...] = ()) -> int:
             out.append({"error": f"{type(exc).__name__}: {exc}"})
             continue
         out.append({name: getattr(args, name) for name in fields})
-    print(json.dumps(out))
+    print(json.dumps(out, default=_plain))
     return 0
+
+
+def _plain(value: object) -> object:
+    """A parsed value the parser turned into an object (vLLM's KVTransferConfig): its fields, else its text."""
+    fields = getattr(value, "__dict__", None)
+    return {k: v for k, v in fields.items() if not k.startswith("_")} if fields else str(value)
 
 
 def main() -> int:
@@ -81,7 +87,7 @@ def main() -> int:
         # EngineArgs(...) would resolve the model on the Hub (a download, offline here): the parser's own
         # types and choices are the check, read from its namespace
         out.append({name: getattr(args, name) for name in fields})
-    print(json.dumps(out))
+    print(json.dumps(out, default=_plain))
     return 0
 
 
