@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import tomllib
 from tests.fixtures.plans import single_layout_plan
+from tests.parallel.test_plan_issue9 import TINY_CONFIG
 
 from gpuplan.cli.main import main
 from gpuplan.errors import ConfigError
@@ -66,21 +67,7 @@ def test_cli_emits_torchtitan_and_refuses_what_it_cannot_express(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 4,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "vocab_size": 300,
-                "max_position_embeddings": 512,
-            }
-        )
-    )
+    config.write_text(json.dumps(TINY_CONFIG))  # a user config.json: 4 Llama blocks, GQA
     base = [
         "plan",
         str(config),

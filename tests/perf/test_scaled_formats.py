@@ -4,35 +4,20 @@ one-line refusals for the GPUs, modes and flags they do not apply to."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 
 import pytest
 
-from gpuplan.cli.main import main
 from gpuplan.hardware import resolve_gpu
 from gpuplan.perf.roofline import rate_key
 from gpuplan.scaled_formats import SCALED_FORMATS, high_precision_blocks
 from gpuplan.trace.records import OpRecord
 from gpuplan.workload import Workload
-from tests.fixtures.tiny_models import TINY_LLAMA
+from tests.trace import test_float8
+from tests.trace.test_float8 import _estimate
 
 pytest.importorskip("torchao.float8")
-
-
-def _estimate(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["estimate", *argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def tiny_llama(tmp_path: Path) -> Path:
-    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
-    return tmp_path / "config.json"
+tiny_llama = test_float8.tiny_llama  # the fixture, shared by name
 
 
 def test_recipe_table() -> None:

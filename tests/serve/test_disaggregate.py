@@ -3,8 +3,6 @@ prompt's KV moved between them, goodput per GPU against the aggregated engine. T
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
@@ -12,25 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuplan.cli.main import main
 from gpuplan.serve.disaggregate import disaggregate
-from tests.serve.test_serve_v2 import SMALL_ARGS, TINY_LLAMA_LM
+from tests.serve import test_serve_v2
+from tests.serve.test_serve_v2 import SMALL_ARGS, run
 
 IO = {"input_len": 300, "output_len": 100}
-
-
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("disagg") / "tiny-llama.json"
-    path.write_text(json.dumps(TINY_LLAMA_LM))
-    return str(path)
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["serve", *argv])
-    return code, out.getvalue(), err.getvalue()
+tiny_llama = test_serve_v2.tiny_llama  # the module fixture, shared by name
 
 
 @settings(max_examples=6, deadline=None)
