@@ -410,6 +410,10 @@ def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path
     (["--engine", "sglang"], lambda r: r["command"].startswith("python -m sglang.launch_server")
      and r["cuda_context_bytes"] > 0),
     (["--engine", "hf"], lambda r: r["engine"]["name"] == "hf" and r["cuda_graph_bytes"] == 0),
+    (["--enforce-eager"], lambda r: r["engine"]["cuda_graphs"] is False and r["cuda_graph_bytes"] == 0
+     and r["command"].endswith("--enforce-eager")),
+    (["--engine", "sglang", "--enforce-eager"], lambda r: r["engine"]["cuda_graphs"] is False
+     and r["cuda_graph_bytes"] == 0 and r["command"].endswith("--disable-cuda-graph")),
     (["--kv-cache-dtype", "auto"], lambda r: r["kv_bytes_per_token"] == 512),
     (["--kv-cache-dtype", "fp8"], lambda r: r["kv_bytes_per_token"] == 256),
     (["--quantization", "none"], lambda r: r["engine"]["quantization"] == "none"),

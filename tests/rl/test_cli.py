@@ -167,6 +167,11 @@ FAST_CASES: list[tuple[list[str], Any]] = [
     (["--placement", "colocate"], lambda d: d["phases"]["train"]["parts_bytes"]["engine_asleep"] > 0),
     (["--rollout-engine", "sglang"], lambda d: d["rollout"]["engine"]["name"] == "sglang"),
     (["--rollout-engine", "vllm"], lambda d: d["rollout"]["engine"]["name"] == "vllm"),
+    (
+        ["--rollout-enforce-eager"],
+        lambda d: d["rollout"]["engine"]["cuda_graphs"] is False
+        and d["rollout"]["engine_command"].endswith("--enforce-eager"),
+    ),
     (["--no-ref"], lambda d: "ref_log_prob" not in _phases(d)),
     (["--offload", "params,optimizer"], lambda d: d["phases"]["generate"]["parts_bytes"]["policy"] == 0),
     (["--offload", "ref"], lambda d: "ref" not in d["phases"]["generate"]["parts_bytes"]),

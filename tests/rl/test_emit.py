@@ -47,7 +47,9 @@ BASE: dict[str, Any] = dict(
 )
 CASES: dict[str, dict[str, Any]] = {
     "grpo": {},
-    "grpo-lora-offload": dict(peft="lora", lora_rank=32, lora_alpha=32, offload=frozenset({"optimizer"})),
+    "grpo-lora-offload": dict(
+        peft="lora", lora_rank=32, lora_alpha=32, offload=frozenset({"optimizer"}), rollout_enforce_eager=True
+    ),
     "grpo-ref-offload": dict(offload=frozenset({"ref"}), checkpointing="none", precision="amp-bf16"),
     "grpo-1gpu-qlora": dict(gpus=1, peft="qlora", lora_targets=("all-linear",), train_global_batch=64),
     "dapo-split": dict(
@@ -58,6 +60,7 @@ CASES: dict[str, dict[str, Any]] = {
         samples_per_prompt=16,
         train_global_batch=256,
         rollout_memory_utilization=0.85,
+        rollout_enforce_eager=True,
     ),
     "ppo-2nodes": dict(
         algorithm="ppo",
@@ -149,8 +152,11 @@ def test_trl_names_and_batch(name: str) -> None:
         tp, dp = int(_flag(server, "--tensor_parallel_size")), int(_flag(server, "--data_parallel_size"))
         assert (tp, tp * dp) == (s.rollout_tp, s.engine_gpus)
         assert float(_flag(server, "--gpu_memory_utilization")) == s.utilization
+        assert ("enforce_eager" in flags) == s.rollout_enforce_eager
     elif s.algorithm != "dpo":
         assert cfg["vllm_gpu_memory_utilization"] == s.utilization
+        # GRPOConfig has no enforce_eager: the colocated engine's graphs are said in a note, not dropped silently
+        assert ("no enforce_eager setting" in text) == s.rollout_enforce_eager
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -175,6 +181,7 @@ def test_verl_names_types_and_batch(name: str) -> None:
     assert o["actor_rollout_ref.actor.ppo_mini_batch_size"] * o["actor_rollout_ref.rollout.n"] == s.global_batch
     assert o["trainer.n_gpus_per_node"] * o["trainer.nnodes"] == s.gpus
     assert o["data.train_batch_size"] * o["actor_rollout_ref.rollout.n"] == s.sequences_per_step
+    assert o["actor_rollout_ref.rollout.enforce_eager"] is s.rollout_enforce_eager
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -199,6 +206,7 @@ def test_openrlhf_flags_and_batch(name: str) -> None:
     assert int(seen["--rollout.batch_size"][0]) * int(seen["--rollout.n_samples_per_prompt"][0]) == s.sequences_per_step
     assert int(seen["--vllm.num_engines"][0]) * int(seen["--vllm.tensor_parallel_size"][0]) == s.engine_gpus
     assert ("--train.colocate_all" in seen) == (s.placement == "colocate")
+    assert ("--vllm.enforce_eager" in seen) == s.rollout_enforce_eager
     assert (
         dict(openrlhf_args(s))["--actor.num_gpus_per_node"] * dict(openrlhf_args(s))["--actor.num_nodes"]
         == s.trainer_gpus

@@ -65,8 +65,9 @@ def test_train_phase_is_the_planners_evaluation_of_the_trainer_layout(tiny_gpt2:
     assert train.seconds == _planned(tiny_gpt2, s, 32 + 32).step_time_s * s.optimizer_steps
 
 
-def test_rollout_phase_is_serve_for_the_same_engine_settings(tiny_gpt2: str) -> None:
-    s = make(tiny_gpt2, rollout_memory_utilization=0.3)
+@pytest.mark.parametrize("eager", [False, True])
+def test_rollout_phase_is_serve_for_the_same_engine_settings(tiny_gpt2: str, eager: bool) -> None:
+    s = make(tiny_gpt2, rollout_memory_utilization=0.3, rollout_enforce_eager=eager)
     result = rl(s)
     assert result.rollout is not None
     alone = serve(
@@ -82,8 +83,11 @@ def test_rollout_phase_is_serve_for_the_same_engine_settings(tiny_gpt2: str) -> 
         concurrency=result.rollout.batch,
         max_num_seqs=16,
         max_num_batched_tokens=256,
+        enforce_eager=eager,
     )
+    assert alone.settings.cuda_graphs is not eager
     assert result.phase_map["generate"].parts_bytes["engine"] == alone.budget.engine_bytes
+    assert result.phase_map["train"].parts_bytes["engine_asleep"] == alone.budget.asleep_bytes
     assert result.rollout.engine.decode.seconds == alone.decode.seconds
     assert result.rollout.batch == min(math.ceil(16 / 2), alone.max_concurrency)  # 16 sequences on 2 replicas
 

@@ -138,3 +138,30 @@ def test_sglang_starts_and_caps_requests_where_vllm_refuses(tiny_gpt2: str) -> N
                   total_memory_bytes=total)
     assert tight.ok is True and tight.kv_cache_tokens == 40  # page size 1
     assert "SGLang caps each request at 39 tokens" in tight.reason
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_enforce_eager_drops_the_graph_pool_and_pays_eager_dispatch(tiny_gpt2: str, engine: str) -> None:
+    # the same engine with and without CUDA graphs: the budget loses exactly the graph pool (vLLM 0.10.0 sizes
+    # the KV cache before capturing, SGLang keeps the graphs outside its static pool: the KV cache is unchanged)
+    # and a decode step costs the longer of its GPU time and the traced forward's launches × the eager dispatch
+    from gpuplan.hardware import resolve_gpu
+    from gpuplan.perf.efficiency import efficiency_for
+
+    asked = dict(gpu="H100-SXM", engine=engine, max_num_batched_tokens=256, max_num_seqs=16, concurrency=4,
+                 context=64)
+    graphs, eager = serve(tiny_gpt2, **asked), serve(tiny_gpt2, enforce_eager=True, **asked)
+    assert graphs.budget.cuda_graph_bytes > 0 and eager.budget.cuda_graph_bytes == 0
+    assert eager.budget.kv_cache_bytes == graphs.budget.kv_cache_bytes
+    assert eager.budget.asleep_bytes == graphs.budget.asleep_bytes - graphs.budget.cuda_graph_bytes
+    assert eager.shape is not None and eager.shape.kernels_per_forward > 0
+    dispatch_s = eager.shape.kernels_per_forward * efficiency_for(resolve_gpu("H100-SXM")).launch_overhead_s
+    assert eager.decode.seconds == pytest.approx(max(graphs.decode.seconds, dispatch_s))
+    assert eager.decode.seconds > graphs.decode.seconds  # the tiny model's kernels are shorter than dispatch
+    assert eager.prefill.seconds == graphs.prefill.seconds
+    assert any("no CUDA graphs captured" in a for a in eager.assumptions)
+
+
+def test_enforce_eager_without_graphs_to_turn_off_is_one_line_exit_2(tiny_gpt2: str) -> None:
+    code, out, err = run(tiny_gpt2, "--gpu", "H100-SXM", "--engine", "hf", "--enforce-eager")
+    assert code == 2 and out == "" and "--enforce-eager" in err and err.count("\n") == 1

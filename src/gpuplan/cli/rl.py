@@ -2,6 +2,7 @@
 --prompt-len L --response-len R [--max-response-len] [--train-global-batch G] [--train-micro-batch m]
 [--peft lora|qlora ...] [--no-ref] [--critic MODEL] [--reward-model MODEL] [--placement colocate|split
 --rollout-gpus K] [--rollout-engine vllm|sglang] [--rollout-tp T] [--rollout-memory-utilization U]
+[--rollout-enforce-eager]
 [--offload params,optimizer,ref] [--checkpointing C] [--precision P] [--emit trl|verl|openrlhf] [--json]``.
 
 Exit 0 when every phase of the step fits, 1 when one does not (or the rollout engine would not start),
@@ -122,6 +123,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         metavar="T",
         help="tokens one engine step processes (default: the engine's offline LLM class default)",
     )
+    p.add_argument(
+        "--rollout-enforce-eager",
+        action="store_true",
+        help="no CUDA graphs in the engine (verl rollout.enforce_eager, vLLM --enforce-eager, SGLang "
+        "--disable-cuda-graph): no graph pool, eager decode steps",
+    )
     t = parser.add_argument_group("trainer")
     t.add_argument(
         "--offload",
@@ -185,6 +192,7 @@ def settings_from_args(args: argparse.Namespace) -> RLSettings:
         "rollout_memory_utilization": args.rollout_memory_utilization,
         "rollout_max_num_seqs": args.rollout_max_num_seqs,
         "rollout_max_num_batched_tokens": args.rollout_max_num_batched_tokens,
+        "rollout_enforce_eager": args.rollout_enforce_eager,
         "offload": frozenset(args.offload or ()),
         "precision": args.precision or default_precision_on("train", args.gpu),
         **_peft_fields(args),

@@ -1,7 +1,7 @@
 """``gpuplan serve MODEL --gpu GPU [--tp N] [--pp N] [--dp N] [--ep N] | [--gpus N] [--engine vllm|sglang|hf]
 [--max-model-len L]
 [--context L --concurrency C | --input-len I --output-len O --rate R] [--gpu-memory-utilization U]
-[--kv-cache-dtype auto|fp8] [--max-num-batched-tokens T] [--max-num-seqs S] [--quantization ...]
+[--kv-cache-dtype auto|fp8] [--max-num-batched-tokens T] [--max-num-seqs S] [--quantization ...] [--enforce-eager]
 [--ttft-slo S] [--itl-slo S] [--prices FILE] [--json]``.
 
 ``--engine llama.cpp|ollama`` (local inference, serve/llamacpp.py) takes a .gguf file, or a catalog name /
@@ -69,6 +69,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant); a diffusion "
                              "pipeline's --quantize-components: int8 torchao weight-only, fp8 diffusers layerwise "
                              "casting, int4 bitsandbytes NF4")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph): no graph pool, each "
+                        "decode step dispatched kernel by kernel")
     parser.add_argument("--ttft-slo", type=positive_float("a time to first token target"), default=None,
                         metavar="SECONDS", help="time-to-first-token target: the largest concurrency (or, with --rate, "
                         "the replicas) meeting it at p99")
@@ -102,7 +105,7 @@ _LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "fl
                 "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
 _PAGED_FLAGS = ("gpus", "dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate",
                 "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization",
-                "ttft_slo", "itl_slo", "prices", "max_loras", "max_lora_rank", "speculative_model",
+                "enforce_eager", "ttft_slo", "itl_slo", "prices", "max_loras", "max_lora_rank", "speculative_model",
                 "speculative_method", "num_speculative_tokens", "spec_acceptance")
 
 
@@ -115,7 +118,7 @@ ENGINE_FLAGS: dict[str, object] = {"engine": "vllm", "gpus": None, "tp": None, "
                                    "kv_cache_dtype": "auto", "max_num_batched_tokens": None, "max_num_seqs": None,
                                    "ttft_slo": None, "itl_slo": None, "max_loras": None, "max_lora_rank": None,
                                    "speculative_model": None, "speculative_method": None,
-                                   "num_speculative_tokens": None, "spec_acceptance": None}
+                                   "num_speculative_tokens": None, "spec_acceptance": None, "enforce_eager": False}
 """Language-model serving flags and their defaults: a pipeline given one is told so in one line."""
 
 
@@ -223,7 +226,7 @@ def _defaults() -> dict[str, object]:
     """The parser's defaults of the flags one engine kind takes and the other refuses."""
     from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S
 
-    return {"pp": 1, "kv_cache_dtype": "auto", "quantization": "none",
+    return {"pp": 1, "kv_cache_dtype": "auto", "quantization": "none", "enforce_eager": False,
             "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "off", "override_tensor": [], "n_cpu_moe": 0,
             "ubatch_size": 512, "host_memory_bandwidth": DEFAULT_HOST_BANDWIDTH_GB_PER_S}
 
@@ -282,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
               "ttft_slo": args.ttft_slo, "itl_slo": args.itl_slo, "max_loras": args.max_loras,
               "max_lora_rank": args.max_lora_rank, "speculative_model": args.speculative_model,
               "speculative_method": args.speculative_method, "num_speculative_tokens": args.num_speculative_tokens,
-              "spec_acceptance": args.spec_acceptance}
+              "spec_acceptance": args.spec_acceptance, "enforce_eager": args.enforce_eager}
     if args.disaggregate is not None:
         if args.gpus is not None:
             raise ConfigError("--disaggregate sizes pools of one layout: give --tp/--dp/--ep, not --gpus")

@@ -64,6 +64,11 @@ class KernelSum:
         self.cpu_by_phase_s[phase] = self.cpu_by_phase_s.get(phase, 0.0) + t.dispatch_s * n
         self.kernel_by_class_s[op_class] = self.kernel_by_class_s.get(op_class, 0.0) + t.kernel_s * n
 
+    def add_dispatch(self, kernels: float, eff: Efficiency, phase: str) -> None:
+        """Eager CPU dispatch of ``kernels`` launches whose GPU time is added on its own (serve's decode step:
+        its kernels are timed as a per-layer summary, the dispatch counted from the traced forward's launches)."""
+        self.cpu_by_phase_s[phase] = self.cpu_by_phase_s.get(phase, 0.0) + kernels * eff.launch_overhead_s
+
     @property
     def by_phase_s(self) -> dict[str, float]:
         """Each phase: the longer of its GPU time and the CPU time dispatching it."""

@@ -86,11 +86,18 @@ def _engine_notes(s: RLSettings, framework: str) -> list[str]:
     if framework == "verl":
         return []
     knobs = [(s.rollout_max_num_seqs, "max_num_seqs"), (s.rollout_max_num_batched_tokens, "max_num_batched_tokens")]
-    return [
+    notes = [
         f"{framework} has no vLLM {name} setting: its engine runs vLLM's default, gpuplan sized {value}"
         for value, name in knobs
         if value is not None
     ]
+    if framework == "trl" and s.rollout_enforce_eager and s.placement == "colocate":
+        # GRPOConfig (trl 1.16.0) has no enforce_eager field; only `trl vllm-serve` (split) takes one
+        notes.append(
+            "trl's colocated engine has no enforce_eager setting: it captures vLLM's CUDA graphs, gpuplan sized "
+            "none (--rollout-enforce-eager)"
+        )
+    return notes
 
 
 # ------------------------------------------------------------------------------------------- refusals
@@ -308,6 +315,7 @@ def trl_server_command(s: RLSettings) -> str:
         f"CUDA_VISIBLE_DEVICES={devices} trl vllm-serve --model {shlex.quote(_hf_name(s.model))} "
         f"--tensor_parallel_size {s.rollout_tp} --data_parallel_size {s.engine_gpus // s.rollout_tp} "
         f"--gpu_memory_utilization {s.utilization:g} --max_model_len {s.sequence_len}"
+        + (" --enforce_eager true" if s.rollout_enforce_eager else "")
     )
 
 
@@ -348,6 +356,8 @@ def verl_overrides(s: RLSettings) -> dict[str, Any]:
         "actor_rollout_ref.rollout.gpu_memory_utilization": s.utilization,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": s.rollout_tp,
         "actor_rollout_ref.rollout.free_cache_engine": True,  # the engine sleeps while the actor trains
+        # always stated: verl then runs the engine gpuplan sized, whatever its default
+        "actor_rollout_ref.rollout.enforce_eager": s.rollout_enforce_eager,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": m,
         **{
             f"actor_rollout_ref.rollout.{name}": value
@@ -475,6 +485,7 @@ def openrlhf_args(s: RLSettings) -> list[tuple[str, Any]]:
         ("--vllm.num_engines", s.engine_gpus // s.rollout_tp),
         ("--vllm.tensor_parallel_size", s.rollout_tp),
         ("--vllm.gpu_memory_utilization", s.utilization),
+        *([("--vllm.enforce_eager", True)] if s.rollout_enforce_eager else []),
         ("--algo.advantage.estimator", "gae" if s.algorithm == "ppo" else "group_norm"),
         ("--rollout.n_samples_per_prompt", s.samples),
         ("--rollout.batch_size", s.prompts_per_step),

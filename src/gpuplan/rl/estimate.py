@@ -168,7 +168,8 @@ def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> 
         out.append(
             f"rollout: {e.engine} tp {e.tp} × {gen.replicas} replica(s), memory utilization "
             f"{e.gpu_memory_utilization:g}, max_num_seqs {e.max_num_seqs}, {gen.sequences_per_replica} "
-            f"sequences per replica decoded {gen.batch} at a time in {gen.waves} wave(s)"
+            f"sequences per replica decoded {gen.batch} at a time in {gen.waves} wave(s), "
+            + ("CUDA graphs on" if e.cuda_graphs else "CUDA graphs off (enforce_eager: eager decode steps)")
         )
         if settings.placement == "colocate":
             out.append(

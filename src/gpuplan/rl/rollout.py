@@ -80,6 +80,7 @@ def rollout(
         profiles=cache,
         max_num_seqs=settings.rollout_max_num_seqs,
         max_num_batched_tokens=settings.rollout_max_num_batched_tokens,
+        enforce_eager=settings.rollout_enforce_eager,
     )
     engine = serve(source, **asked)
     replicas = settings.engine_gpus // settings.rollout_tp
@@ -114,6 +115,7 @@ def rollout(
                 context=context,
                 kv_read_bytes=engine.kv.sequence_bytes(context),
                 weight_quant=engine.settings.quantization,
+                eager=not engine.settings.cuda_graphs,
             ).seconds
         )
     return Rollout(

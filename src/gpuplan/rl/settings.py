@@ -114,6 +114,9 @@ class RLSettings:
     rollout_max_num_batched_tokens: int | None = None
     """Tokens one engine step processes (vLLM max_num_batched_tokens, the profile run's size; None: the
     engine's default for its offline ``LLM`` class)."""
+    rollout_enforce_eager: bool = False
+    """No CUDA graphs in the engine (verl ``rollout.enforce_eager``, OpenRLHF ``--vllm.enforce_eager``, ``trl
+    vllm-serve --enforce_eager``): no graph pool, each decode step dispatched kernel by kernel (serve/timing.py)."""
     # -- trainer techniques --
     offload: frozenset[str] = frozenset()
     checkpointing: Checkpointing = DEFAULT_CHECKPOINTING

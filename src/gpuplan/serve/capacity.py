@@ -21,8 +21,8 @@ from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.memory.weight_quant import quantized_weight_bytes
 from gpuplan.models.config_view import ConfigView
-from gpuplan.perf.efficiency import arch_key
-from gpuplan.perf.roofline import NoRateError
+from gpuplan.perf.efficiency import arch_key, efficiency_for
+from gpuplan.perf.roofline import NoRateError, launches_kernel
 from gpuplan.perf.workload_family import TimeInterval, time_interval, workload_family
 from gpuplan.presentation import to_json, to_text
 from gpuplan.serve import budget as budgets
@@ -216,13 +216,16 @@ def serve(
     spec_acceptance: float | None = None,
     trace_compute_capability: tuple[int, int] | None = None,
     profiles: dict[tuple[Any, ...], TracedStep] | None = None,
+    enforce_eager: bool = False,
 ) -> ServeResult:
     """Serving capacity of ``model`` on ``tp × pp`` GPUs of type ``gpu`` with ``engine``.
 
     ``total_memory_bytes`` replaces the GPU's usable memory (a device as the engine saw it);
     ``llm_class`` takes vLLM's offline ``LLM(...)`` defaults (``vllm bench``) instead of ``vllm serve``'s.
     A caller sizing many GPUs (recommend) passes ``profiles``, a cache of profile-run traces keyed by their
-    shape, and ``trace_compute_capability``, the kernel class whose trace stands for the GPU."""
+    shape, and ``trace_compute_capability``, the kernel class whose trace stands for the GPU. ``enforce_eager``:
+    no CUDA graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``): no graph pool in the budget, each
+    decode step dispatched kernel by kernel (serve/timing.py)."""
     eng = engines.get_engine(engine)
     for flag, count in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--ep", ep)):
         _positive(flag, count, MAX_PARALLEL)
@@ -232,6 +235,9 @@ def serve(
                           "instance")
     if (dp > 1 or ep > 1) and not eng.paged:
         raise ConfigError("--dp and --ep need a serving engine (--engine vllm or sglang)")
+    if enforce_eager and not eng.paged:
+        raise ConfigError(f"--enforce-eager turns off the CUDA graphs of --engine vllm or sglang; --engine {engine} "
+                          "captures none; drop --enforce-eager")
     for name, value in (("--max-model-len", max_model_len), ("--context", context), ("--concurrency", concurrency),
                         ("--input-len", input_len), ("--output-len", output_len),
                         ("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
@@ -305,7 +311,7 @@ def serve(
     engines.check_utilization(utilization)
     settings = engines.EngineSettings(
         engine, _model_id(source), tp, pp, max_model_len, utilization, kv_cache_dtype, tokens, seqs,
-        eng.block_size, quantization, eng.paged, from_checkpoint, dp, ep, max_loras or 0,
+        eng.block_size, quantization, eng.paged and not enforce_eager, from_checkpoint, dp, ep, max_loras or 0,
         (max_lora_rank or DEFAULT_MAX_LORA_RANK) if max_loras else 0, spec, str(config.get("model_type") or ""))
     cost = kv_cost(layout, element_bytes=element, state_element_bytes=DTYPE_BYTES[dtype], tp=tp, pp=pp,
                    block_size=settings.block_size, max_num_batched_tokens=tokens)
@@ -358,6 +364,12 @@ def serve(
     shape = _shape(config, layout, step, dtype, expert_bytes)
     if lora is not None:
         shape = dataclasses.replace(shape, adapter_params=lora.params_per_adapter, max_adapters=lora.max_loras)
+    if enforce_eager:
+        dispatch_s = efficiency_for(target).launch_overhead_s
+        assumptions.append(f"{engines.eager_flag(engine)}: no CUDA graphs captured (no graph pool); each decode step "
+                           f"dispatches the traced forward's {shape.kernels_per_forward:,} kernel launches from the CPU "
+                           f"({dispatch_s * 1e6:.0f} µs each, eager PyTorch's fitted cost; vLLM's fused kernels launch "
+                           "fewer) and takes that or its GPU time, whichever is longer")
     if input_len is not None:
         decode_context = input_len + (output_len or 0) // 2
     else:
@@ -370,10 +382,10 @@ def serve(
         target's verify of K + 1 tokens per sequence, over the tokens a step yields on average."""
         verify = decode_step(shape, target, tp, batch=b * (spec.tokens + 1 if spec else 1), context=decode_context,
                              kv_read_bytes=b * target_cost.sequence_bytes(decode_context) * pp,
-                             weight_quant=quantization, ep=ep, dp=dp)
+                             weight_quant=quantization, ep=ep, dp=dp, eager=enforce_eager)
         if drafter is None:
             return verify
-        draft = drafter.steps(target, tp, batch=b, context=decode_context, ep=ep, dp=dp)
+        draft = drafter.steps(target, tp, batch=b, context=decode_context, ep=ep, dp=dp, eager=enforce_eager)
         per = drafter.spec.accepted_per_step
         return PhaseTime((verify.seconds + draft.seconds) / per, (verify.compute_s + draft.compute_s) / per,
                          (verify.memory_s + draft.memory_s) / per,
@@ -576,10 +588,11 @@ class Drafter:
     weight_quant: str
     notes: tuple[str, ...]
 
-    def steps(self, gpu: GPU, tp: int, *, batch: int, context: int, ep: int, dp: int) -> PhaseTime:
+    def steps(self, gpu: GPU, tp: int, *, batch: int, context: int, ep: int, dp: int,
+              eager: bool = False) -> PhaseTime:
         one = decode_step(self.shape, gpu, tp, batch=batch, context=context,
                           kv_read_bytes=batch * self.cost.sequence_bytes(context), weight_quant=self.weight_quant,
-                          ep=ep, dp=dp)
+                          ep=ep, dp=dp, eager=eager)
         k = self.spec.tokens
         return PhaseTime(one.seconds * k, one.compute_s * k, one.memory_s * k, one.communication_s * k)
 
@@ -669,7 +682,8 @@ def _shape(config: dict[str, Any], layout: KVLayout, step: TracedStep, dtype: st
     return ModelShape(step.params_count, step.param_bytes, layers, layout.attention_layers,
                       text.hidden_size or 0, layout.attention_heads, head_dim, dtype, DTYPE_BYTES[dtype],
                       max(0, layers - dense) if top_k else 0, top_k, expert_bytes if top_k else 0,
-                      text.experts if top_k else 0)
+                      text.experts if top_k else 0,
+                      kernels_per_forward=sum(op.count for op in step.ops if launches_kernel(op)))
 
 
 def _slo_concurrency(limit: int, step_at: Callable[[int], PhaseTime], first_at: Callable[[int], PhaseTime],

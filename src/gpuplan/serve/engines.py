@@ -66,6 +66,15 @@ def check_utilization(value: float, flag: str = "--gpu-memory-utilization") -> f
     return value
 
 
+EAGER_FLAGS: dict[str, str] = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}
+"""Each serving engine's own switch that turns its CUDA graphs off (vLLM ``EngineArgs.enforce_eager``, SGLang
+``ServerArgs.disable_cuda_graph``)."""
+
+
+def eager_flag(engine: str) -> str:
+    return EAGER_FLAGS[engine]
+
+
 def sglang_mem_fraction_static(tp: int) -> float:
     return next(fraction for size, fraction in _SGLANG_MEM_FRACTION if tp >= size)
 
@@ -245,9 +254,13 @@ class VLLM:
             args += ["--speculative-config", s.speculative.vllm_config(s.model_type)]
         if s.kv_role:  # vLLM 0.10.0 P/D: NIXL moves the prompt's KV; both sides run the same connector role
             args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
+        if not s.cuda_graphs:
+            args += [eager_flag(s.engine)]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
+        if not s.cuda_graphs:
+            return ()
         return (f"CUDA graphs: piecewise, {budgets.GRAPH_BYTES_PER_CAPTURE // 1024} KiB per captured graph "
                 "(fitted on vLLM PR #21489's gemma-3-4b-it figure) plus the pieces' static outputs; captured "
                 "after the KV cache is sized, so not subtracted from it (vLLM 0.10.0; ≥ 0.21 subtracts them)",)
@@ -277,6 +290,8 @@ class SGLang:
         return max_num_seqs
 
     def graph_bytes(self, s: EngineSettings, attention_layers: int, hidden_size: int, dtype_bytes: int) -> int:
+        if not s.cuda_graphs:
+            return 0
         largest = min(160, s.max_num_seqs)  # full graphs (no pieces), batch sizes up to 160
         sizes = sum(1 for size in VLLM_GRAPH_CAPTURE_SIZES if size <= largest)
         return budgets.cuda_graph_bytes(sizes, 0, hidden_size, dtype_bytes, largest)
@@ -324,6 +339,8 @@ class SGLang:
             args += s.speculative.sglang_args()
         if s.kv_role:
             args += ["--disaggregation-mode", s.kv_role]
+        if not s.cuda_graphs:
+            args += [eager_flag(s.engine)]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:

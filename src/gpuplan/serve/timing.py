@@ -4,12 +4,15 @@ Each phase is expressed as per-layer operations (``OpRecord``) and timed by ``pe
 with perf's efficiency factors; TP all-reduces (two per layer: after attention and after the MLP) by
 ``perf.collectives``. Decode reads the weights once per step for the whole batch and each sequence's
 KV once; it turns compute-bound when ``2 · params · batch / peak`` exceeds ``weights / bandwidth`` (the
-crossover batch is reported). Decode runs as a CUDA-graph replay (vLLM, SGLang); prefill does not.
+crossover batch is reported). Decode runs as a CUDA-graph replay (vLLM, SGLang); prefill does not. With the
+graphs off (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``) every decode step launches its kernels
+from Python: the step takes the longer of its GPU time and the eager dispatch of the traced forward's kernel
+launches (``perf.step_time.KernelSum``, the rule ``step_time`` applies to an eager step).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpuplan.parallel.collectives import group
@@ -24,6 +27,7 @@ from gpuplan.perf.collectives import (
 )
 from gpuplan.perf.efficiency import efficiency_for
 from gpuplan.perf.roofline import op_time
+from gpuplan.perf.step_time import KernelSum
 from gpuplan.trace.records import OpRecord
 
 if TYPE_CHECKING:
@@ -53,6 +57,9 @@ class ModelShape:
     adapter_params: int = 0
     """Multi-LoRA: parameters of one adapter slot (whole model); a step reads the adapters its tokens use."""
     max_adapters: int = 0
+    kernels_per_forward: int = 0
+    """Kernels one forward launches (the traced profile run's, ``perf.roofline.launches_kernel``): what an
+    eager decode step dispatches from the CPU (0: not known, no dispatch counted)."""
 
     @property
     def active_params(self) -> float:
@@ -86,15 +93,20 @@ class PhaseTime:
 
 
 def _ops_time(ops: list[OpRecord], gpu: GPU, precision: str, *, graph: bool,
-              weight_quant: str) -> tuple[float, float, float]:
-    total = compute = memory = 0.0
+              weight_quant: str, eager_kernels: int = 0) -> tuple[float, float, float]:
+    """GPU time of the phase's ops (kernels and gaps), compute- and memory-bound parts; with ``eager_kernels``
+    the phase takes the longer of that and their CPU dispatch (``KernelSum``'s per-phase rule)."""
     eff = efficiency_for(gpu)  # the GPU's own architecture factors, as step_time costs an estimate
+    acc = KernelSum()
     for op in ops:
         t = op_time(op, gpu, precision, eff, graph=graph, weight_quant=weight_quant)
-        total += t.total_s * op.count
-        compute += (t.compute_s if t.compute_bound else 0.0) * op.count
-        memory += (0.0 if t.compute_bound else t.memory_s) * op.count
-    return total, compute, memory
+        # the ops are a per-layer summary of the real kernels, so their count is not the launch count: the
+        # dispatch is added for the traced forward's launches (eager decode) or not at all (graph replay; the
+        # prefill, whose kernels outrun the CPU)
+        acc.add(replace(t, dispatch_s=0.0), op.count, op.op_class, op.phase)
+    if eager_kernels:
+        acc.add_dispatch(eager_kernels, eff, ops[0].phase)
+    return acc.total_s, acc.compute_s, acc.memory_s
 
 
 def _group(gpu: GPU, size: int, instance: int) -> Group:
@@ -128,7 +140,7 @@ def _moe_collectives_s(shape: ModelShape, gpu: GPU, tp: int, ep: int, dp: int, t
 
 
 def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops: float, kv_read_bytes: int,
-           phase: str, weight_quant: str, ep: int = 1, dp: int = 1) -> PhaseTime:
+           phase: str, weight_quant: str, ep: int = 1, dp: int = 1, eager: bool = False) -> PhaseTime:
     precision = "bf16" if shape.dtype == "bfloat16" else "fp16"
     layers = max(1, shape.layers)
     # LoRA: every token through its adapter's A and B (punica shrink / expand), each adapter in use read once
@@ -146,18 +158,20 @@ def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops
                             int(attention_flops / tp / shape.attention_layers),
                             kv_read_bytes // shape.attention_layers + activations, activations, None,
                             shape.attention_layers))
-    total, compute, memory = _ops_time(ops, gpu, precision, graph=phase == "decode", weight_quant=weight_quant)
+    total, compute, memory = _ops_time(ops, gpu, precision, graph=phase == "decode", weight_quant=weight_quant,
+                                       eager_kernels=shape.kernels_per_forward if eager else 0)
     comm = _all_reduces_s(shape, gpu, tp, tokens, tp * dp) + _moe_collectives_s(shape, gpu, tp, ep, dp, tokens)
     return PhaseTime(total + comm, compute, memory, comm)
 
 
 def decode_step(shape: ModelShape, gpu: GPU, tp: int, *, batch: int, context: int, kv_read_bytes: int,
-                weight_quant: str = "none", ep: int = 1, dp: int = 1) -> PhaseTime:
+                weight_quant: str = "none", ep: int = 1, dp: int = 1, eager: bool = False) -> PhaseTime:
     """One decode step (one new token for each of ``batch`` sequences at ``context`` tokens);
-    ``kv_read_bytes``: the KV the batch reads, per GPU."""
+    ``kv_read_bytes``: the KV the batch reads, per GPU; ``eager``: no CUDA graphs (the engine's
+    ``EngineSettings.cuda_graphs`` off), each kernel dispatched from the CPU."""
     flops = 4.0 * batch * context * shape.attention_heads * shape.head_dim * shape.attention_layers
     return _phase(shape, gpu, tp, tokens=batch, attention_flops=flops, kv_read_bytes=kv_read_bytes,
-                  phase="decode", weight_quant=weight_quant, ep=ep, dp=dp)
+                  phase="decode", weight_quant=weight_quant, ep=ep, dp=dp, eager=eager)
 
 
 def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none",
