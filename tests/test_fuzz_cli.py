@@ -229,6 +229,35 @@ SAFETENSORS: dict[str, bytes] = {
 }
 
 
+def _gguf(version: int = 3, tensors: int = 0, kvs: int = 0, body: bytes = b"", magic: bytes = b"GGUF") -> bytes:
+    """A GGUF header (docs/gguf.md of ggml: magic, u32 version, u64 tensor count, u64 key/value count)."""
+    return magic + struct.pack("<IQQ", version, tensors, kvs) + body
+
+
+def _gguf_string(text: str, declared: int | None = None) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw) if declared is None else declared) + raw
+
+
+GGUFS: dict[str, bytes] = {
+    "empty.gguf": b"",
+    "bad_magic.gguf": _gguf(magic=b"GGML"),
+    "truncated.gguf": _gguf()[:10],
+    "version_99.gguf": _gguf(version=99),
+    "byte_swapped.gguf": b"GGUF" + struct.pack(">IQQ", 3, 1, 0),
+    "no_tensors.gguf": _gguf(),
+    "huge_tensor_count.gguf": _gguf(tensors=2**62),
+    "huge_kv_count.gguf": _gguf(kvs=2**40, body=b"\0" * 64),
+    "key_length_huge.gguf": _gguf(kvs=1, body=_gguf_string("general.name", declared=2**60)),
+    "bad_value_type.gguf": _gguf(kvs=1, body=_gguf_string("general.name") + struct.pack("<I", 77)),
+    "nested_arrays.gguf": _gguf(kvs=1, body=_gguf_string("x") + struct.pack("<I", 9) * 64 + b"\0" * 64),
+    "tensor_dims_0.gguf": _gguf(tensors=1, body=_gguf_string("w") + struct.pack("<I", 0)),
+    "tensor_bad_type.gguf": _gguf(tensors=1, body=_gguf_string("w") + struct.pack("<IQIQ", 1, 32, 999, 0)),
+    "tensor_past_end.gguf": _gguf(tensors=1, body=_gguf_string("w") + struct.pack("<IQIQ", 1, 2**40, 0, 0)),
+    "binary.gguf": b"GGUF" + BINARY,
+}
+
+
 def _write_all(root: Path, family: str, files: dict[str, str | bytes]) -> dict[str, str]:
     folder = root / family
     folder.mkdir()
@@ -251,6 +280,7 @@ class Files:
     facts: dict[str, str]
     calibrations: dict[str, str]
     safetensors: dict[str, str]
+    ggufs: dict[str, str]
     store_garbage: str
     missing: str
     folder: str
@@ -275,6 +305,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
         facts=_write_all(root, "facts", FACTS),
         calibrations=_write_all(root, "calibrations", calibrations),
         safetensors=_write_all(root, "safetensors", SAFETENSORS),
+        ggufs=_write_all(root, "ggufs", GGUFS),
         store_garbage=str(root / "store.sqlite3"),
         missing=str(root / "does-not-exist.json"),
         folder=str(root / "empty_folder"),
@@ -303,6 +334,18 @@ REQUIRED = {"estimate": [TINY], "fit": [TINY, "--gpu", "T4"], "plan": [TINY, "--
             "recommend": [TINY], "measure": [TINY, "--no-store"], "gpus": []}
 
 
+# Hub-id shapes people type or paste that name no model here: offline (the sandbox sets HF_HUB_OFFLINE=1)
+# an uncached id is refused with the download command; a dataset / Space URL, a path-like or an empty
+# revision are refused as such
+HUB_SHAPES = ("Org/Model@v1.0", "Qwen/Qwen3-8B@", "a/b/c", "org/", "/model", "../x", "hf://x/y",
+              "https://huggingface.co/datasets/a/b", "https://hf.co/spaces/a/b", "https://huggingface.co/Qwen",
+              "https://example.com/a/b", "x/y@" + "a" * 300)
+TIMM_NAMES = ("timm:", "timm:no_such_net", "timm:../x", "timm:resnet50@x", "TIMM:NO_SUCH")
+HOSTILE_OUTPUTS = (("--plot", "-"), ("--plot", "/"), ("--plot", "x.txt"), ("--plot", "/no/such/dir/x.png"),
+                   ("--plot", "/proc/gpuplan.png"), ("--plot", "x" * 300 + ".png"), ("--html", "-"),
+                   ("--html", "/"), ("--html", "/no/such/dir/r.html"), ("--html", "/proc/gpuplan.html"))
+
+
 def _hand_picked() -> list[tuple[str, list[str], bytes | None, int]]:
     """(id, argv, stdin, expected exit code). Every bad value or flag is refused: exit 2 with one line.
     The exceptions say why they are not 2."""
@@ -321,8 +364,12 @@ def _hand_picked() -> list[tuple[str, list[str], bytes | None, int]]:
                  "--zero-grad", "--loss", "--weight-quant", "--cuda-module-loading", "--gpu"):
         for value in ("--", "nan", "", "x" * 5000, "FP32 ", "\x00"):
             cases.append((f"estimate {flag}={value[:10]!r}", ["estimate", TINY, f"{flag}={value}", "--json"], None, 2))
-    for model in ("no-such-model", "", "-", "gpt2:factory", "x" * 5000, "/dev/null", "::", "os:system", "a.py:b,c"):
+    for model in ("no-such-model", "", "-", "gpt2:factory", "x" * 5000, "/dev/null", "::", "os:system", "a.py:b,c",
+                  *HUB_SHAPES, *TIMM_NAMES):
         cases.append((f"estimate model {model[:20]!r}", ["estimate", model, "--json"], None, 2))
+    # an output path that cannot be written is refused before the trace, with the path named
+    for flag, path in HOSTILE_OUTPUTS:
+        cases.append((f"estimate {flag} {path[:24]!r}", ["estimate", TINY, "--seq-len", "16", flag, path], None, 2))
     # explain answers 1 for text it does not recognise (none of these is a whole known message: a
     # repeated "CUDA out of memory." has no "Tried to allocate", the kernel-image line is cut short);
     # empty text is refused (2)
@@ -362,6 +409,9 @@ def _file_cases(f: Files) -> list[list[str]]:
         cases += [["estimate", path, "--json"], ["estimate", str(Path(path).parent), "--mode", "infer"]]
     for path in f.safetensors.values():
         cases += [["estimate", path, "--json"], ["estimate", path, "--mode", "infer", "--gpu", "T4", "--json"]]
+    for path in f.ggufs.values():
+        cases += [["estimate", path, "--json"],
+                  ["serve", path, "--engine", "llama.cpp", "--gpu", "RTX-4090", "--context", "64", "--json"]]
     for path in f.prices.values():
         cases.append(["recommend", "gpt2", "--prices", path, "--json"])
     for path in f.facts.values():
@@ -455,13 +505,19 @@ VALUES: dict[str, tuple[str, ...]] = {
     "--gguf-type": ("Q4_K_M", "Q8_0", "F16", "Q9"),
     "--context": ("64", "0", "1e400"),
     "--n-gpu-layers": ("0", "2", "99", "-1"),
+    "--peft": ("lora", "qlora", "dora", "none", "banana", ""),
+    "--lora-rank": ("4", "0", "-1", "1e400"),
+    "--lora-targets": ("all-linear", "c_attn", "q_proj,v_proj", "nope", ",,"),
+    "--weight-quant": ("none", "int8", "fp8", "int4", "fp8-storage", "int3"),
     "--driver": ("560.35.03", "570.86.10", "1e400", "-1", "latest"),
     "--python": ("3.12", "2.7", "nan", "3.99"),
 }
 VERB_FLAGS: dict[str, tuple[str, ...]] = {
     "estimate": ("--mode", "--precision", "--optimizer", "--checkpointing", "--attention", "--batch-size",
-                 "--seq-len", "--grad-accum", "--new-tokens", "--gpu", "--high-precision-blocks"),
-    "fit": ("--mode", "--precision", "--batch-size", "--seq-len", "--gpu", "--target-batch-size"),
+                 "--seq-len", "--grad-accum", "--new-tokens", "--gpu", "--high-precision-blocks", "--peft",
+                 "--lora-rank", "--lora-targets", "--weight-quant"),
+    "fit": ("--mode", "--precision", "--batch-size", "--seq-len", "--gpu", "--target-batch-size", "--peft",
+            "--weight-quant"),
     "plan": ("--gpus", "--tp", "--pp", "--zero", "--gpu", "--seq-len", "--batch-size", "--emit",
              "--inter-node-gbps", "--checkpointing"),
     "recommend": ("--max-gpus", "--top", "--budget-usd", "--seq-len", "--batch-size", "--mode"),
@@ -500,7 +556,8 @@ def _random_argv(verb: str, rng: random.Random, f: Files) -> list[str]:
     argv = [verb]
     if verb in ("estimate", "fit", "plan", "recommend", "rl", "serve"):
         # mostly the tiny model (valid values then trace it quickly); sometimes a hostile file
-        pool = [f.tiny] * 6 + list(f.configs.values())[:4] + list(f.safetensors.values())[:3] + ["no-such-model"]
+        pool = [f.tiny] * 8 + list(f.configs.values())[:4] + list(f.safetensors.values())[:3] + ["no-such-model"]
+        pool += list(f.ggufs.values())[:3] + [rng.choice(HUB_SHAPES), rng.choice(TIMM_NAMES)]
         argv.append(rng.choice(pool))
         if verb in ("fit", "plan", "rl", "serve") and rng.random() < 0.8:
             argv += ["--gpu", rng.choice(("T4", "H100-SXM", "B200"))]

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from gpuplan.cli.main import main
 from gpuplan.errors import ModelSourceError, UnknownModelError
 from gpuplan.models.files import CONFIG_MAX_BYTES
-from gpuplan.models.hub import hub_cache_dir, is_hub_id
+from gpuplan.models.hub import hub_cache_dir, hub_id_from_url, is_hub_id
 from gpuplan.models.sources import FactorySource, HFConfigSource, resolve_model
 from tests.fixtures.model_files import COMMIT_A, COMMIT_B, hub_repo
 from tests.fixtures.tiny_models import TINY_GPT2, TINY_LLAMA
@@ -78,6 +78,37 @@ def test_revisions_branch_tag_and_commit(cache: Path) -> None:
     with pytest.raises(ModelSourceError) as info:
         resolve_model("acme/tiny@v3")
     assert "hf download acme/tiny config.json --revision v3" in _one_line(info)
+
+
+@pytest.mark.parametrize(("url", "hub_id"), [
+    ("https://huggingface.co/acme/tiny", "acme/tiny"),
+    ("https://huggingface.co/acme/tiny/tree/v2", "acme/tiny@v2"),
+    ("https://huggingface.co/acme/tiny/blob/main/config.json", "acme/tiny@main"),
+    ("http://www.huggingface.co/acme/tiny?library=transformers", "acme/tiny"),
+    ("huggingface.co/acme/tiny", "acme/tiny"), ("hf.co/acme/tiny/", "acme/tiny"),
+    ("hf://acme/tiny@v2", "acme/tiny@v2"), ("hf://acme/tiny", "acme/tiny"),
+    ("acme/tiny", None), ("https://example.com/acme/tiny", None), ("timm:resnet18", None)])
+def test_a_pasted_hub_url_is_its_id(url: str, hub_id: str | None) -> None:
+    """People paste the model page's address: it names the same repo (and revision) as ORG/NAME[@REV]."""
+    assert hub_id_from_url(url) == hub_id
+
+
+def test_a_pasted_url_resolves_like_its_id_and_datasets_are_refused(cache: Path) -> None:
+    hub_repo(cache, "acme/tiny", {"config.json": TINY_LLAMA}, commit=COMMIT_A, refs=("main",))
+    wider = {**TINY_LLAMA, "hidden_size": 128}
+    hub_repo(cache, "acme/tiny", {"config.json": wider}, commit=COMMIT_B, refs=("v2",))
+    for url, hidden in (("https://huggingface.co/acme/tiny", 64), ("https://huggingface.co/acme/tiny/tree/v2", 128),
+                        ("hf://acme/tiny@v2", 128)):
+        source = resolve_model(url)
+        assert isinstance(source, HFConfigSource) and source.config_dict["hidden_size"] == hidden, url
+    for url, words in (("https://huggingface.co/datasets/acme/tiny", "dataset, not a model"),
+                       ("https://hf.co/spaces/acme/demo", "space, not a model"),
+                       ("https://huggingface.co/acme/../x", "does not name a Hub model")):
+        with pytest.raises(ModelSourceError, match=words) as info:
+            resolve_model(url)
+        assert "\n" not in str(info.value)
+    code, out, err = _cli("estimate", "https://huggingface.co/datasets/acme/tiny", "--json")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "dataset, not a model" in err
 
 
 def test_not_cached_offline_says_what_to_download(cache: Path) -> None:

@@ -71,6 +71,11 @@ def test_timm_hub_ids_are_timm_models() -> None:
     source = resolve_model("timm/resnet50.a1_in1k")
     assert isinstance(source, TimmSource) and source.name == "timm:resnet50.a1_in1k"
     assert _params_on_meta(source, Workload()) == 25_557_032
+    # the page URL people paste names the same timm model, and the prefix is not case-sensitive
+    # (TIMM:resnet50 was read as a Python module TIMM)
+    for spec in ("https://huggingface.co/timm/resnet50.a1_in1k", "TIMM:resnet50.a1_in1k", "Timm:resnet50.a1_in1k"):
+        again = resolve_model(spec)
+        assert isinstance(again, TimmSource) and again.name == "timm:resnet50.a1_in1k", spec
 
 
 def test_unknown_names_get_close_matches_in_one_line() -> None:

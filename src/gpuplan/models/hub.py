@@ -51,6 +51,31 @@ DOWNLOAD_TIMEOUT_S: Final = 10.0
 """Seconds one Hub request may wait (huggingface_hub's own default ``etag_timeout``)."""
 
 
+HUB_URL: Final = re.compile(
+    r"^(?:(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/|hf://)"
+    r"(?P<kind>(?:datasets|spaces)/)?(?P<repo>[^/?#@]+/[^/?#@]+)"
+    r"(?:@(?P<at>[^/?#]+)|/(?:tree|blob|resolve)/(?P<rev>[^/?#]+))?(?:[/?#].*)?$")
+"""A model page or file URL as people paste it: ``https://huggingface.co/ORG/NAME[/tree/REV/...]``,
+``hf.co/ORG/NAME`` or huggingface_hub's file-system form ``hf://ORG/NAME[@REV]``."""
+
+
+def hub_id_from_url(spec: str) -> str | None:
+    """The ``ORG/NAME[@REVISION]`` a Hub URL names, or None when ``spec`` is not a Hub URL; a dataset's or
+    a Space's URL is refused in one line (only models have a config.json to plan from)."""
+    match = HUB_URL.match(spec)
+    if match is None:
+        return None
+    if match["kind"]:
+        raise ModelSourceError(f"{spec!r} is a Hugging Face {match['kind'].rstrip('s/')}, not a model; pass a model's "
+                               "id ORG/NAME (e.g. Qwen/Qwen3-8B) or its page URL")
+    revision = match["at"] or match["rev"]
+    hub_id = match["repo"] + (f"@{revision}" if revision else "")
+    if not is_hub_id(hub_id):
+        raise ModelSourceError(f"{spec!r} does not name a Hub model ORG/NAME[@REVISION]; pass e.g. "
+                               "https://huggingface.co/Qwen/Qwen3-8B or Qwen/Qwen3-8B@main")
+    return hub_id
+
+
 def is_hub_id(spec: str) -> bool:
     """``spec`` has the shape of a Hub id (the caller has ruled out existing paths)."""
     match = HUB_ID.match(spec)

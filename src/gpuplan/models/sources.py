@@ -708,6 +708,13 @@ def resolve_model(spec: str) -> ModelSource:
         raise UnknownModelError("empty MODEL: give a catalog name (e.g. gpt2), a config.json, or file.py:factory")
     spec = spec.strip()
     path = Path(spec)
+    if not path.exists():
+        from gpuplan.models.hub import hub_id_from_url
+
+        spec = hub_id_from_url(spec) or spec
+        if spec[:len(TIMM_PREFIX)].lower() == TIMM_PREFIX:  # TIMM:resnet50 is timm:resnet50, not a module
+            spec = TIMM_PREFIX + spec[len(TIMM_PREFIX):]
+        path = Path(spec)
     # Precedence, for input that could be read two ways: an existing path; timm:NAME; a factory
     # (the only form with ':'); a model file by its suffix; a Hub id ORG/NAME; a catalog name; torchvision.
     if (path.is_dir() and (path / "model_index.json").is_file()) or (path.name == "model_index.json"
