@@ -557,7 +557,7 @@ def _random_argv(verb: str, rng: random.Random, f: Files) -> list[str]:
     if verb in ("estimate", "fit", "plan", "recommend", "rl", "serve"):
         # mostly the tiny model (valid values then trace it quickly); sometimes a hostile file
         pool = [f.tiny] * 8 + list(f.configs.values())[:4] + list(f.safetensors.values())[:3] + ["no-such-model"]
-        pool += list(f.ggufs.values())[:3] + [rng.choice(HUB_SHAPES), rng.choice(TIMM_NAMES)]
+        pool += [*list(f.ggufs.values())[:3], rng.choice(HUB_SHAPES), rng.choice(TIMM_NAMES)]
         argv.append(rng.choice(pool))
         if verb in ("fit", "plan", "rl", "serve") and rng.random() < 0.8:
             argv += ["--gpu", rng.choice(("T4", "H100-SXM", "B200"))]
