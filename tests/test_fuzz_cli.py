@@ -30,7 +30,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -258,7 +258,7 @@ GGUFS: dict[str, bytes] = {
 }
 
 
-def _write_all(root: Path, family: str, files: dict[str, str | bytes]) -> dict[str, str]:
+def _write_all(root: Path, family: str, files: Mapping[str, str | bytes]) -> dict[str, str]:
     folder = root / family
     folder.mkdir()
     paths = {}

@@ -32,8 +32,22 @@ TINY = "<uploaded tiny model>"  # replaced by the upload's id
 
 # Valid values (so that calls get to the worker) and hostile ones, per API parameter.
 VALUES: dict[str, tuple[str, ...]] = {
-    "model": (TINY, TINY, TINY, "gpt2", "no-such-model", "", "upload:0123456789abcdef", "upload:../../etc",
-              "../../etc/passwd", "x.py:factory", "os:system", "g" * 5000, *HUB_SHAPES[:4], *TIMM_NAMES[:2]),
+    "model": (
+        TINY,
+        TINY,
+        TINY,
+        "gpt2",
+        "no-such-model",
+        "",
+        "upload:0123456789abcdef",
+        "upload:../../etc",
+        "../../etc/passwd",
+        "x.py:factory",
+        "os:system",
+        "g" * 5000,
+        *HUB_SHAPES[:4],
+        *TIMM_NAMES[:2],
+    ),
     "gpu": ("T4", "H100-SXM", "L4", "H100-SMX", "", "A100-40GB-PCIe:3g.20gb", "\x00", "<script>"),
     "mode": ("train", "infer", "generate", "banana", ""),
     "precision": ("fp32", "amp-bf16", "bf16", "fp8", "nvfp4", "FP33"),
@@ -84,15 +98,24 @@ def _random_params(rng: random.Random, tiny_id: str) -> dict[str, str]:
 
 def _random_upload(rng: random.Random) -> tuple[str, bytes]:
     name = rng.choice(("config.json", "model.safetensors", "../../x.json", "a" * 300, "x\x00.json", "", "c.gguf"))
-    body = rng.choice((b"", b"{}", b'{"model_type": 7}', b"\xff" * 64, b"[" * 10_000, json.dumps({
-        "model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64}).encode(),
-        b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "))
+    body = rng.choice(
+        (
+            b"",
+            b"{}",
+            b'{"model_type": 7}',
+            b"\xff" * 64,
+            b"[" * 10_000,
+            json.dumps({"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64}).encode(),
+            b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+        )
+    )
     return name, body
 
 
 @pytest.mark.slow
-def test_seeded_random_api_calls(client: TestClient, tiny_config_bytes: bytes,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_seeded_random_api_calls(
+    client: TestClient, tiny_config_bytes: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
     tiny_id = client.post("/api/upload?filename=config.json", content=tiny_config_bytes).json()["model"]
     rng = random.Random(SEED)
     statuses: dict[int, int] = {}
@@ -107,11 +130,15 @@ def test_seeded_random_api_calls(client: TestClient, tiny_config_bytes: bytes,
             r, api, call = client.get("/", params=params), False, f"GET / {params}"
         elif kind == "upload":
             name, body = _random_upload(rng)
-            r, api, call = (client.post("/api/upload", params={"filename": name}, content=body), True,
-                            f"POST /api/upload {name[:20]!r} {body[:20]!r}")
+            r, api, call = (
+                client.post("/api/upload", params={"filename": name}, content=body),
+                True,
+                f"POST /api/upload {name[:20]!r} {body[:20]!r}",
+            )
         else:
-            path = rng.choice(("/api/", "/api/../../etc/passwd", "/static/x", "/api/estimate/extra", "/%00",
-                               "/api/upload"))
+            path = rng.choice(
+                ("/api/", "/api/../../etc/passwd", "/static/x", "/api/estimate/extra", "/%00", "/api/upload")
+            )
             r = client.get(path)  # the client normalises the path: /api/../x is /x
             api, call = r.request.url.path.startswith("/api/"), f"GET {path}"
         _check(r, api, call)
