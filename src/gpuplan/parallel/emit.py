@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.errors import ConfigError
 from gpuplan.parallel.emit_torchtitan import torchtitan_limit, torchtitan_toml
 from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
-from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero
+from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero, encoder_decoder_refusal, encoder_stages
 
 if TYPE_CHECKING:
     from gpuplan.parallel.layout import Layout
@@ -298,18 +298,39 @@ def accelerate_config(p: Plan) -> dict[str, Any]:
 
 
 def megatron_args(p: Plan) -> list[str]:
-    """Megatron-LM ``pretrain_gpt.py`` arguments for the layout (Megatron-LM's argument names)."""
+    """Megatron-LM ``pretrain_gpt.py`` arguments for the layout (Megatron-LM's argument names); for an
+    encoder-decoder model ``pretrain_t5.py``'s (NVIDIA/Megatron-LM @8af3dae7: ``--encoder-num-layers``,
+    ``--decoder-num-layers``, ``--encoder-seq-length``, ``--decoder-seq-length``, the encoder's pipeline stages
+    as ``--encoder-pipeline-model-parallel-size``, which replaced ``--pipeline-model-parallel-split-rank``)."""
     lay, prof = p.best.layout, p.profile
+    if prof.stacks:
+        enc, dec = prof.stacks
+        shape = [
+            f"--encoder-num-layers {enc.layers}",
+            f"--decoder-num-layers {dec.layers}",
+            f"--hidden-size {prof.hidden}",
+            f"--ffn-hidden-size {prof.ffn}",
+            f"--num-attention-heads {prof.heads}",
+            f"--encoder-seq-length {prof.seq_len}",
+            f"--decoder-seq-length {prof.seq_len}",
+            f"--max-position-embeddings {prof.seq_len}",
+        ]
+        if lay.pp > 1:
+            shape.append(f"--encoder-pipeline-model-parallel-size {encoder_stages(lay.pp, enc.layers, dec.layers)}")
+    else:
+        shape = [
+            f"--num-layers {prof.layers}",
+            f"--hidden-size {prof.hidden}",
+            f"--num-attention-heads {prof.heads}",
+            f"--seq-length {prof.seq_len}",
+            f"--max-position-embeddings {prof.seq_len}",
+        ]
     args = [
         f"--tensor-model-parallel-size {lay.tp}",
         f"--pipeline-model-parallel-size {lay.pp}",
         f"--micro-batch-size {lay.micro_batch_size}",
         f"--global-batch-size {lay.global_batch}",
-        f"--num-layers {prof.layers}",
-        f"--hidden-size {prof.hidden}",
-        f"--num-attention-heads {prof.heads}",
-        f"--seq-length {prof.seq_len}",
-        f"--max-position-embeddings {prof.seq_len}",
+        *shape,
     ]
     if prof.kv_heads and prof.kv_heads != prof.heads:
         args.append(f"--group-query-attention --num-query-groups {prof.kv_heads}")
@@ -427,11 +448,14 @@ def emit(p: Plan, kind: str) -> str:
     if kind not in EMITTERS:
         raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
     refused = refusal(p.best.layout, kind)
+    lay = p.best.layout
+    if p.profile.stacks and (kind == "torchtitan" or (kind == "torchrun" and lay.engine == "torch" and lay.pp > 1)):
+        refused = encoder_decoder_refusal(kind, p.model)
     if refused is not None:
         raise ConfigError(refused)
     if kind == "torchrun":
         if p.best.layout.engine == "megatron":
-            cmd = torchrun_command(p, "pretrain_gpt.py")
+            cmd = torchrun_command(p, "pretrain_t5.py" if p.profile.stacks else "pretrain_gpt.py")
             return "# launch (Megatron-LM)\n" + cmd + " \\\n    " + " \\\n    ".join(megatron_args(p)) + "\n"
         return "# launch\n" + torchrun_command(p) + "\n\n" + torch_snippet(p)
     if kind == "deepspeed":

@@ -29,7 +29,7 @@ from gpuplan.parallel.collectives import (
     p2p_s,
     reduce_scatter_s,
 )
-from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero
+from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero, encoder_decoder_stages
 from gpuplan.parallel.profile import ModelProfile
 from gpuplan.parallel.topology import Topology
 from gpuplan.parallel.zero import model_states_bytes
@@ -57,6 +57,10 @@ TIME_PART_NAMES = {
 
 def time_part_name(key: str) -> str:
     return TIME_PART_NAMES.get(key, key.replace("_", " "))
+
+
+_Kind = tuple[str, float, float, float, float]
+"""(kind, parameters, activations, autocast copies, blocks held) of one reported pipeline stage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +275,8 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     p2p = 0.0
     if layout.pp > 1:
         p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1) / layout.cp
+        if p.stacks:  # Megatron's T5 pipeline: decoder stages send and receive the encoder's output too
+            p2p *= 2
     p2p += _cp_buffer_bytes(p, layout)
     # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
     # AMP); FSDP2's MixedPrecisionPolicy and DeepSpeed hold the compute copy in 16 bits already.
@@ -278,10 +284,12 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     cast_per_block = p.block_weight_cast_bytes / tp if casts else 0.0
     outer_cast = p.outer_weight_cast_bytes / tp if casts else 0.0
     # (kind, parameters, activations, autocast copies, blocks held)
-    kinds: list[tuple[str, float, float, float, float]] = []
+    kinds: list[_Kind] = []
     if layout.pp == 1:
         act = blk * p.layers + p.first_act_bytes / tp + p.last_act_bytes / tp
         kinds.append(("every rank", first_p / tp, act, cast_per_block * p.layers + outer_cast, float(p.layers)))
+    elif p.stacks:
+        kinds = _encoder_decoder_kinds(p, layout, outer_cast)
     else:
         n = _inflight(layout)
         first_act = (blk * first_l + p.first_act_bytes / tp) * n
@@ -320,6 +328,50 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
         slack = p.allocator_slack_fraction * (rank.allocated_bytes - ctx.overhead_bytes)
         out.append(replace(rank, allocator_slack_bytes=int(slack)))
     return tuple(out)
+
+
+def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, outer_cast: float) -> list[_Kind]:
+    """(kind, parameters, activations, autocast copies, blocks) of the pipeline stages of an encoder-decoder
+    model (before tensor parallelism for parameters): each stage runs blocks of one stack
+    (``parallel.layout.encoder_decoder_stages``); the word embeddings sit on the first stage, again on the decoder's
+    first stage and (tied) on the last, as Megatron-LM's ``t5_embedding_ranks``; every decoder stage keeps
+    the encoder's output of each micro-batch in flight for its cross-attention's backward. The first stage,
+    the decoder's first, the last and the fullest other stage of each stack are reported."""
+    tp = layout.tp
+    sp = layout.sequence_parallel and tp > 1
+    stages = encoder_decoder_stages(layout.pp, p.stacks[0].layers, p.stacks[1].layers)
+    last = len(stages) - 1
+    first_decoder = next(i for i, (_, d) in enumerate(stages) if d)
+    head = p.outer_params - p.embedding_params
+    tied = head < p.vocab * p.hidden / 2
+    casts = layout.fp32_weights_with_autocast
+    rows: list[tuple[str, float, float, float, float, float]] = []  # + the stage's bytes, to pick the fullest
+    for i, counts in enumerate(stages):
+        blocks = float(sum(counts))
+        params = sum(n * st.params for n, st in zip(counts, p.stacks, strict=True))
+        act = sum(n * ((st.act_bytes - st.act_replicated_bytes) / tp + st.act_replicated_bytes / (tp if sp else 1))
+                  for n, st in zip(counts, p.stacks, strict=True))
+        cast = sum(n * st.weight_cast_bytes / tp for n, st in zip(counts, p.stacks, strict=True)) if casts else 0.0
+        if i == 0:
+            params += p.embedding_params
+            act += p.first_act_bytes / tp
+        if counts[1]:
+            act += p.encoder_output_bytes / (tp if sp else 1)
+        if i == first_decoder and i != last:
+            params += p.embedding_params
+        act *= min(layout.pp - i, layout.grad_accum)  # 1F1B: micro-batches stage i holds in flight
+        if i == last:
+            params += head + (p.vocab * p.hidden if tied else 0)
+            act += p.last_act_bytes / tp
+            cast += outer_cast
+        kind = ("first stage" if i == 0 else "last stage" if i == last else "first decoder stage"
+                if i == first_decoder else "decoder stage" if counts[1] else "encoder stage")
+        rows.append((kind, params, act, cast, blocks, params * 16 + act))
+    picked: dict[str, tuple[str, float, float, float, float, float]] = {}
+    for row in rows:  # the fullest stage of each kind
+        if row[0] not in picked or row[5] > picked[row[0]][5]:
+            picked[row[0]] = row
+    return [row[:5] for row in rows if picked[row[0]] is row]
 
 
 def _kv_chunk_bytes(p: ModelProfile, layout: Layout) -> float:
@@ -500,14 +552,18 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     stages += [(mid_l, False, False)] if pp > 2 else []
     stage_f = [n * bf + (ff if a else 0) + (lf if z else 0) for n, a, z in stages]
     stage_b = [n * bb + (fb if a else 0) + (lb if z else 0) for n, a, z in stages]
-    slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
-    layers = max(n for n, _, _ in stages)  # the slowest stage's blocks pay the per-block collectives
-    # Megatron TP: two all-reduces per block forward and two backward (with SP: all-gather +
-    # reduce-scatter of the same bytes); full recompute repeats the forward pair. Not overlapped.
+    # Megatron TP: an all-reduce after each attention and MLP sublayer (the decoder's cross-attention
+    # too), forward and backward (with SP: all-gather + reduce-scatter of the same bytes); full
+    # recompute repeats the forward ones. Not overlapped.
     act_bytes = layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / layout.cp
     recompute = layout.checkpointing == "full"
-    per_block = 4 + (2 if recompute else 0)
-    tp_s = layers * per_block * all_reduce_s(group(topo, tp, 1), act_bytes) if tp > 1 else 0.0
+    sublayers = [p.block_tp_sublayers * n for n, _, _ in stages]
+    if p.stacks and pp > 1:
+        stage_f, stage_b, sublayers = _encoder_decoder_stage_times(p, layout, (ff, fb), (lf, lb), scale)
+    slot_compute = max(f + b for f, b in zip(stage_f, stage_b, strict=True))
+    layers = max(n for n, _, _ in stages)  # the slowest stage's blocks pay the per-block collectives
+    per_sublayer = 2 + (1 if recompute else 0)
+    tp_s = max(sublayers) * per_sublayer * all_reduce_s(group(topo, tp, 1), act_bytes) if tp > 1 else 0.0
     # Expert parallelism: every MoE block sends its tokens to their experts and back (all-to-all
     # dispatch + combine) in forward, again in backward, and in the recomputed forward; on the
     # critical path (the next op needs the tokens).
@@ -517,6 +573,35 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     af, ab = p.block_attention_time.at(scale, split)
     cp_s = layers * _cp_comm_s(ctx, layout, af, ab)
     return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, ep_s, cp_s)
+
+
+def _encoder_decoder_stage_times(
+    p: ModelProfile, layout: Layout, first: tuple[float, float], last: tuple[float, float], scale: float
+) -> tuple[list[float], list[float], list[float]]:
+    """(forward s, backward s, TP sublayers) of every pipeline stage of an encoder-decoder model: its blocks
+    of one stack at that stack's traced time, the first stage's embeddings, the last stage's head and loss."""
+    meg = isinstance(layout.sharding, MegatronDDP)
+    split = layout.tp * layout.cp
+    per_stack = []
+    for st in p.stacks:
+        f, b = (st.megatron_time if meg else st.time).at(scale, split)
+        if layout.fp32_weights_with_autocast:
+            cf, cb = st.cast_time.at(1.0, layout.tp)
+            f, b = f + cf, b + cb
+        per_stack.append((f, b))
+    stages = encoder_decoder_stages(layout.pp, p.stacks[0].layers, p.stacks[1].layers)
+    fwd, bwd, subs = [], [], []
+    for i, counts in enumerate(stages):
+        f = sum(n * t[0] for n, t in zip(counts, per_stack, strict=True))
+        b = sum(n * t[1] for n, t in zip(counts, per_stack, strict=True))
+        if i == 0:
+            f, b = f + first[0], b + first[1]
+        if i == len(stages) - 1:
+            f, b = f + last[0], b + last[1]
+        fwd.append(f)
+        bwd.append(b)
+        subs.append(float(sum(n * st.tp_sublayers for n, st in zip(counts, p.stacks, strict=True))))
+    return fwd, bwd, subs
 
 
 def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
@@ -661,6 +746,8 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         p2p_group = _p2p_group(topo, tp * layout.cp * dp)
         # Megatron's scatter/gather optimisation (and SP) send 1/tp of the activation per TP rank.
         msg = slot.act_bytes / tp
+        if ctx.profile.stacks:  # Megatron's T5 decoder stages send the encoder's output with their hidden states
+            msg *= 2
         pp_s = (m + bubble_slots) * 2 * v * p2p_s(p2p_group, msg)
     compute = m * slot_s
     bubble = bubble_slots * slot_s

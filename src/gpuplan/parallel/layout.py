@@ -318,6 +318,51 @@ def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
     return (first, rest - first) if first >= 1 else None
 
 
+def encoder_stages(pp: int, encoder_layers: int, decoder_layers: int) -> int:
+    """Pipeline stages of an encoder-decoder model that run the encoder (Megatron-LM's
+    ``--encoder-pipeline-model-parallel-size``, formerly ``--pipeline-model-parallel-split-rank``: every
+    stage runs blocks of one stack, the encoder on the first stages): the stages in proportion to the
+    blocks, at least one for each stack. 0 when pp is 1 (one stage runs both)."""
+    if pp < 2:
+        return 0
+    share = int(pp * encoder_layers / (encoder_layers + decoder_layers) + 0.5)
+    return min(max(share, 1), pp - 1)
+
+
+def stack_stage_blocks(layers: int, stages: int) -> list[int]:
+    """Blocks of one stack on each of its ``stages`` consecutive pipeline stages: evenly, else by the
+    decoder-only rule (:func:`uneven_stages`: the middle stages take ceil(layers/stages), the first and
+    last the rest). LayoutError when the stack has fewer blocks than stages."""
+    if stages < 1 or layers < stages:
+        raise LayoutError(f"{stages} pipeline stages for a stack of {layers} blocks: a stage needs at least one "
+                          "block; use a smaller --pp")
+    if layers % stages == 0:
+        return [layers // stages] * stages
+    split = uneven_stages(layers, stages)
+    if split is None:
+        raise LayoutError(f"{layers} blocks do not split over {stages} pipeline stages; use a smaller --pp")
+    mid = -(-layers // stages)
+    return [split[0], *([mid] * (stages - 2)), split[1]]
+
+
+def encoder_decoder_stages(pp: int, encoder_layers: int, decoder_layers: int) -> list[tuple[int, int]]:
+    """(encoder blocks, decoder blocks) on each pipeline stage, in stage order (one stage holds both at pp 1)."""
+    if pp < 2:
+        return [(encoder_layers, decoder_layers)]
+    enc = encoder_stages(pp, encoder_layers, decoder_layers)
+    return ([(n, 0) for n in stack_stage_blocks(encoder_layers, enc)]
+            + [(0, n) for n in stack_stage_blocks(decoder_layers, pp - enc)])
+
+
+def encoder_decoder_refusal(kind: str, model: str) -> str:
+    """One line: ``--emit kind`` has no encoder-decoder program for ``model`` (torchtitan has no such model; the
+    torch snippet's pipeline passes one hidden state between stages, not the encoder's output as well)."""
+    what = ("torchtitan has no encoder-decoder model" if kind == "torchtitan"
+            else "its pipeline passes one hidden state between stages, not the encoder's output too")
+    return (f"--emit {kind} cannot implement it for {model}: {what}; use --emit deepspeed (ZeRO, --pp 1) or "
+            "--megatron with --emit torchrun (Megatron-LM's pretrain_t5.py)")
+
+
 def check_context(cp: int, cp_comm: str, *, seq_len: int, heads: int, tp: int) -> None:
     """Context parallelism splits each sequence into 2·cp load-balanced causal chunks (torchtitan and
     Megatron-LM both need the sequence to divide); Ulysses all-to-all also splits the heads cp ways."""

@@ -16,7 +16,7 @@ from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.models.config_view import ConfigView
 from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
-from gpuplan.parallel.layout import MegatronDDP, Zero
+from gpuplan.parallel.layout import MegatronDDP, Zero, encoder_decoder_refusal
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
@@ -173,7 +173,10 @@ def plan(
     cfg = ConfigView(getattr(source, "config_dict", None))
     heads = cfg.attention_heads or 0
     kv = cfg.kv_heads or heads
-    layers = max(layer_counts_of(source).values(), default=1)  # cached beside the traces: no torch on a hit
+    counts = layer_counts_of(source)  # cached beside the traces: no torch on a hit
+    # an encoder-decoder model (T5: two stacks) is planned over all its blocks, each stage one stack's
+    encoder_layers = next(iter(counts.values())) if len(counts) == 2 else 0
+    layers = sum(counts.values()) if encoder_layers else max(counts.values(), default=1)
     base = Constraints(
         gpus=gpus,
         global_batch=gb,
@@ -191,8 +194,11 @@ def plan(
         cp_comm=cp_comm,
         seq_len=int(seq_len_of(source, w) or 0),
         offload_fixed=offload_fixed,
+        encoder_layers=encoder_layers,
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
+    if emit is not None and encoder_layers:
+        emit = _encoder_decoder_filter(emit, source.name)
     if emit is not None:
         _check_emittable(base, emit, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts,
                          gpus_per_node=topo.gpus_per_node)
@@ -305,6 +311,20 @@ class EngineFilter:
 
     name: str
     refusal: Callable[[Layout, bool], str | None]
+
+
+def _encoder_decoder_filter(emit: EngineFilter, model: str) -> EngineFilter:
+    """``emit`` for an encoder-decoder model: torchtitan has none, and the torch snippet's pipeline cannot pass the
+    encoder's output along (Megatron-LM's pretrain_t5.py and DeepSpeed ZeRO run it)."""
+    if emit.name == "torchtitan":
+        raise LayoutError(encoder_decoder_refusal("torchtitan", model))
+
+    def refusal(lay: Layout, before_search: bool) -> str | None:
+        if emit.name == "torchrun" and lay.engine == "torch" and lay.pp > 1:
+            return encoder_decoder_refusal(emit.name, model)
+        return emit.refusal(lay, before_search)
+
+    return EngineFilter(emit.name, refusal)
 
 
 def _emittable(layouts: Iterator[Layout], emit: EngineFilter | None) -> Iterator[Layout]:

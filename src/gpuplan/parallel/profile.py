@@ -78,6 +78,26 @@ class EngineTime:
 
 
 @dataclass(frozen=True, slots=True)
+class StackBlock:
+    """One block of one stack of an encoder-decoder model (T5: the encoder's self-attention + FFN, the
+    decoder's self-attention + cross-attention + FFN), per traced micro-batch, as ``ModelProfile``'s block
+    fields are for a single-stack model."""
+
+    name: str
+    """``encoder`` | ``decoder``."""
+    layers: int
+    params: int
+    act_bytes: int
+    act_replicated_bytes: int
+    weight_cast_bytes: int
+    time: PhaseTime
+    cast_time: PhaseTime
+    megatron_time: PhaseTime
+    tp_sublayers: int
+    """Sublayers Megatron TP all-reduces after (attention, FFN; the decoder's cross-attention too)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelProfile:
     """Per-block and outside-block quantities of one traced step (micro-batch ``micro_batch``)."""
 
@@ -172,6 +192,20 @@ class ModelProfile:
     block_host_copy_bytes: float = 0.0
     """``--offload activations``: bytes one block copies to the host per micro-batch (its checkpointed input; the
     same come back before its recompute), from the traced step's full-depth figure."""
+    stacks: tuple[StackBlock, ...] = ()
+    """Encoder-decoder models: the encoder's block and the decoder's (empty for single-stack models). The
+    ``block_*`` fields are then the mean over all ``layers`` = encoder + decoder blocks, so every
+    whole-model sum (one stage holding every block) is exact; pipeline stages use the stacks."""
+    block_tp_sublayers: float = 2.0
+    """Sublayers per block Megatron TP all-reduces after (2: attention and FFN; the mean over the stacks)."""
+    encoder_output_bytes: int = 0
+    """Encoder-decoder models: the encoder's output of one micro-batch (tokens × hidden × compute bytes),
+    which every decoder pipeline stage receives and keeps for its cross-attention's backward."""
+
+    @property
+    def encoder_layers(self) -> int:
+        """Blocks of the encoder stack (0 for single-stack models)."""
+        return self.stacks[0].layers if self.stacks else 0
 
     @property
     def model_flops_per_sample(self) -> float:
@@ -204,10 +238,10 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: Trace
     if not workload.trains:
         raise ConfigError(f"gpuplan plan covers training (--mode train), got --mode {workload.mode}")
     counts = layer_counts_of(source)
-    if len(counts) > 1:
+    if len(counts) > 2:
         raise ConfigError(
             f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
-            "the planner splits single-stack models (decoder-only/encoder-only) only"
+            "the planner splits single-stack and encoder-decoder (two-stack) models only"
         )
     if step is None:
         step = trace_step(source, workload, compute_capability=gpu.compute_capability or (9, 0))
@@ -224,19 +258,11 @@ def profile_from_step(
     if run is None:
         raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
     counts = layer_counts_of(source)
-    key = next(iter(counts), None)
-    container = run.containers.get(key or "", "")
-    traced_layers = run.block_counts.get(key, 1) if key else 1
-    blocks = _Blocks(
-        container=container,
-        traced_layers=traced_layers,
-        full_layers=(counts[key] if key else 1) if container else 1,
-        middle_prefix=f"{container}.{MIDDLE}" if container and traced_layers >= TRACED_BLOCKS else None,
-        block_re=re.compile(rf"^{re.escape(container)}\.\d+(\.|$)") if container else None,
-    )
+    blocks = _blocks_of(run, counts)
     params = _param_split(step, run, blocks)
     acts = _activation_split(run, blocks, workload, source.name)
     times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
+    stacks = _stacks(blocks, params, acts, times)
     cfg = ConfigView(getattr(source, "config_dict", None))
     hidden = cfg.hidden_size or 0
     heads = cfg.attention_heads or 1
@@ -245,19 +271,20 @@ def profile_from_step(
     from gpuplan.perf.summary import seq_len_of
 
     seq = seq_len_of(source, workload) or 1
+    mean = _Mean(blocks.full_layers)
     return ModelProfile(
         name=source.name,
         workload=workload,
         micro_batch=workload.batch_size,
         seq_len=int(seq),
-        layers=blocks.full_layers,
+        layers=sum(blocks.full_layers),
         hidden=hidden,
         heads=heads,
         kv_heads=cfg.kv_heads or heads,
         vocab=cfg.vocab_size or 0,
         ffn=cfg.ffn_size or 4 * hidden,
         params_count=params.params_count,
-        block_params=params.block_params,
+        block_params=mean.of(params.block_params),
         outer_params=params.outer_params,
         embedding_params=params.embedding_params,
         largest_layer_params=params.largest_layer_params,
@@ -265,25 +292,25 @@ def profile_from_step(
         grad_bytes_per_param=params.per_param["gradients"],
         optimizer_bytes_per_param=params.per_param["optimizer_state"],
         compute_bytes=times.compute_bytes,
-        block_act_bytes=acts.block_act,
-        block_weight_cast_bytes=acts.block_cast,
+        block_act_bytes=mean.of(acts.block_act),
+        block_weight_cast_bytes=mean.of(acts.block_cast),
         outer_weight_cast_bytes=acts.outer_cast,
-        block_act_replicated_bytes=acts.block_rep,
+        block_act_replicated_bytes=mean.of(acts.block_rep),
         first_act_bytes=acts.first_act,
         last_act_bytes=acts.outer_act - acts.first_act,
         transient_bytes=max(0, acts.transient),
         optimizer_temp_bytes_per_param=acts.opt_temp / max(run.params_count, 1),
         allocator_slack_fraction=max(0.0, acts.slack),
-        block_time=times.block,
-        block_attention_time=times.attention,
+        block_time=mean.time(times.block),
+        block_attention_time=mean.time(times.attention),
         first_time=times.first,
         last_time=times.last,
-        block_cast_time=times.cast_block,
+        block_cast_time=mean.time(times.cast_block),
         outer_cast_time=times.cast_outer,
         optimizer_s_per_param=times.optimizer_s / max(run.params_count, 1),
-        block_model_flops=times.block_model_flops,
+        block_model_flops=mean.of(times.block_model_flops),
         outer_model_flops=times.outer_model_flops,
-        block_hw_flops=times.block_hw_flops,
+        block_hw_flops=mean.of(times.block_hw_flops),
         outer_hw_flops=times.outer_hw_flops,
         peak_tflops=times.peak_tflops,
         compute_dtype=times.compute_dtype,
@@ -292,40 +319,127 @@ def profile_from_step(
         experts=cfg.experts if params.expert_params else 0,
         experts_per_token=(cfg.positive("num_experts_per_tok", "moe_topk") or 1) if params.expert_params else 0,
         block_param_modules=params.block_modules or 1,
-        megatron_time=times.megatron,
+        megatron_time=EngineTime(mean.time(times.megatron_block), times.megatron.first, times.megatron.last),
         copy_s_per_byte=times.copy_s_per_byte,
         trainable_fraction=params.trainable_fraction,
         frozen_float_params_per_param=params.frozen_float_params_per_param,
         frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
         frozen_packed_bytes_per_param=params.frozen_packed_bytes_per_param,
         kind=workload_kind(str(getattr(source, "task", "custom")), run.trace.ops),
-        block_host_copy_bytes=step.host_copy_bytes / max(blocks.full_layers, 1),
+        block_host_copy_bytes=step.host_copy_bytes / max(sum(blocks.full_layers), 1),
+        stacks=stacks,
+        block_tp_sublayers=sum(s.tp_sublayers * s.layers for s in stacks) / sum(blocks.full_layers) if stacks else 2.0,
+        encoder_output_bytes=int(workload.batch_size * seq * hidden * times.compute_bytes) if stacks else 0,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _Blocks:
-    """Where the repeated blocks sit in the traced run."""
+    """Where the repeated blocks sit in the traced run: one stack, or an encoder's and a decoder's
+    (per-stack tuples, in the order of the model's layer counts)."""
 
-    container: str
-    traced_layers: int
-    full_layers: int
-    middle_prefix: str | None
-    """Module path of the middle traced block (None: no blocks to split)."""
+    containers: tuple[str, ...]
+    traced_layers: tuple[int, ...]
+    full_layers: tuple[int, ...]
+    middle_prefixes: tuple[str, ...]
+    """Module path of each stack's middle traced block (empty: no blocks to split)."""
     block_re: re.Pattern[str] | None
+
+    @property
+    def middle_prefix(self) -> str | None:
+        return self.middle_prefixes[0] if self.middle_prefixes else None
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return len(self.middle_prefixes) > 1
 
     def in_block(self, module: str) -> bool:
         return self.block_re is not None and bool(self.block_re.match(module))
 
+    def middle_of(self, module: str) -> int | None:
+        """Index of the stack whose middle block holds ``module`` (None: none)."""
+        for i, m in enumerate(self.middle_prefixes):
+            if module == m or module.startswith(f"{m}."):
+                return i
+        return None
+
     def in_middle(self, module: str) -> bool:
-        m = self.middle_prefix
-        return bool(m) and (module == m or module.startswith(f"{m}."))
+        return self.middle_of(module) is not None
+
+    def stack_of(self, module: str) -> int:
+        """Index of the stack whose blocks hold ``module`` (a module in a block)."""
+        return next(i for i, c in enumerate(self.containers) if module.startswith(f"{c}."))
+
+    def first_side(self, module: str) -> bool:
+        """Outside the blocks, on the first pipeline stage: the embeddings (encoder-decoder: the
+        encoder's side, its embeddings, dropout and final norm; the decoder's side sits with the head)."""
+        if self.encoder_decoder:
+            return module.startswith("encoder.") or (("emb" in module or module == "shared")
+                                                     and not module.startswith("decoder."))
+        return "emb" in module or module.endswith((".drop", "wte", "wpe"))
+
+
+def _blocks_of(run: RunResult, counts: dict[str, int]) -> _Blocks:
+    """The traced run's repeated blocks: the first stack of a single-stack model, both stacks of an
+    encoder-decoder one (each with a middle traced block; else the step is one block)."""
+    keys = [k for k in counts if run.containers.get(k)]
+    if len(counts) > 1 and len(keys) == len(counts):
+        traced = tuple(run.block_counts.get(k, 1) for k in keys)
+        if min(traced) < TRACED_BLOCKS:
+            keys = []  # a stack traced whole at fewer than 3 blocks: no middle block to stand for it
+    else:
+        keys = keys[:1] if len(counts) == 1 else []
+    containers = tuple(run.containers[k] for k in keys)
+    traced = tuple(run.block_counts.get(k, 1) for k in keys)
+    middles = tuple(f"{c}.{MIDDLE}" for c, n in zip(containers, traced, strict=True) if n >= TRACED_BLOCKS)
+    return _Blocks(
+        containers=containers,
+        traced_layers=traced or (1,),
+        full_layers=tuple(counts[k] for k in keys) or (1,),
+        middle_prefixes=middles if len(middles) == len(containers) else (),
+        block_re=re.compile("|".join(rf"^{re.escape(c)}\.\d+(\.|$)" for c in containers)) if containers else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Mean:
+    """Per-block quantities as the mean over every block of every stack (exact in whole-model sums)."""
+
+    layers: tuple[int, ...]
+
+    def of(self, values: tuple[int, ...]) -> int:
+        if len(values) == 1:
+            return values[0]
+        return round(sum(v * n for v, n in zip(values, self.layers, strict=True)) / sum(self.layers))
+
+    def time(self, values: tuple[PhaseTime, ...]) -> PhaseTime:
+        if len(values) == 1:
+            return values[0]
+        total = sum(self.layers)
+        w = [n / total for n in self.layers]
+        return PhaseTime(*(sum(getattr(t, f) * x for t, x in zip(values, w, strict=True))
+                           for f in ("forward_s", "backward_s", "overhead_s")))
+
+
+def _stacks(b: _Blocks, params: _ParamSplit, acts: _ActSplit, times: _TimeSplit) -> tuple[StackBlock, ...]:
+    """Each stack's block of an encoder-decoder model (empty for a single stack)."""
+    if not b.encoder_decoder:
+        return ()
+    names = ("encoder", "decoder")
+    # Megatron's T5 decoder layer adds cross-attention to the encoder layer's self-attention and MLP
+    return tuple(
+        StackBlock(name=names[i], layers=b.full_layers[i], params=params.block_params[i],
+                   act_bytes=acts.block_act[i], act_replicated_bytes=acts.block_rep[i],
+                   weight_cast_bytes=acts.block_cast[i], time=times.block[i], cast_time=times.cast_block[i],
+                   megatron_time=times.megatron_block[i], tp_sublayers=2 + i)
+        for i in range(2)
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _ParamSplit:
     params_count: int
-    block_params: int
+    block_params: tuple[int, ...]
     outer_params: int
     expert_params: int
     block_modules: int
@@ -347,17 +461,23 @@ def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
     the model)."""
     pmap = run.module_params
     traced_params = sum(pmap.values())
-    if b.block_re is not None:
+    block_params: tuple[int, ...]
+    if b.encoder_decoder:
+        # each stack's middle block; what only the first block holds (T5's relative position bias
+        # table) stays outside the blocks, so the full-depth count is exact
+        block_params = tuple(sum(n for m, n in pmap.items() if b.middle_of(m) == i) for i in range(len(b.containers)))
+        outer_params = traced_params - sum(n * t for n, t in zip(block_params, b.traced_layers, strict=True))
+    elif b.block_re is not None:
         block_params_traced = sum(n for m, n in pmap.items() if b.in_block(m))
-        block_params = block_params_traced // b.traced_layers
+        block_params = (block_params_traced // b.traced_layers[0],)
         outer_params = traced_params - block_params_traced
     else:
-        block_params, outer_params = traced_params, 0
+        block_params, outer_params = (traced_params,), 0
     expert_params = block_modules = 0
     if b.block_re is not None:
         in_block = [(m, n) for m, n in pmap.items() if b.in_block(m) and n > 0]
-        expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // b.traced_layers
-        block_modules = max(1, len(in_block) // b.traced_layers)
+        expert_params = sum(n for m, n in in_block if _EXPERTS.search(m)) // sum(b.traced_layers)
+        block_modules = max(1, len(in_block) // sum(b.traced_layers))
     # parameters as the step holds them (buffers included: the storages' "parameters" category,
     # live through the whole step, so the peak's component is the full-depth total)
     n_full = max(step.params_count, 1)
@@ -373,7 +493,7 @@ def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
     every_param_trains = trainable == step.params_count
     frozen_packed = step.param_bytes - step.trainable_param_bytes - step.frozen_float_param_bytes
     return _ParamSplit(
-        params_count=outer_params + block_params * b.full_layers,
+        params_count=outer_params + sum(n * f for n, f in zip(block_params, b.full_layers, strict=True)),
         block_params=block_params,
         outer_params=outer_params,
         expert_params=expert_params,
@@ -392,11 +512,11 @@ def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
 
 @dataclass(frozen=True, slots=True)
 class _ActSplit:
-    block_act: int
-    block_rep: int
+    block_act: tuple[int, ...]
+    block_rep: tuple[int, ...]
     outer_act: int
     first_act: int
-    block_cast: int
+    block_cast: tuple[int, ...]
     outer_cast: int
     transient: int
     opt_temp: int
@@ -414,7 +534,10 @@ def _activation_split(run: RunResult, b: _Blocks, workload: Workload, name: str)
     if fe < 0:
         raise ConfigError(f"the traced step of {name} has no forward phase")
     live = _live_at(trace, trace.points[fe].event_count)
-    block_act = block_rep = outer_act = first_act = block_cast = outer_cast = 0
+    stacks = max(len(b.middle_prefixes), 1)
+    block_act, block_rep, block_cast = [0] * stacks, [0] * stacks, [0] * stacks
+    outer_act = first_act = outer_cast = 0
+    other = [0] * stacks  # encoder-decoder: activations of each stack's first and last traced blocks
     # Under torch.autocast the 16-bit copies of fp32 weights stay alive from their first use to the
     # end of the forward (autocast's weight-cast cache) or to their backward (saved for it): per-rank
     # memory for engines that keep fp32 weights, absent when weights are held in 16 bits.
@@ -425,26 +548,35 @@ def _activation_split(run: RunResult, b: _Blocks, workload: Workload, name: str)
             continue
         mod = info.module
         is_cast = size % _HALF == 0 and size // _HALF in sizes.get(mod, ())
-        in_middle = b.in_middle(mod)
-        if is_cast and (in_middle or not b.in_block(mod)):
-            if in_middle:
-                block_cast += size
+        stack = b.middle_of(mod)
+        if is_cast and (stack is not None or not b.in_block(mod)):
+            if stack is not None:
+                block_cast[stack] += size
             else:
                 outer_cast += size
             continue
-        if in_middle and b.middle_prefix:
-            block_act += size
-            if _REPLICATED.search(mod[len(b.middle_prefix) + 1 :] if mod != b.middle_prefix else ""):
-                block_rep += size
+        if stack is not None:
+            block_act[stack] += size
+            middle = b.middle_prefixes[stack]
+            if _REPLICATED.search(mod[len(middle) + 1 :] if mod != middle else ""):
+                block_rep[stack] += size
         elif b.in_block(mod):
+            if b.encoder_decoder:
+                other[b.stack_of(mod)] += size
             continue  # blocks 0 and 2: the middle block stands for every block
         else:
             outer_act += size
-            if "emb" in mod or mod.endswith((".drop", "wte", "wpe")):
+            if b.first_side(mod):
                 first_act += size
+    for i, n in enumerate(other):
+        # what a stack's first block holds beyond the middle one (T5: the relative position bias it computes
+        # for every block, the extended masks) stays outside the blocks, beside that stack's embeddings
+        extra = max(0, n - (b.traced_layers[i] - 1) * block_act[i])
+        outer_act += extra
+        first_act += extra if i == 0 else 0
     if not b.middle_prefix:  # no blocks to split: the whole step's activations are one "block"
-        block_act, block_rep, outer_act, first_act = outer_act, outer_act, 0, 0
-        block_cast, outer_cast = outer_cast, 0
+        block_act, block_rep, outer_act, first_act = [outer_act], [outer_act], 0, 0
+        block_cast, outer_cast = [outer_cast], 0
     points = [i for i, p in enumerate(trace.points) if p.phase in _TRAIN_PHASES]
     vecs = category_vectors(trace, points)
     act_fe = vecs[fe]["activations"] + vecs[fe]["temporaries"] if fe in vecs else 0
@@ -456,22 +588,25 @@ def _activation_split(run: RunResult, b: _Blocks, workload: Workload, name: str)
     # on the traced events (3 blocks): applied to every rank as a fraction of its allocated bytes.
     stats = replay(trace.events)
     slack = stats.peak_reserved_bytes / stats.peak_allocated_bytes - 1 if stats.peak_allocated_bytes else 0.0
-    return _ActSplit(block_act, block_rep, outer_act, first_act, block_cast, outer_cast, transient, opt_temp, slack)
+    return _ActSplit(tuple(block_act), tuple(block_rep), outer_act, first_act, tuple(block_cast), outer_cast,
+                     transient, opt_temp, slack)
 
 
 @dataclass(frozen=True, slots=True)
 class _TimeSplit:
-    block: PhaseTime
-    attention: PhaseTime
+    block: tuple[PhaseTime, ...]
+    attention: tuple[PhaseTime, ...]
     first: PhaseTime
     last: PhaseTime
-    cast_block: PhaseTime
+    cast_block: tuple[PhaseTime, ...]
     cast_outer: PhaseTime
     megatron: EngineTime
+    """Megatron's first and last (outside the blocks); its blocks: ``megatron_block``."""
+    megatron_block: tuple[PhaseTime, ...]
     optimizer_s: float
-    block_model_flops: int
+    block_model_flops: tuple[int, ...]
     outer_model_flops: int
-    block_hw_flops: int
+    block_hw_flops: tuple[int, ...]
     outer_hw_flops: int
     peak_tflops: float
     compute_dtype: str
@@ -511,27 +646,34 @@ def _time_split(
     casts = [op for op in all_train if sizes and is_weight_cast(op)]
     cast_ids = {id(op) for op in casts}
     train_ops = [op for op in all_train if id(op) not in cast_ids]
+    blks: list[list[OpRecord]]
     if b.middle_prefix:
-        mid_block = f"{b.container}:{MIDDLE}"
-        cast_block, _, _ = subset_time([op for op in casts if op.block == mid_block])
+        mids = [f"{c}:{MIDDLE}" for c in b.containers]
+        cast_block = tuple(subset_time([op for op in casts if op.block == m])[0] for m in mids)
         cast_outer, _, _ = subset_time([op for op in casts if op.block is None])
-        blk = [op for op in train_ops if op.block == mid_block]
+        blks = [[op for op in train_ops if op.block == m] for m in mids]
         outer = [op for op in train_ops if op.block is None]
     else:
-        cast_block, _, _ = subset_time(casts)
+        cast_block = (subset_time(casts)[0],)
         cast_outer = PhaseTime(0.0, 0.0, 0.0)
-        blk, outer = train_ops, []
-    block_time, block_mf, block_hf = subset_time(blk)
-    attention_time, _, _ = subset_time([op for op in blk if op.op_class == "attention"])
-    first_ops = [op for op in outer if "emb" in op.module or op.module.endswith(("wte", "wpe", ".drop"))]
+        blks, outer = [train_ops], []
+    block_split = [subset_time(blk) for blk in blks]
+    attention_time = tuple(subset_time([op for op in blk if op.op_class == "attention"])[0] for blk in blks)
+    first_ops = [op for op in outer if b.first_side(op.module)]
     last_ops = [op for op in outer if op not in first_ops]
-    first_time, first_mf, first_hf = subset_time(first_ops)
-    last_time, last_mf, last_hf = subset_time(last_ops)
+    # encoder-decoder: the work a stack's traced blocks do beyond traced × the middle block's (T5's first
+    # block computes the relative position bias every block adds) goes with that stack's outer ops
+    extras = [_excess(subset_time([op for op in train_ops if (op.block or "").startswith(f"{c}:")]), n, split)
+              for c, n, split in zip(b.containers, b.traced_layers, block_split, strict=True)
+              ] if b.encoder_decoder else []
+    first_time, first_mf, first_hf = _plus(subset_time(first_ops), extras[:1])
+    last_time, last_mf, last_hf = _plus(subset_time(last_ops), extras[1:])
     # Megatron-LM's program: its fused softmax in place of HF's chain, at its GEMM rate
     cb_bytes = 2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4
     meg_eff = megatron_efficiency(efficiency_for(gpu), megatron_gemm_scale)
+    megatron_block = tuple(subset_time(megatron_ops(blk, cb_bytes), meg_eff)[0] for blk in blks)
     megatron_time = EngineTime(
-        subset_time(megatron_ops(blk, cb_bytes), meg_eff)[0],
+        megatron_block[0],
         subset_time(megatron_ops(first_ops, cb_bytes), meg_eff)[0],
         subset_time(megatron_ops(last_ops, cb_bytes), meg_eff)[0],
     )
@@ -539,17 +681,18 @@ def _time_split(
     opt_s = step_time(_as_step(opt_ops, run.params_count, run.param_bytes), gpu, workload).total_s if opt_ops else 0.0
     full = step_time(_as_step(list(ops[:1]), run.params_count, run.param_bytes), gpu, workload)
     return _TimeSplit(
-        block=block_time,
+        block=tuple(t for t, _, _ in block_split),
         attention=attention_time,
         first=first_time,
         last=last_time,
         cast_block=cast_block,
         cast_outer=cast_outer,
         megatron=megatron_time,
+        megatron_block=megatron_block,
         optimizer_s=opt_s,
-        block_model_flops=block_mf,
+        block_model_flops=tuple(mf for _, mf, _ in block_split),
         outer_model_flops=first_mf + last_mf,
-        block_hw_flops=block_hf,
+        block_hw_flops=tuple(hf for _, _, hf in block_split),
         outer_hw_flops=first_hf + last_hf,
         peak_tflops=full.peak_tflops,
         compute_dtype=full.compute_dtype,
@@ -558,14 +701,45 @@ def _time_split(
     )
 
 
+_Timed = tuple[PhaseTime, int, int]
+"""(time, model FLOPs, hardware FLOPs) of a subset of the traced ops."""
+
+
+def _excess(whole: _Timed, traced: int, middle: _Timed) -> _Timed:
+    """What ``whole`` (every traced block of a stack) has beyond ``traced`` × its ``middle`` block (the cost
+    model is per-op and additive, so a subset's time is its share)."""
+    (w, wm, wh), (m, mm, mh) = whole, middle
+    return (PhaseTime(max(0.0, w.forward_s - traced * m.forward_s), max(0.0, w.backward_s - traced * m.backward_s),
+                      max(0.0, w.overhead_s - traced * m.overhead_s)),
+            max(0, wm - traced * mm), max(0, wh - traced * mh))
+
+
+def _plus(base: _Timed, extras: list[_Timed]) -> _Timed:
+    t, mf, hf = base
+    for e, emf, ehf in extras:
+        t = PhaseTime(t.forward_s + e.forward_s, t.backward_s + e.backward_s, t.overhead_s + e.overhead_s)
+        mf, hf = mf + emf, hf + ehf
+    return t, mf, hf
+
+
 def _assumptions(name: str, b: _Blocks, workload: Workload, params: _ParamSplit) -> tuple[str, ...]:
+    traced = " + ".join(str(n) for n in b.traced_layers)
+    full = " + ".join(str(n) for n in b.full_layers)
     out: tuple[str, ...] = (
-        f"traced once: {name} with {b.traced_layers} of {b.full_layers} blocks at micro-batch "
+        f"traced once: {name} with {traced} of {full} blocks at micro-batch "
         f"{workload.batch_size}; other micro-batches scale activations and kernel time linearly "
         "(launch overhead fixed)",
         "TP shards every block activation except the residual stream, norms and output dropouts "
         "(Megatron, Korthikanti et al. 2022); sequence parallelism shards those too",
     )
+    if b.encoder_decoder:
+        out += (
+            "encoder-decoder: encoder and decoder blocks profiled apart (the decoder's with its cross-attention); "
+            "pipeline stages run blocks of one stack, the encoder on the first stages (Megatron-LM's "
+            "--encoder-pipeline-model-parallel-size), in proportion to the blocks; each decoder stage receives "
+            "and keeps the encoder's output per micro-batch in flight; the decoder reads --seq-len tokens as "
+            "estimate traces it",
+        )
     if params.trainable_fraction < 1.0:
         out += (
             f"{params.trainable:,} of {params.traced_params:,} traced parameters train: DeepSpeed ZeRO and Megatron "

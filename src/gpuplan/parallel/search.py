@@ -21,6 +21,7 @@ from gpuplan.parallel.layout import (
     check_experts,
     check_model,
     check_sharding,
+    encoder_decoder_stages,
     uneven_stages,
 )
 
@@ -58,6 +59,8 @@ class Constraints:
     search_cp: bool = False
     seq_len: int = 0
     """Tokens per sample (context parallelism splits them into 2·cp chunks)."""
+    encoder_layers: int = 0
+    """Encoder-decoder models: the encoder's blocks (the decoder's are the rest of ``layers``); 0 for one stack."""
 
 
 def divisors(n: int) -> list[int]:
@@ -75,6 +78,11 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int, experts:
                 f"ep({c.ep}) does not divide dp({c.dp}) ({c.dp} mod {c.ep} = {c.dp % c.ep}): experts are split "
                 "over groups of data-parallel ranks; use an ep that divides dp"
             )
+    if c.encoder_layers and (c.cp or 1) > 1:
+        raise LayoutError(
+            f"context parallelism (cp={c.cp}) for an encoder-decoder model is not run by Megatron-LM or torchtitan "
+            "(their context parallelism splits decoder-only and encoder-only stacks); use --cp 1"
+        )
     if c.cp is not None:
         check_context(c.cp, c.cp_comm, seq_len=c.seq_len, heads=heads, tp=c.tp or 1)
         if c.cp > 1 and c.zero is not None:
@@ -102,7 +110,12 @@ def validate(c: Constraints, *, heads: int, kv_heads: int, layers: int, experts:
     if c.tp is not None and c.tp > 1 and not heads:
         raise LayoutError(f"tp({c.tp}) needs a transformer to split (attention heads); this model has none: use --tp 1")
     if c.tp is not None or c.pp is not None:
-        check_model(c.tp or 1, c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
+        # encoder-decoder: every stage runs blocks of one stack (each stack split by the decoder-only rule)
+        check_model(c.tp or 1, 1 if c.encoder_layers else c.pp or 1, heads=heads, kv_heads=kv_heads, layers=layers)
+        if c.encoder_layers and c.pp and c.pp > 1:
+            if c.pp > layers:
+                raise LayoutError(f"pp({c.pp}) > {layers} layers: a pipeline stage needs at least one layer")
+            encoder_decoder_stages(c.pp, c.encoder_layers, layers - c.encoder_layers)
     check_sharding(c.zero or 0, bool(c.fsdp), c.tp or 1, c.pp or 1, bool(c.megatron))
     if c.dp is not None and c.micro_batch is not None:
         check_batch(c.global_batch, c.dp, c.micro_batch)
@@ -126,6 +139,8 @@ def candidates(
 
 
 def _context_degrees(c: Constraints, tp: int, heads: int) -> list[int]:
+    if c.encoder_layers:
+        return [1] if c.cp in (None, 1) else []
     if c.cp is not None:
         return [c.cp] if (c.gpus // tp) % c.cp == 0 else []
     if not c.search_cp:
@@ -143,6 +158,8 @@ def _layouts(
 ) -> Iterator[Layout]:
     rest = c.gpus // tp // cp
     pps = [c.pp] if c.pp else [p for p in divisors(rest) if p <= layers and layers % p == 0]
+    if c.encoder_layers:
+        pps = [p for p in ([c.pp] if c.pp else divisors(rest)) if _stacks_split(p, c.encoder_layers, layers)]
     for pp in pps:
         if rest % pp:
             continue
@@ -162,8 +179,10 @@ def _layouts(
                 continue
             ga = per_rank // m
             # a pp the user fixed that does not divide the layers: uneven stages, 1F1B only
-            uneven = uneven_stages(layers, pp) if layers % pp else None
-            for sched, v in _schedules(pp, layers, ga) if uneven is None else [("1f1b", 1)]:
+            # encoder-decoder: stages by stack (evaluate's encoder_decoder_stages), 1F1B only (Megatron's T5)
+            uneven = uneven_stages(layers, pp) if layers % pp and not c.encoder_layers else None
+            plain = uneven is None and not c.encoder_layers
+            for sched, v in _schedules(pp, layers, ga) if plain else [("1f1b", 1)]:
                 for shard in _shardings(c, dp, tp, pp, gpus_per_node, cp):
                     for ep in eps:
                         if ep > 1 and isinstance(shard, FSDP2) and shard.hsdp_shard is not None:
@@ -187,6 +206,17 @@ def _layouts(
                             first_stage_layers=uneven[0] if uneven else 0,
                             last_stage_layers=uneven[1] if uneven else 0,
                         )
+
+
+def _stacks_split(pp: int, encoder_layers: int, layers: int) -> bool:
+    """Whether an encoder-decoder model's two stacks split over ``pp`` stages (each stage one stack)."""
+    if pp > layers:
+        return False
+    try:
+        encoder_decoder_stages(pp, encoder_layers, layers - encoder_layers)
+    except LayoutError:
+        return False
+    return True
 
 
 def _schedules(pp: int, layers: int, ga: int) -> list[tuple[str, int]]:
