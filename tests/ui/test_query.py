@@ -49,7 +49,7 @@ def test_web_input_never_names_a_path_a_hub_id_or_code(model: str) -> None:
 
 
 @pytest.mark.parametrize(("params", "words"), [
-    ({"model": "gpt2", "batch_size": "two"}, "batch_size must be a whole number, got 'two'"),
+    ({"model": "gpt2", "batch_size": "two"}, "batch_size: expected a whole number, got 'two'"),  # the CLI's words
     ({"model": "gpt2", "batch_size": "0"}, "batch size 0 is out of range"),
     ({"model": "gpt2", "precision": "fp64"}, "fp64"),
     ({"model": "gpt2", "verb": "estimat"}, "did you mean estimate"),
@@ -57,8 +57,8 @@ def test_web_input_never_names_a_path_a_hub_id_or_code(model: str) -> None:
     ({"model": "gpt2", "verb": "fit"}, "fit needs gpu"),
     ({"model": "gpt2", "verb": "plan", "gpu": "H100-SXM"}, "plan needs gpus"),
     ({"model": "gpt2", "gpu": "H100-SMX"}, "H100-SXM"),
-    ({"model": "gpt2", "verb": "plan", "gpu": "H100", "gpus": "8", "zero": "4"}, "zero '4' is not one of"),
-    ({"model": "gpt2", "verb": "recommend", "budget_usd": "nan"}, "finite"),
+    ({"model": "gpt2", "verb": "plan", "gpu": "H100", "gpus": "8", "zero": "4"}, "zero: invalid choice: '4'"),
+    ({"model": "gpt2", "verb": "recommend", "budget_usd": "nan"}, "expected an amount of US dollars, got 'nan'"),
     ({"model": "gpt2", "seq_len": "9" * 300}, "too long"),
 ])
 def test_bad_values_are_one_line_naming_the_value(params: dict[str, str], words: str) -> None:

@@ -10,10 +10,12 @@ from gpuplan.cli._workload import (
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_workload_arguments,
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+from gpuplan.report.options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -24,14 +26,7 @@ if TYPE_CHECKING:
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_workload_arguments(parser)
-    parser.add_argument("--gpu", default=None, help="target GPU (adds fit, headroom, step time)")
-    parser.add_argument("--cuda-module-loading", default="lazy", choices=("lazy", "eager"),
-                        help="CUDA context size: lazy (CUDA >= 11.7, default) or eager (older stacks)")
-    parser.add_argument("--weight-quant", default="none", choices=("none", "int8", "fp8", "int4", "fp8-storage"),
-                        help="weight-only quantized weights (--mode infer|generate): counted in the memory "
-                             "figures and the fit, and in the matmuls' weight reads (time with --gpu); pipelines: "
-                             "int8 (torchao weight-only) or fp8-storage (diffusers layerwise casting) on "
-                             "--quantize-components")
+    add_options(parser, verb_options("estimate"))  # --gpu, --cuda-module-loading, --weight-quant
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)

@@ -8,15 +8,16 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
-    _int,
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_workload_arguments,
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.errors import ConfigError
+from gpuplan.report.options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -24,30 +25,7 @@ if TYPE_CHECKING:
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument(
-        "--gpu", required=True, help="target GPU (catalog id or name as nvidia-smi prints it)"
-    )
-    parser.add_argument(
-        "--target-batch-size",
-        type=_int,
-        default=None,
-        metavar="N",
-        help="find the cheapest memory techniques that make this batch (samples per optimizer step) fit",
-    )
-    parser.add_argument(
-        "--exact-batch",
-        action="store_true",
-        help="with --target-batch-size: gradient accumulation keeps micro-batch × steps equal to the target "
-        "(default: at least the target, with the fewest accumulation steps)",
-    )
-    parser.add_argument(
-        "--axis",
-        choices=("batch", "seq-len", "resolution"),
-        default="batch",
-        help="what to grow until the GPU is full: the batch (default), the sequence length at the given "
-        "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens), or a diffusion "
-        "pipeline's square image size (steps of its VAE factor × patch size)",
-    )
+    add_options(parser, verb_options("fit"))  # --gpu, --target-batch-size, --exact-batch, --axis
     add_workload_arguments(parser)
     add_output_arguments(parser)
     add_json_argument(parser)

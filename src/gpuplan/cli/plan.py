@@ -9,16 +9,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
-    _int,
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_workload_arguments,
-    positive_float,
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
-from gpuplan.parallel.layout import CP_COMMS
+from gpuplan.report.options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,53 +28,7 @@ if TYPE_CHECKING:
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--gpus", type=_int, required=True, metavar="N", help="total GPUs")
-    parser.add_argument("--gpu", required=True, help="GPU type (catalog name)")
-    g = parser.add_argument_group("cluster")
-    g.add_argument("--nodes", type=_int, default=None, metavar="M")
-    g.add_argument("--gpus-per-node", type=_int, default=None, metavar="K")
-    g.add_argument(
-        "--inter-node-gbps",
-        type=positive_float("a bandwidth in Gbit/s, e.g. 400"),
-        default=None,
-        metavar="GBPS",
-        help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)",
-    )
-    lay = parser.add_argument_group("layout (left open: searched)")
-    lay.add_argument("--tp", type=_int, default=None)
-    lay.add_argument("--pp", type=_int, default=None)
-    lay.add_argument("--dp", type=_int, default=None)
-    lay.add_argument("--ep", type=_int, default=None, help="expert-parallel ranks (MoE models; divides dp)")
-    lay.add_argument(
-        "--cp",
-        type=_int,
-        default=None,
-        help="context-parallel ranks (each sequence split over them); default: 1, searched when nothing fits",
-    )
-    lay.add_argument(
-        "--cp-comm",
-        default="ring",
-        choices=CP_COMMS,
-        help="context-parallel attention: ring (torchtitan, Megatron p2p), all-to-all (Ulysses, Megatron a2a), "
-        "hierarchical (Megatron a2a+p2p); default ring",
-    )
-    shard = lay.add_mutually_exclusive_group()
-    shard.add_argument("--zero", type=_int, default=None, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
-    shard.add_argument("--fsdp", action="store_true", default=None, help="FSDP2 (fully_shard)")
-    shard.add_argument(
-        "--megatron",
-        action="store_true",
-        default=None,
-        help="Megatron-LM (16-bit weights, fp32 master weights and main grads, its DDP)",
-    )
-    lay.add_argument(
-        "--no-sequence-parallel",
-        dest="sequence_parallel",
-        action="store_false",
-        help="tensor parallelism without Megatron sequence parallelism",
-    )
-    lay.add_argument("--global-batch-size", type=_int, default=None, metavar="G")
-    lay.add_argument("--micro-batch-size", type=_int, default=None, metavar="m")
+    add_options(parser, verb_options("plan"))  # --gpus, --gpu, the cluster and the layout
     add_workload_arguments(parser)
     # None: the user left activation checkpointing open (searched); a value is never overridden
     parser.set_defaults(checkpointing=None)

@@ -11,11 +11,13 @@ from gpuplan.cli._workload import (
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_workload_arguments,
     positive_float,
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+from gpuplan.report.options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -24,23 +26,7 @@ if TYPE_CHECKING:
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_workload_arguments(parser)
-    parser.add_argument(
-        "--max-gpus", type=_int, default=8, metavar="N", help="most GPUs per candidate (default 8)"
-    )
-    parser.add_argument(
-        "--budget-usd",
-        type=positive_float("an amount of US dollars"),
-        default=None,
-        metavar="X",
-        help="drop candidates costing more: $/hour with --prices, else the purchase price",
-    )
-    parser.add_argument(
-        "--prices",
-        default=None,
-        metavar="FILE",
-        help="your $/hour per GPU: YAML/JSON mapping or CSV 'GPU,price'",
-    )
-    parser.add_argument("--top", type=_int, default=25, metavar="K", help="rows shown in the text table")
+    add_options(parser, verb_options("recommend"))  # --max-gpus, --budget-usd, --prices, --top
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)

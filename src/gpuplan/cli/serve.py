@@ -25,75 +25,17 @@ from gpuplan.cli._workload import (
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_pipeline_arguments,
     positive_float,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+from gpuplan.report.options import verb_options
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    from gpuplan.serve.engines import ENGINES
-    from gpuplan.serve.kv import KV_CACHE_DTYPES
-    from gpuplan.serve.speculative import SPEC_METHODS
-    from gpuplan.workload import WEIGHT_QUANTS
-
     add_model_argument(parser)
-    parser.add_argument("--gpu", required=True, metavar="GPU", help="catalog GPU (gpuplan gpus lists them)")
-    parser.add_argument("--tp", type=_int, default=None, metavar="N", help="tensor-parallel size (default 1)")
-    parser.add_argument("--pp", type=_int, default=1, metavar="N", help="pipeline-parallel size (default 1)")
-    parser.add_argument("--dp", type=_int, default=None, metavar="N",
-                        help="data-parallel attention ranks, each with --tp GPUs and its own KV cache (default 1)")
-    parser.add_argument("--ep", type=_int, default=None, metavar="N",
-                        help="expert parallelism for MoE models: 1 (experts split by TP) or --tp × --dp")
-    parser.add_argument("--gpus", type=_int, default=None, metavar="N",
-                        help="search the layouts of N GPUs (tp × dp = N, MoE experts TP-split or expert-parallel) "
-                        "instead of giving --tp/--dp/--ep; the best one that starts and meets the target is chosen")
-    parser.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine modelled (default vllm)")
-    parser.add_argument("--max-model-len", type=_int, default=None, metavar="L",
-                        help="longest sequence the engine accepts (default: the model's trained context)")
-    parser.add_argument("--context", type=_int, default=None, metavar="L",
-                        help="tokens per sequence for the concurrency answer (default --max-model-len)")
-    parser.add_argument("--concurrency", type=_int, default=None, metavar="C", help="concurrent sequences asked")
-    parser.add_argument("--input-len", type=_int, default=None, metavar="I", help="prompt tokens per request")
-    parser.add_argument("--output-len", type=_int, default=None, metavar="O", help="generated tokens per request")
-    parser.add_argument("--rate", type=positive_float("a request rate"), default=None, metavar="R",
-                        help="target requests per second: replicas and GPUs needed")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="U",
-                        help="vLLM's fraction of GPU memory (default 0.9); SGLang's --mem-fraction-static")
-    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="KV cache dtype")
-    parser.add_argument("--max-num-batched-tokens", type=_int, default=None, metavar="T",
-                        help="token budget of one engine step (the profile run's size; default: the engine's)")
-    parser.add_argument("--max-num-seqs", type=_int, default=None, metavar="S",
-                        help="most sequences in one step (default: the engine's)")
-    parser.add_argument("--quantization", choices=WEIGHT_QUANTS, default="none",
-                        help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant); a diffusion "
-                             "pipeline's --quantize-components: int8 torchao weight-only, fp8 diffusers layerwise "
-                             "casting, int4 bitsandbytes NF4")
-    parser.add_argument("--enforce-eager", action="store_true",
-                        help="no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph): no graph pool, each "
-                        "decode step dispatched kernel by kernel")
-    parser.add_argument("--ttft-slo", type=positive_float("a time to first token target"), default=None,
-                        metavar="SECONDS", help="time-to-first-token target: the largest concurrency (or, with --rate, "
-                        "the replicas) meeting it at p99")
-    parser.add_argument("--itl-slo", type=positive_float("an inter-token latency target"), default=None,
-                        metavar="SECONDS", help="inter-token latency target: the largest decode batch meeting it")
-    parser.add_argument("--max-loras", type=_int, default=None, metavar="N",
-                        help="multi-LoRA: adapters served at once (vLLM --enable-lora --max-loras; slots counted)")
-    parser.add_argument("--max-lora-rank", type=_int, default=None, metavar="R",
-                        help="largest adapter rank (vLLM's --max-lora-rank, default 16)")
-    parser.add_argument("--speculative-model", default=None, metavar="NAME",
-                        help="speculative decoding with this draft model (catalog name or config.json)")
-    parser.add_argument("--speculative-method", choices=SPEC_METHODS, default=None,
-                        help="draft (with --speculative-model) or mtp (the model's own MTP layers)")
-    parser.add_argument("--num-speculative-tokens", type=_int, default=None, metavar="K",
-                        help="tokens drafted per step (default 1 for mtp, 4 for a draft model)")
-    parser.add_argument("--spec-acceptance", type=float, default=None, metavar="A",
-                        help="share of drafted tokens accepted (default 0.85 mtp, DeepSeek-V3 report; 0.7 draft)")
-    parser.add_argument("--disaggregate", default=None, metavar="P:D",
-                        help="prefill/decode disaggregation: P prefill and D decode instances of the layout (or auto "
-                        "with --rate): KV transfer, goodput per GPU against the aggregated engine")
-    parser.add_argument("--prices", default=None, metavar="FILE",
-                        help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate")
+    add_options(parser, verb_options("serve"))  # --gpu, the layout, the engine and its target
     _add_local_arguments(parser)
     _add_pipeline_serve_arguments(parser)
     add_output_arguments(parser)

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError, one_line
 from gpuplan.ui.query import Query
+from gpuplan.ui.uploads import CONFIG_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,8 @@ class Outcome:
     data: dict[str, Any] | None = None
     svg: str | None = None
     """An inline SVG picture of the result, when the report layer can draw one."""
+    text: str | None = None
+    """The command line's text report of the result (its registered renderer, report/registry.py)."""
     error: str | None = None
     status: int = 200
     """HTTP status: 200, 400 (bad input), 413, 500 (a bug), 503 (busy), 504 (time limit)."""
@@ -62,75 +65,65 @@ def _source(query: Query, upload_dir: Path | None) -> Any:
     return load_upload(upload_dir, upload)
 
 
-def _int(query: Query, name: str) -> int | None:
-    text = query.option(name)
-    return int(text) if text is not None else None
-
-
-def _float(query: Query, name: str) -> float | None:
-    text = query.option(name)
-    return float(text) if text is not None else None
-
-
-def _call(query: Query, source: Any) -> tuple[dict[str, Any], Any]:
-    """(the ``--json`` object, the result) of the library call behind ``query.verb``."""
+def _call(query: Query, source: Any, upload_dir: Path | None = None) -> tuple[dict[str, Any], Any]:
+    """(the ``--json`` object, the result) of the library call behind ``query.verb``: the command line's
+    call, with the options' values under their flag names (report/options.py)."""
     from gpuplan.measure.calibration import calibration_for_gpu
 
     w = query.workload
-    gpu = query.option("gpu")
+    kw = query.values()
+    gpu = kw.get("gpu")
     if query.verb == "estimate":
         from gpuplan.estimate import estimate
 
-        result: Any = estimate(source, workload=w, gpu=gpu,
-                               cuda_module_loading=query.option("cuda_module_loading") or "lazy",  # type: ignore[arg-type]
-                               weight_quant=query.option("weight_quant") or "none",  # type: ignore[arg-type]
-                               calibration=calibration_for_gpu(gpu))
+        result: Any = estimate(source, workload=w, calibration=calibration_for_gpu(gpu), **kw)
     elif query.verb == "fit":
         from gpuplan.advise.fit import fit
 
         assert gpu is not None  # parse_query requires it
-        result = fit(source, gpu, w, target_batch_size=_int(query, "target_batch_size"),
-                     calibration=calibration_for_gpu(gpu))
+        kw.pop("axis", None)
+        result = fit(source, kw.pop("gpu"), w, calibration=calibration_for_gpu(gpu), **kw)
     elif query.verb == "recommend":
         from gpuplan.advise.recommend import recommend
 
-        budget = query.option("budget_usd")
-        result = recommend(source, w, max_gpus=_int(query, "max_gpus") or 8,
-                           budget_usd=float(budget) if budget is not None else None,
-                           precision_per_gpu="precision" not in dict(query.given))  # as the command line
+        kw.pop("top", None)
+        result = recommend(source, w, precision_per_gpu="precision" not in dict(query.given), **kw)  # as the CLI
     elif query.verb == "serve" and getattr(source, "kind", "") == "pipeline":
         from gpuplan.serve.pipeline import serve_pipeline
 
         assert gpu is not None
-        result = serve_pipeline(source, gpu, w, quantization=query.option("quantization") or "none")
+        result = serve_pipeline(source, gpu, w, quantization=kw.get("quantization", "none"))
     elif query.verb == "serve":
         from gpuplan.serve import serve
 
         assert gpu is not None
-        result = serve(source, gpu=gpu, tp=_int(query, "tp") or 1, pp=_int(query, "pp") or 1,
-                       engine=query.option("engine") or "vllm", max_model_len=_int(query, "max_model_len"),
-                       context=_int(query, "context"), concurrency=_int(query, "concurrency"),
-                       input_len=_int(query, "input_len"), output_len=_int(query, "output_len"),
-                       rate=_float(query, "rate"), gpu_memory_utilization=_float(query, "gpu_memory_utilization"),
-                       kv_cache_dtype=query.option("kv_cache_dtype") or "auto",
-                       max_num_batched_tokens=_int(query, "max_num_batched_tokens"),
-                       max_num_seqs=_int(query, "max_num_seqs"), quantization=query.option("quantization") or "none")
+        result = serve(source, **{k: v for k, v in kw.items() if v is not None})
+    elif query.verb == "rl":
+        from gpuplan.report.options import rl_settings_fields
+        from gpuplan.rl import rl
+        from gpuplan.rl.settings import RLSettings
+
+        result = rl(RLSettings(**rl_settings_fields(_model_name(query, upload_dir), kw)))
     else:
         from gpuplan.parallel.plan import plan
 
         assert gpu is not None
-        gpus = _int(query, "gpus")
-        assert gpus is not None
-        zero = _int(query, "zero")
-        result = plan(source, gpus=gpus, gpu=gpu, nodes=_int(query, "nodes"), tp=_int(query, "tp"),
-                      pp=_int(query, "pp"), dp=_int(query, "dp"), zero=zero,
-                      fsdp=True if query.option("fsdp") else None,
-                      global_batch_size=_int(query, "global_batch_size"),
-                      micro_batch_size=_int(query, "micro_batch_size"), workload=w,
-                      checkpointing_fixed="checkpointing" in dict(query.given))
+        result = plan(source, workload=w, checkpointing_fixed="checkpointing" in dict(query.given), **kw)
     # the CLI prints json.dumps(result.to_dict()): the same object, checked to be plain JSON
     data: dict[str, Any] = json.loads(json.dumps(result.to_dict()))
     return data, result
+
+
+def _model_name(query: Query, upload_dir: Path | None) -> str:
+    """What rl resolves by name: a catalog name, or the uploaded config.json the server stored."""
+    upload = query.upload_id
+    if upload is None:
+        return query.model
+    path = (upload_dir / upload / CONFIG_NAME) if upload_dir is not None else None
+    if path is None or not path.is_file():
+        raise GpuplanError(f"{query.model}: rl takes an uploaded config.json (a safetensors header has no "
+                           "architecture to train); upload it again")
+    return str(path)
 
 
 def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
@@ -149,6 +142,23 @@ def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
     return figure_svg(view.figure(data, result)) if view is not None else None
 
 
+def _text(query: Query, result: Any, upload_dir: Path | None) -> str:
+    """The text report (``str(result)``, the command line's output) with the server's paths named as uploads."""
+    text = str(result)
+    if query.upload_id is not None and upload_dir is not None:
+        text = text.replace(str(upload_dir / query.upload_id / CONFIG_NAME), query.model)
+    return text
+
+
+def _named(query: Query, data: dict[str, Any], upload_dir: Path | None) -> dict[str, Any]:
+    """rl names its model by the path it resolved: an upload is shown as ``upload:ID``, never the server's path."""
+    if query.upload_id is None or upload_dir is None:
+        return data
+    path = json.dumps(str(upload_dir / query.upload_id / CONFIG_NAME))[1:-1]
+    named: dict[str, Any] = json.loads(json.dumps(data).replace(path, query.model))
+    return named
+
+
 def _weights_only(source: Any) -> dict[str, Any]:
     summary = source.summary
     return {"model": source.name, "params_count": summary.params_count, "weight_bytes": summary.weight_bytes,
@@ -163,13 +173,14 @@ def execute(query: Query, upload_dir: Path | None) -> Outcome:
         source = _source(query, upload_dir)
         if getattr(source, "kind", "") == "safetensors":  # weights only: what the header says, no trace
             return Outcome(data=_weights_only(source))
-        data, result = _call(query, source)
+        data, result = _call(query, source, upload_dir)
+        text = _text(query, result, upload_dir)
         try:
             svg = _picture(query, data, result)
         except Exception as exc:  # a picture must never cost the answer: the tables still show it
             data.setdefault("assumptions", []).append(f"no picture: {type(exc).__name__}: {one_line(exc, 120)}")
             svg = None
-        return Outcome(data=data, svg=svg)
+        return Outcome(data=_named(query, data, upload_dir), svg=svg, text=text)
     except GpuplanError as exc:
         return failure(str(exc), 400)
     except MemoryError:

@@ -9,28 +9,12 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from gpuplan.report.labels import label, value_text
+from gpuplan.report.options import PEFT_GROUP, PIPELINE, WORKLOAD, Option
 from gpuplan.report.verbs import VIEWS
-from gpuplan.serve.engines import PAGED_ENGINES as ENGINES  # the page sizes paged engines only
-from gpuplan.serve.kv import KV_CACHE_DTYPES
 from gpuplan.ui.jobs import Outcome
-from gpuplan.ui.query import VERBS, Query
+from gpuplan.ui.query import VERB_OPTIONS, VERBS, WORKLOAD_OPTIONS, Query
 from gpuplan.ui.uploads import UPLOAD_MAX_BYTES
 from gpuplan.units import format_bytes, format_count
-from gpuplan.workload import (
-    ATTENTIONS,
-    CHECKPOINTING,
-    COMPONENT_QUANTS,
-    LOAD_INS,
-    LOSSES,
-    MODES,
-    OPTIMIZER_IMPLS,
-    OPTIMIZERS,
-    PEFTS,
-    PIPELINE_OFFLOADS,
-    PRECISIONS,
-    WEIGHT_QUANTS,
-    ZERO_GRADS,
-)
 
 MAX_ROWS: Final = 60
 """Rows shown of a long list (recommend's excluded GPUs); the JSON API has them all."""
@@ -38,7 +22,7 @@ MAX_ROWS: Final = 60
 HEADLINE: Final = ("fits", "ok", "max_batch_size", "target_fits", "peak_allocated_bytes", "total_required_bytes",
                    "min_required_bytes", "per_gpu_peak_bytes", "headroom_bytes", "step_time_s", "mfu",
                    "params_count", "weight_bytes", "reason", "seconds_per_output", "outputs_per_hour",
-                   "usd_per_1000_outputs", "host_memory_bytes")
+                   "usd_per_1000_outputs", "host_memory_bytes", "tokens_per_s_per_gpu", "limiting_phase")
 
 
 STYLE: Final = """
@@ -71,14 +55,74 @@ def _input(name: str, label: str, value: str, *, kind: str = "text", extra: str 
             f'<input id="f-{name}" name="{name}" type="{kind}" value="{escape(value)}"{extra}></div>')
 
 
-def _number(name: str, label: str, value: str, minimum: int = 1) -> str:
-    return _input(name, label, value, kind="number", extra=f' min="{minimum}" step="1" inputmode="numeric"')
+WORKLOAD_FIELDSETS: Final = ((WORKLOAD, "Workload"), (PEFT_GROUP, PEFT_GROUP),
+                             (PIPELINE, "Diffusion and video pipelines (flux.1-dev, sdxl, wan2.1-t2v-1.3b, ...)"))
+VERB_FIELDSETS: Final[Mapping[str, str]] = {
+    "estimate": "Estimate", "fit": "Fit", "recommend": "Recommend", "plan": "Plan (multi-GPU training)",
+    "serve": "Serve (inference engine)", "rl": "RL post-training (rl: the trainer's and the rollout's phases)"}
 
 
-def _checkbox(name: str, label: str, g: Any) -> str:
-    checked = " checked" if g(name) else ""
-    return (f'<div><input id="f-{name}" name="{name}" type="checkbox"{checked}>'
-            f'<label for="f-{name}" style="display:inline">{escape(label)}</label></div>')
+def _all_fields() -> dict[str, list[Option]]:
+    """Every web parameter and the options that name it (a name some verbs share, as tp or offload)."""
+    found: dict[str, list[Option]] = {}
+    for option in (*WORKLOAD_OPTIONS.values(), *(o for spec in VERB_OPTIONS.values() for o in spec.values())):
+        found.setdefault(option.param, []).append(option)
+    return found
+
+
+FIELDS: Final = _all_fields()
+
+
+def field_label(param: str) -> str:
+    """The form's label of a parameter: the first described one (every web option has one, tests check)."""
+    return next((o.label for o in FIELDS[param] if o.label), param.replace("_", " "))
+
+
+def _control(param: str, value: str) -> str:
+    """The form control of one parameter, made from its description (kind, choices, bounds)."""
+    options = FIELDS[param]
+    option = options[0]
+    text = field_label(param)
+    if len({o.kind for o in options}) > 1:  # one name, several kinds (offload: a choice, rl's list): typed
+        names = sorted({c for o in options for c in (o.web_choices or o.choices)})
+        listing = "".join(f'<option value="{escape(c)}"></option>' for c in names)
+        return (_input(param, text, value, extra=f' list="l-{param}" autocomplete="off" spellcheck="false"')
+                + f'<datalist id="l-{param}">{listing}</datalist>')
+    if option.kind == "switch":
+        checked = " checked" if value else ""
+        return (f'<div><input id="f-{param}" name="{param}" type="checkbox"{checked}>'
+                f'<label for="f-{param}" style="display:inline">{escape(text)}</label></div>')
+    if option.kind == "choice":
+        unset = option.unset or (f"default ({option.default})" if option.default is not None else "default")
+        return _select(param, text, option.web_choices or option.choices, value, unset)
+    bounds = "".join(f' {k}="{v:g}"' for k, v in (("min", option.minimum), ("max", option.maximum)) if v is not None)
+    if option.kind == "int" and option.parse is None:
+        return _input(param, text, value, kind="number", extra=f'{bounds} step="1" inputmode="numeric"')
+    if option.kind == "float":
+        return _input(param, text, value, kind="number", extra=f'{bounds} step="any" inputmode="decimal"')
+    listing = ' list="models"' if option.kind == "model" else ""
+    return _input(param, text, value, extra=f'{listing} autocomplete="off" spellcheck="false"')
+
+
+def _fieldsets(v: Mapping[str, str]) -> str:
+    """The workload's fieldsets, then each verb's: every web parameter once, where it is first described."""
+    shown = {"gpu"}  # at the top, beside the model
+    parts = []
+    for group, legend in WORKLOAD_FIELDSETS:
+        params = [p for p, o in WORKLOAD_OPTIONS.items() if o.group == group and p not in shown]
+        shown.update(params)
+        parts.append(_fieldset(legend, params, v))
+    for verb in VERBS:
+        params = [p for p in VERB_OPTIONS[verb] if p not in shown]
+        shown.update(params)
+        if params:
+            parts.append(_fieldset(VERB_FIELDSETS[verb], params, v))
+    return "\n ".join(parts)
+
+
+def _fieldset(legend: str, params: Sequence[str], v: Mapping[str, str]) -> str:
+    controls = "\n  ".join(_control(p, v.get(p, "")) for p in params)
+    return f'<fieldset><legend>{escape(legend)}</legend><div class="grid">\n  {controls}\n </div></fieldset>'
 
 
 def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequence[str], *,
@@ -95,91 +139,10 @@ def render_form(values: Mapping[str, str], catalog: Sequence[str], gpus: Sequenc
   {_select("verb", "Question", VERBS, g("verb", "estimate"), None)}
   {_input("model", "Model (catalog name or upload:ID)", g("model", ""),
           extra=' list="models" required autocomplete="off" spellcheck="false"')}
-  {_input("gpu", "GPU (needed for fit, plan and serve)", g("gpu", ""), extra=' list="gpus" autocomplete="off"')}
+  {_input("gpu", field_label("gpu"), g("gpu", ""), extra=' list="gpus" autocomplete="off"')}
  </div>
  <datalist id="models">{models}</datalist><datalist id="gpus">{gpu_list}</datalist>
- <fieldset><legend>Workload</legend><div class="grid">
-  {_select("mode", "Mode", MODES, g("mode", ""), "default (train)")}
-  {_number("batch_size", "Batch size (per forward)", g("batch_size", ""))}
-  {_number("seq_len", "Sequence length (tokens)", g("seq_len", ""))}
-  {_number("image_size", "Image size (pixels)", g("image_size", ""), 8)}
-  {_number("new_tokens", "New tokens (generate)", g("new_tokens", ""))}
-  {_select("precision", "Precision", PRECISIONS, g("precision", ""), "default (fp32)")}
-  {_select("optimizer", "Optimizer (train)", OPTIMIZERS, g("optimizer", ""), "default (adamw)")}
-  {_select("checkpointing", "Activation checkpointing", CHECKPOINTING, g("checkpointing", ""), "default (none)")}
-  {_number("grad_accum", "Gradient accumulation steps", g("grad_accum", ""))}
-  {_number("high_precision_blocks", "Blocks kept in bf16 (fp8 / mxfp8 / nvfp4)", g("high_precision_blocks", ""))}
-  {_select("attention", "Attention kernel", ATTENTIONS, g("attention", ""), "default (auto)")}
-  {_select("optimizer_impl", "Optimizer implementation", OPTIMIZER_IMPLS, g("optimizer_impl", ""), "default (auto)")}
-  {_select("zero_grad", "zero_grad", ZERO_GRADS, g("zero_grad", ""), "default (set-to-none)")}
-  {_select("loss", "Loss", LOSSES, g("loss", ""), "default (auto)")}
- </div></fieldset>
- <fieldset><legend>Fine-tuning adapters and quantized base weights</legend><div class="grid">
-  {_select("peft", "PEFT method", PEFTS, g("peft", ""), "default (none: full fine-tune)")}
-  {_number("lora_rank", "LoRA rank", g("lora_rank", ""))}
-  {_input("lora_alpha", "LoRA alpha", g("lora_alpha", ""), kind="number",
-          extra=' min="0" step="any" inputmode="decimal"')}
-  {_input("lora_dropout", "LoRA dropout (0-1)", g("lora_dropout", ""), kind="number",
-          extra=' min="0" max="1" step="any" inputmode="decimal"')}
-  {_input("lora_targets", "LoRA target modules (comma-separated, or all-linear)", g("lora_targets", ""),
-          extra=' autocomplete="off" spellcheck="false"')}
-  {_input("train_modules", "Modules trained whole (comma-separated)", g("train_modules", ""),
-          extra=' autocomplete="off" spellcheck="false"')}
-  {_select("load_in", "Load the base in (bitsandbytes)", LOAD_INS, g("load_in", ""), "default (none)")}
- </div></fieldset>
- <fieldset><legend>Diffusion and video pipelines (flux.1-dev, sdxl, wan2.1-t2v-1.3b, ...)</legend><div class="grid">
-  {_number("steps", "Denoising steps", g("steps", ""))}
-  {_number("frames", "Video frames", g("frames", ""))}
-  {_number("image_width", "Image width (pixels; the size above is the height)", g("image_width", ""), 8)}
-  {_select("offload", "Offload (diffusers)", PIPELINE_OFFLOADS, g("offload", ""), "default (none)")}
-  {_input("quantize_components", "Quantized components (comma-separated)", g("quantize_components", ""),
-          extra=' autocomplete="off" spellcheck="false"')}
-  {_select("component_quant", "Component weight format", COMPONENT_QUANTS, g("component_quant", ""),
-           "default (none)")}
-  {_checkbox("vae_tiling", "VAE tiling", g)}
-  {_checkbox("vae_slicing", "VAE slicing", g)}
-  {_checkbox("cache_latents", "Training: latents cached", g)}
-  {_checkbox("cache_text_embeddings", "Training: text embeddings cached", g)}
- </div></fieldset>
- <fieldset><legend>Estimate and fit</legend><div class="grid">
-  {_select("weight_quant", "Weight-only quantization (inference)", WEIGHT_QUANTS,
-           g("weight_quant", ""), "default (none)")}
-  {_select("cuda_module_loading", "CUDA module loading", ("lazy", "eager"), g("cuda_module_loading", ""),
-           "default (lazy)")}
-  {_number("target_batch_size", "Fit: target batch size", g("target_batch_size", ""))}
- </div></fieldset>
- <fieldset><legend>Recommend</legend><div class="grid">
-  {_number("max_gpus", "Most GPUs per option", g("max_gpus", ""))}
-  {_input("budget_usd", "Budget (US dollars)", g("budget_usd", ""), kind="number",
-          extra=' min="0" step="any" inputmode="decimal"')}
- </div></fieldset>
- <fieldset><legend>Plan (multi-GPU training)</legend><div class="grid">
-  {_number("gpus", "GPUs in all", g("gpus", ""))}
-  {_number("nodes", "Nodes", g("nodes", ""))}
-  {_number("tp", "Tensor parallel", g("tp", ""))}
-  {_number("pp", "Pipeline parallel", g("pp", ""))}
-  {_number("dp", "Data parallel", g("dp", ""))}
-  {_select("zero", "ZeRO stage", ("0", "1", "2", "3"), g("zero", ""), "searched")}
-  <div><input id="f-fsdp" name="fsdp" type="checkbox"{" checked" if g("fsdp") else ""}>
-   <label for="f-fsdp" style="display:inline">FSDP2</label></div>
-  {_number("global_batch_size", "Global batch size", g("global_batch_size", ""))}
-  {_number("micro_batch_size", "Micro-batch size", g("micro_batch_size", ""))}
- </div></fieldset>
- <fieldset><legend>Serve (inference engine; tensor and pipeline parallel above)</legend><div class="grid">
-  {_select("engine", "Engine", ENGINES, g("engine", ""), "default (vllm)")}
-  {_number("max_model_len", "Max model length (tokens)", g("max_model_len", ""))}
-  {_number("context", "Context per sequence", g("context", ""))}
-  {_number("concurrency", "Concurrent sequences", g("concurrency", ""))}
-  {_number("input_len", "Prompt tokens per request", g("input_len", ""))}
-  {_number("output_len", "Generated tokens per request", g("output_len", ""))}
-  {_input("rate", "Requests per second", g("rate", ""), kind="number", extra=' min="0" step="any" inputmode="decimal"')}
-  {_input("gpu_memory_utilization", "GPU memory utilization (0-1)", g("gpu_memory_utilization", ""), kind="number",
-          extra=' min="0" max="1" step="any" inputmode="decimal"')}
-  {_select("kv_cache_dtype", "KV cache dtype", KV_CACHE_DTYPES, g("kv_cache_dtype", ""), "default (auto)")}
-  {_number("max_num_batched_tokens", "Max batched tokens", g("max_num_batched_tokens", ""))}
-  {_number("max_num_seqs", "Max sequences", g("max_num_seqs", ""))}
-  {_select("quantization", "Weight quantization", WEIGHT_QUANTS, g("quantization", ""), "default (none)")}
- </div></fieldset>
+ {_fieldsets(v)}
  <button type="submit" id="submit">Answer</button>
 </form>
 <form method="post" action="/upload" enctype="multipart/form-data" id="upload">
@@ -262,6 +225,10 @@ def render_result(query: Query, outcome: Outcome) -> str:
     if outcome.svg:
         caption = VIEWS[query.verb].caption if query.verb in VIEWS else ""
         parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(caption)}</figcaption></figure>')
+    if outcome.text:  # the command line's text report, from the same renderer (report/registry.py)
+        opened = "" if outcome.svg else " open"
+        parts.append(f'<details id="report"{opened}><summary>The text report (as gpuplan {escape(query.verb)} '
+                     f'prints it)</summary><pre>{escape(outcome.text)}</pre></details>')
     for key, value in data.items():
         if key in HEADLINE or key == "assumptions":
             continue

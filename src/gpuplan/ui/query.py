@@ -7,55 +7,44 @@ Everything is checked here, in the server process, before a worker is asked: a b
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.support import default_precision_on
-from gpuplan.serve.engines import PAGED_ENGINES as ENGINES  # the page sizes paged engines only
-from gpuplan.serve.kv import KV_CACHE_DTYPES
-from gpuplan.workload import PEFT_SETTINGS, WEIGHT_QUANTS, Workload, check_peft_settings, make_workload
+from gpuplan.report.options import (
+    ALL_WORKLOAD_OPTIONS,
+    TAKES_WORKLOAD,
+    VERBS,
+    WORKLOAD_PARAMS,
+    Option,
+    mode_ignored,
+    verb_options,
+    workload_fields,
+)
+from gpuplan.workload import Workload, make_workload
 
-VERBS: Final = ("estimate", "fit", "recommend", "plan", "serve")
-"""The library calls the page offers (the CLI verbs of the same names)."""
+__all__ = ["NO_WORKLOAD", "REQUIRED", "VERBS", "VERB_OPTIONS", "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Query",
+           "check_model_name", "is_pipeline_name", "parse_query"]
 
 UPLOAD_PREFIX: Final = "upload:"
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")
 
-WORKLOAD_INTS: Final = ("batch_size", "seq_len", "image_size", "new_tokens", "grad_accum", "lora_rank", "steps",
-                        "frames", "image_width", "mlp_tiles",
-                        "high_precision_blocks")
-WORKLOAD_FLOATS: Final = ("lora_alpha", "lora_dropout")
-WORKLOAD_CHOICES: Final = ("mode", "precision", "optimizer", "checkpointing", "attention", "optimizer_impl",
-                           "zero_grad", "loss", "load_in", "peft", "offload", "component_quant")
-WORKLOAD_NAMES: Final = ("lora_targets", "train_modules", "quantize_components")
-"""Comma-separated module names (``q_proj,v_proj``), as the CLI's --lora-targets / --train-modules."""
-WORKLOAD_FLAGS: Final = ("vae_tiling", "vae_slicing", "cache_latents", "cache_text_embeddings", "tiled_mlp")
-"""Switches (the pipeline's, --tiled-mlp): 'on' (a checkbox) or absent."""
-WORKLOAD_PARAMS: Final = (*WORKLOAD_INTS, *WORKLOAD_FLOATS, *WORKLOAD_CHOICES, *WORKLOAD_NAMES, *WORKLOAD_FLAGS)
-"""Every Workload field the page takes; tests/ui/test_query.py checks that this is all of them, so a new
-field is offered or refused by name, never dropped silently."""
-
-# Options beyond the workload, per verb: name -> kind ("int", "float", "choice:a|b", "text", "flag").
-VERB_OPTIONS: Final[Mapping[str, Mapping[str, str]]] = {
-    "estimate": {"gpu": "text", "weight_quant": "choice:none|int8|fp8|int4",
-                 "cuda_module_loading": "choice:lazy|eager"},
-    "fit": {"gpu": "text", "target_batch_size": "int"},
-    "recommend": {"max_gpus": "int", "budget_usd": "float"},
-    "plan": {"gpu": "text", "gpus": "int", "nodes": "int", "tp": "int", "pp": "int", "dp": "int",
-             "zero": "choice:0|1|2|3", "fsdp": "flag", "global_batch_size": "int", "micro_batch_size": "int"},
-    "serve": {"gpu": "text", "tp": "int", "pp": "int", "engine": "choice:" + "|".join(ENGINES),
-              "max_model_len": "int", "context": "int", "concurrency": "int", "input_len": "int", "output_len": "int",
-              "rate": "float", "gpu_memory_utilization": "float",
-              "kv_cache_dtype": "choice:" + "|".join(KV_CACHE_DTYPES), "max_num_batched_tokens": "int",
-              "max_num_seqs": "int", "quantization": "choice:" + "|".join(WEIGHT_QUANTS)},
-}
-REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {"fit": ("gpu",), "plan": ("gpu", "gpus"), "serve": ("gpu",)}
-NO_WORKLOAD: Final = ("serve",)
-"""Verbs whose library call takes no training/inference workload (serve sizes an engine instead)."""
+# Every parameter is one described option (report/options.py), the command line's flag of the same name:
+# the same parser, choices and one-line refusal. VERBS are the library calls the page offers.
+WORKLOAD_OPTIONS: Final[Mapping[str, Option]] = {o.param: o for o in ALL_WORKLOAD_OPTIONS if o.web}
+"""The workload parameters (their names are WORKLOAD_PARAMS, the Workload fields)."""
+VERB_OPTIONS: Final[Mapping[str, Mapping[str, Option]]] = {
+    verb: {o.param: o for o in verb_options(verb) if o.web} for verb in VERBS}
+"""Each verb's own parameters, beyond the workload; the command line's flags that the page can honour."""
+REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {
+    verb: tuple(p for p, o in spec.items() if o.required) for verb, spec in VERB_OPTIONS.items()}
+NO_WORKLOAD: Final = tuple(v for v in VERBS if v not in TAKES_WORKLOAD)
+"""Verbs whose library call takes no training/inference workload (serve sizes an engine, rl its own step)."""
 
 MAX_VALUE_CHARS: Final = 100
 """Longest value accepted in any field: names and numbers are short; more is a paste accident."""
@@ -74,7 +63,7 @@ class Query:
     options: tuple[tuple[str, str], ...]
     """The verb's options the user set (canonical text), sorted by name."""
     ignored: tuple[str, ...] = ()
-    """Fields of other verbs that were filled in and are not used by this one."""
+    """Fields of other verbs (or modes) that were filled in and are not used by this one."""
 
     @property
     def upload_id(self) -> str | None:
@@ -82,6 +71,18 @@ class Query:
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
+
+    def values(self) -> dict[str, Any]:
+        """The verb's options as the library takes them (the argparse ``dest`` names and values): the ones
+        given, and the command line's defaults of the others."""
+        given = dict(self.options)
+        out: dict[str, Any] = {}
+        for param, option in VERB_OPTIONS[self.verb].items():
+            if param in given:
+                out[option.name] = option.value(given[param])
+            elif option.default is not None:
+                out[option.name] = option.default
+        return out
 
     @property
     def pipeline(self) -> bool:
@@ -110,29 +111,27 @@ def _text(name: str, value: str) -> str:
     return value
 
 
-def parse_int(name: str, text: str) -> int:
-    """A whole number written in decimal digits (range checks are the library's)."""
-    if not re.fullmatch(r"-?[0-9]{1,18}", text):
-        raise ConfigError(f"{name} must be a whole number, got {text[:40]!r}")
-    return int(text)
-
-
-def parse_float(name: str, text: str) -> float:
+def parse_value(option: Option, text: str) -> Any:
+    """``text`` read by the option's own parser (the command line's); its one-line refusal names the parameter."""
     try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text[:40]!r}") from None
-    if not (value == value and abs(value) != float("inf")):
-        raise ConfigError(f"{name} must be a finite number, got {text[:40]!r}")
-    return value
+        return option.value(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{option.param}: {exc}") from None
 
 
-def parse_names(name: str, text: str) -> tuple[str, ...]:
-    """Comma-separated module names, none empty."""
-    names = tuple(n.strip() for n in text.split(","))
-    if not all(names):
-        raise ConfigError(f"{name} must be comma-separated module names, got {text[:40]!r}")
-    return names
+def _option_text(option: Option, text: str, catalog: tuple[str, ...]) -> str:
+    """The canonical text of a verb option's value."""
+    if option.kind == "gpu":  # the canonical id, so that 'h100' and 'H100-SXM' share a link and a cache entry
+        return get_gpu(text).id
+    if option.kind == "model":  # another model (a draft, a critic): a catalog name, never a path
+        if text not in catalog:
+            raise UnknownModelError(f"{option.param}: unknown model {text[:40]!r}{did_you_mean(text, catalog)}; "
+                                    "the web page takes a catalog name (see /api/models)")
+        return text
+    if option.web_choices and text not in option.web_choices:
+        raise ConfigError(f"{option.param}: {text[:40]!r} is not run by the web page (choose from "
+                          f"{', '.join(option.web_choices)}; the command line runs {', '.join(option.choices)})")
+    return option.text(parse_value(option, text))
 
 
 def check_model_name(model: str, catalog: tuple[str, ...]) -> str:
@@ -158,73 +157,50 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
     if verb not in VERBS:
         raise ConfigError(f"unknown verb {verb[:40]!r}{did_you_mean(verb, VERBS)} (allowed: {', '.join(VERBS)})")
     model = check_model_name(values.pop("model"), catalog)
-    options_spec = VERB_OPTIONS[verb]
-    workload_fields = set(WORKLOAD_PARAMS)
-    all_options = {k for spec in VERB_OPTIONS.values() for k in spec}
-    unknown = sorted(k for k in values if k not in workload_fields and k not in all_options)
+    spec = VERB_OPTIONS[verb]
+    all_options = {k for s in VERB_OPTIONS.values() for k in s}
+    unknown = sorted(k for k in values if k not in WORKLOAD_OPTIONS and k not in all_options)
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(u[:40] for u in unknown)}; allowed: model, verb, "
-                          f"{', '.join(sorted(workload_fields | all_options))}")
+                          f"{', '.join(sorted(set(WORKLOAD_OPTIONS) | all_options))}")
+    takes_workload = verb in TAKES_WORKLOAD or (verb == "serve" and is_pipeline_name(model))
+    workload_params = {p: o for p, o in WORKLOAD_OPTIONS.items() if takes_workload and p not in spec}
     # another verb's field filled in on the same form: left out of this query (and of its share link)
-    ignored = tuple(sorted(k for k in values if k in all_options and k not in options_spec))
-    if verb in NO_WORKLOAD and not is_pipeline_name(model):  # a pipeline's generation is a workload
-        ignored = tuple(sorted([*ignored, *(k for k in values if k in workload_fields and k not in options_spec)]))
-        values = {k: v for k, v in values.items() if k not in workload_fields}
-    work: dict[str, object] = {}
+    ignored = sorted(k for k in values if k not in spec and k not in workload_params)
+    work: dict[str, Any] = {}
     given: dict[str, str] = {}
-    for name in WORKLOAD_INTS:
-        if name in values:
-            work[name] = parse_int(name, values[name])
-            given[name] = str(work[name])
-    for name in WORKLOAD_FLOATS:
-        if name in values:
-            work[name] = parse_float(name, values[name])
-            given[name] = repr(work[name])
-    for name in WORKLOAD_CHOICES:
-        if name in values:
-            work[name] = given[name] = values[name]
-    for name in WORKLOAD_NAMES:
-        if name in values:
-            work[name] = parse_names(name, values[name])
-            given[name] = ",".join(work[name])  # type: ignore[arg-type]
-    for name in WORKLOAD_FLAGS:
-        if name in values:
-            if values[name] not in ("1", "on", "true"):
-                raise ConfigError(f"{name} is a checkbox: 'on' or absent, got {values[name][:40]!r}")
-            work[name] = True
-            given[name] = "on"
-    check_peft_settings(tuple(n for n in PEFT_SETTINGS if n in work), str(work.get("peft", "none")))
-    if verb == "plan":
-        work.setdefault("mode", "train")
-    if verb == "serve" and is_pipeline_name(model):
-        work.setdefault("mode", "infer")
-    if "precision" not in work and (verb not in NO_WORKLOAD or is_pipeline_name(model)):
-        # the command line's default: what people run on the query's GPU (one rule, hardware.support)
-        gpu_name = values.get("gpu") if "gpu" in options_spec else None
-        work["precision"] = default_precision_on(str(work.get("mode", "train")), gpu_name)
-    workload = make_workload(**work)  # ranges and choices: the library's one check
+    for param, option in workload_params.items():
+        if param in values:
+            work[option.name] = parse_value(option, values[param])
+            given[param] = option.text(work[option.name])
+    default_mode = "infer" if verb == "serve" else "train"
+    for name in mode_ignored(work, str(work.get("mode", default_mode))):  # as the command line: noted, left out
+        ignored.append(name)
+        del work[name], given[name]
+    fields = workload_fields(work)  # one mapping from options to Workload fields; LoRA settings need a method
+    if takes_workload:
+        fields.setdefault("mode", default_mode)
+        if "precision" not in fields:  # the command line's default: what people run on the query's GPU
+            gpu_name = values.get("gpu") if "gpu" in spec else None
+            fields["precision"] = default_precision_on(str(fields["mode"]), gpu_name)
+    workload = make_workload(**fields) if takes_workload else Workload()  # ranges and choices: the library's
     options: dict[str, str] = {}
-    for name, kind in options_spec.items():
-        if name not in values:
+    chosen: dict[str, str] = {}
+    for param, option in spec.items():
+        if param not in values:
             continue
-        text = values[name]
-        if kind == "int":
-            options[name] = str(parse_int(name, text))
-        elif kind == "float":
-            options[name] = repr(parse_float(name, text))
-        elif kind == "flag":
-            if text not in ("1", "on", "true"):
-                raise ConfigError(f"{name} is a checkbox: 'on' or absent, got {text[:40]!r}")
-            options[name] = "on"
-        elif kind.startswith("choice:"):
-            allowed = kind.removeprefix("choice:").split("|")
-            if text not in allowed:
-                raise ConfigError(f"{name} {text[:40]!r} is not one of {', '.join(allowed)}")
-            options[name] = text
-        else:  # the GPU: canonical id, so that 'h100' and 'H100-SXM' share a link and a cache entry
-            options[name] = get_gpu(text).id
-    missing = [n for n in REQUIRED.get(verb, ()) if n not in options]
+        options[param] = _option_text(option, values[param], catalog)
+        if option.exclusive:  # as argparse's mutually exclusive group
+            other = chosen.setdefault(option.exclusive, param)
+            if other != param:
+                raise ConfigError(f"{param}: not allowed with {other} (give one of them)")
+    if verb == "rl":  # rl's PEFT settings: the same rule as the workload's
+        workload_fields({spec[p].name: v for p, v in options.items() if spec[p].name in _PEFT_NAMES})
+    missing = [n for n in REQUIRED[verb] if n not in options]
     if missing:
         raise ConfigError(f"{verb} needs {' and '.join(missing)}; fill in the field(s) and submit again")
     return Query(verb=verb, model=model, workload=workload, given=tuple(sorted(given.items())),
-                 options=tuple(sorted(options.items())), ignored=ignored)
+                 options=tuple(sorted(options.items())), ignored=tuple(sorted(ignored)))
+
+
+_PEFT_NAMES: Final = ("peft", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "train_modules")

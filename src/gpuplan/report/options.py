@@ -1,0 +1,686 @@
+"""Each verb's options, described once (issue 19 item 1, issue 18 item 6).
+
+An :class:`Option` is one flag: its name (the argparse ``dest``, the web API parameter and, for the
+workload flags, the :class:`~gpuplan.workload.Workload` field), its kind, choices, default, help and
+form label. ``cli/`` makes its argparse flags from these descriptions (``cli/_options.add_options``) and
+``ui/`` its API parameters and form fields (``ui/query.py``, ``ui/page.py``), so a flag added here is
+offered by both front ends, read by the same parser and refused in the same one line.
+:func:`workload_fields` turns the values given into Workload fields, one mapping for both.
+
+Flags only the command line can honour (files, ``--emit``, ``--plot``) say ``web=False``; parameters only
+the form needs (a checkbox for a CLI flag whose value is optional) say ``cli=False``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gpuplan.workload import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    COMPONENT_QUANTS,
+    LOAD_INS,
+    LOSSES,
+    MODES,
+    MODULE_LOADINGS,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PEFT_SETTINGS,
+    PEFTS,
+    PIPELINE_OFFLOADS,
+    PRECISIONS,
+    TRAINING_OFFLOADS,
+    WEIGHT_QUANTS,
+    ZERO_GRADS,
+    Workload,
+    check_peft_settings,
+)
+
+# The largest whole number any flag accepts: past 64 bits a count is a typo, and each consumer's own
+# range check (Workload, Options, plan) then names the real limit.
+MAX_FLAG_INT: Final = 2**63 - 1
+
+# --- value parsers: one per kind of value; each failure is an ArgumentTypeError with one line ---------
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """A user's value quoted for a message, cut so that a pasted novel stays one readable line."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
+
+def whole_number(text: str) -> int:
+    """Whole numbers, also written 1e3 or 1_000; range checks happen in Workload / the library.
+
+    Every way a text can fail to be a whole number (1e400, nan, 2.5, a 5,000-digit number) is an
+    ``ArgumentTypeError``, which argparse turns into one usage line with exit code 2 (and the web page
+    into one error line naming the parameter).
+    """
+    cleaned = text.strip().replace("_", "")
+    try:
+        if any(c in cleaned for c in "eE."):
+            number = float(cleaned)
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError(text)
+            value = int(number)
+        else:
+            value = int(cleaned)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
+    if abs(value) > MAX_FLAG_INT:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too large (at most {MAX_FLAG_INT:.3g})")
+    return value
+
+
+def finite_number(text: str) -> float:
+    """A finite number (nan, inf and 1e400 are typos, never a setting)."""
+    try:
+        value = float(text.strip().replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {shown(text)}")
+    return value
+
+
+def positive_number(what: str) -> Callable[[str], float]:
+    """A finite number above 0 — ``what`` says what it measures (a bandwidth, a budget); nan, inf, 0 and
+    negatives are refused in one line."""
+
+    def parse(text: str) -> float:
+        try:
+            value = finite_number(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {shown(text)}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive, finite number ({what}), got {shown(text)}")
+        return value
+
+    return parse
+
+
+def module_names(text: str) -> tuple[str, ...]:
+    """Comma-separated module names (``q_proj,v_proj``), none empty."""
+    names = tuple(n.strip() for n in text.split(","))
+    if not names or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated module names, got {shown(text)}")
+    return names
+
+
+def image_size(text: str) -> tuple[int, int | None]:
+    """``N`` (a square, or a vision model's side) or ``HxW``; ranges are Workload's."""
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) > 2 or not all(p.strip() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected N or HxW pixels (e.g. 1024 or 720x1280), got {shown(text)}")
+    height = whole_number(parts[0])
+    return height, (whole_number(parts[1]) if len(parts) == 2 else None)
+
+
+def tiles(text: str) -> int | str:
+    """``--tiled-mlp``'s value: ``auto`` or a whole number of tiles (its range is Workload's)."""
+    return "auto" if text.strip().lower() == "auto" else whole_number(text)
+
+
+def switch(text: str) -> bool:
+    """A web checkbox: on, or absent (the command line's store_true flag)."""
+    if text.strip().lower() not in ("1", "on", "true"):
+        raise argparse.ArgumentTypeError(f"is a checkbox: 'on' or absent, got {shown(text)}")
+    return True
+
+
+Kind = Literal["int", "float", "choice", "names", "switch", "text", "gpu", "model"]
+"""What a value is: the parser it takes and the form control it gets. ``gpu``: a catalog GPU name (the web
+page keeps its canonical id); ``model``: another model (the web page takes catalog names only)."""
+
+_PARSERS: Final[Mapping[str, Callable[[str], Any]]] = {"int": whole_number, "float": finite_number,
+                                                        "names": module_names, "switch": switch}
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One flag of one or more verbs."""
+
+    name: str
+    """The argparse ``dest``, the web parameter; a workload option's name is its Workload field."""
+    kind: Kind
+    help: str = ""
+    label: str = ""
+    """The form's label; empty keeps it off the form (shown by the command line only)."""
+    choices: tuple[str, ...] = ()
+    library_checks: bool = False
+    """The choices are checked by the library (Workload names the allowed values in its message), so the
+    command line shows them in ``--help`` instead of enforcing them; the form still offers them."""
+    default: Any = None
+    """The command line's default (None: "not given", the library's default applies)."""
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    """A parser other than the kind's own (a positive number, an image size, a whole-number choice)."""
+    required: bool = False
+    cli: bool = True
+    web: bool = True
+    flags: tuple[str, ...] = ()
+    """Command-line spellings; default ``--`` + the name with dashes."""
+    store: Any = None
+    """A switch's stored value (``--no-ref`` stores False); None: True."""
+    spellings: tuple[tuple[str, str, str], ...] = ()
+    """Command-line switches that each set a value instead of one flag taking it: (flag, value, help)."""
+    optional_value: Any = None
+    """A flag whose value may be left out (``--tiled-mlp [TILES]``): the value it then stands for."""
+    group: str = ""
+    """The argparse group it sits in on the command line (the workload's: its fieldset on the form too)."""
+    minimum: float | None = None
+    maximum: float | None = None
+    """The form control's bounds (a hint to the browser; the library checks the range)."""
+    unset: str = ""
+    """The form's words for "not given" (a select's first entry), e.g. ``default (adamw)``."""
+    exclusive: str = ""
+    """Options with the same key exclude each other (``--zero`` | ``--fsdp`` | ``--megatron``)."""
+    web_name: str = ""
+    """The web parameter, where the name would mislead (``no_ref`` for ``--no-ref``, whose dest is ``ref``)."""
+    web_choices: tuple[str, ...] = ()
+    """The choices the web page offers, where it runs fewer than the command line (serve's paged engines)."""
+
+    @property
+    def param(self) -> str:
+        return self.web_name or self.name
+
+    @property
+    def cli_flags(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    @property
+    def on_form(self) -> bool:
+        return self.web and bool(self.label)
+
+    def value(self, text: str) -> Any:
+        """The value ``text`` stands for; an ArgumentTypeError (one line) when it stands for none."""
+        parse = self.parse or _PARSERS.get(self.kind)
+        if self.kind == "switch":
+            switch(text)
+            return True if self.store is None else self.store
+        if self.kind == "choice" and not self.library_checks:
+            if text not in self.choices:
+                raise argparse.ArgumentTypeError(
+                    f"invalid choice: {shown(text)} (choose from {', '.join(self.choices)})")
+        return parse(text) if parse is not None else text
+
+    def text(self, value: Any) -> str:
+        """The canonical text of a value (the web page's share link and cache key)."""
+        if self.kind == "switch":
+            return "on"
+        if isinstance(value, tuple) and self.kind == "names":
+            return ",".join(value)
+        if isinstance(value, tuple):  # an image size (height, width or None)
+            return str(value[0]) if value[1] is None else f"{value[0]}x{value[1]}"
+        if isinstance(value, float):
+            return repr(value)
+        return str(value)
+
+
+def _default(field: str) -> Any:
+    """Workload's own default for a field: the one copy, shown in --help."""
+    return next(f.default for f in dataclasses.fields(Workload) if f.name == field)
+
+
+# --- the workload: the flags of estimate, fit, plan, recommend and measure ------------------------------
+
+WORKLOAD: Final = "workload"
+PEFT_GROUP: Final = "Fine-tuning adapters and quantized base weights"
+PIPELINE: Final = "diffusion / video pipelines"
+
+WORKLOAD_OPTIONS: Final[tuple[Option, ...]] = (
+    Option("mode", "choice", choices=MODES, default="train", label="Mode", unset="default (train)", group=WORKLOAD),
+    Option("batch_size", "int", default=1, metavar="N", help="micro-batch per forward (default 1)",
+           label="Batch size (per forward)", group=WORKLOAD, minimum=1),
+    Option("seq_len", "int", metavar="N", help="tokens per sample (default: model's)",
+           label="Sequence length (tokens)", group=WORKLOAD, minimum=1),
+    Option("image_size", "int", parse=image_size, metavar="H[xW]",
+           help="image side in pixels, or height x width (pipelines: 1024x768)",
+           label="Image size (pixels, or HxW)", group=WORKLOAD),
+    Option("new_tokens", "int", metavar="N",
+           help=f"tokens to generate (generate mode; default {_default('new_tokens')})",
+           label="New tokens (generate)", group=WORKLOAD, minimum=1),
+    Option("precision", "choice", choices=PRECISIONS, library_checks=True, metavar="P",
+           help="|".join(PRECISIONS) + " (default: what people run on the GPU: amp-bf16 for training, bf16 "
+                "weights for inference where it has bf16; amp-fp16 / fp16 on Volta and Turing; fp32 "
+                "without fast 16-bit math)",
+           label="Precision", unset="default (what people run on the GPU)", group=WORKLOAD),
+    Option("optimizer", "choice", choices=OPTIMIZERS, library_checks=True, metavar="O",
+           help="|".join(OPTIMIZERS) + f" (train mode; default {_default('optimizer')})",
+           label="Optimizer (train)", unset=f"default ({_default('optimizer')})", group=WORKLOAD),
+    Option("checkpointing", "choice", choices=CHECKPOINTING, library_checks=True, metavar="C",
+           help="|".join(CHECKPOINTING) + f" (train mode; default {_default('checkpointing')})",
+           label="Activation checkpointing", unset=f"default ({_default('checkpointing')})", group=WORKLOAD),
+    Option("grad_accum", "int", default=1, metavar="K", help="micro-batches per optimizer step",
+           label="Gradient accumulation steps", group=WORKLOAD, minimum=1),
+    Option("attention", "choice", choices=ATTENTIONS, library_checks=True, default="auto", metavar="A",
+           help="|".join(ATTENTIONS), label="Attention kernel", unset="default (auto)", group=WORKLOAD),
+    Option("optimizer_impl", "choice", choices=OPTIMIZER_IMPLS, library_checks=True, metavar="I",
+           help="|".join(OPTIMIZER_IMPLS) + f" (train mode; default {_default('optimizer_impl')})",
+           label="Optimizer implementation", unset=f"default ({_default('optimizer_impl')})", group=WORKLOAD),
+    Option("zero_grad", "choice", choices=ZERO_GRADS, library_checks=True, metavar="Z",
+           help="|".join(ZERO_GRADS) + f" (train mode; default {_default('zero_grad')})",
+           label="zero_grad", unset=f"default ({_default('zero_grad')})", group=WORKLOAD),
+    Option("loss", "choice", choices=LOSSES, library_checks=True, metavar="L",
+           help="|".join(LOSSES) + f" (train mode; default {_default('loss')}; chunked-ce: torchtune's "
+                "chunked LM head + fp32 cross entropy one chunk at a time; fused-linear-ce: Liger's fused "
+                "linear cross entropy, no full-vocabulary logits; causal LMs)",
+           label="Loss", unset=f"default ({_default('loss')})", group=WORKLOAD),
+    Option("tiled_mlp", "int", parse=tiles, optional_value="auto", metavar="TILES",
+           help="train mode: each block's MLP over sequence tiles, recomputed in backward (DeepSpeed/ALST "
+                "TiledMLP); TILES default ceil(seq-len / hidden size)", group=WORKLOAD, web=False),
+    Option("tiled_mlp", "switch", label="Tiled MLP (train; DeepSpeed/ALST TiledMLP)", group=WORKLOAD, cli=False),
+    Option("mlp_tiles", "int", label="MLP tiles (default: seq-len / hidden size)", group=WORKLOAD, cli=False,
+           minimum=1),
+    Option("high_precision_blocks", "int", metavar="N",
+           help="--precision fp8|mxfp8|nvfp4: the last N blocks keep bf16 linear layers (default: none "
+                "for fp8 and mxfp8, the last 15%% for nvfp4 as NVIDIA's NVFP4 recipe does)",
+           label="Blocks kept in bf16 (fp8 / mxfp8 / nvfp4)", group=WORKLOAD, minimum=0),
+)
+"""Shared by estimate, fit, plan, recommend and measure (in this order in ``--help`` and on the form)."""
+
+PEFT_OPTIONS: Final[tuple[Option, ...]] = (
+    Option("peft", "choice", choices=PEFTS, library_checks=True, metavar="M",
+           help="|".join(PEFTS) + ": adapters on a frozen base (qlora: on an NF4 base); default none",
+           label="PEFT method", unset="default (none: full fine-tune)", group=PEFT_GROUP),
+    Option("lora_rank", "int", metavar="R", help=f"LoRA rank (default {_default('lora_rank')})", label="LoRA rank",
+           group=PEFT_GROUP, minimum=1),
+    Option("lora_alpha", "float", metavar="A", help=f"LoRA alpha (default {_default('lora_alpha'):g}; values only, "
+           "not memory)", label="LoRA alpha", group=PEFT_GROUP, minimum=0),
+    Option("lora_dropout", "float", metavar="P", help=f"LoRA dropout in [0, 1) (default {_default('lora_dropout'):g})",
+           label="LoRA dropout (0-1)", group=PEFT_GROUP, minimum=0, maximum=1),
+    Option("lora_targets", "names", metavar="NAMES",
+           help="modules the adapters wrap: NAME[,NAME...] or all-linear (default: PEFT's for the architecture)",
+           label="LoRA target modules (comma-separated, or all-linear)", group=PEFT_GROUP),
+    Option("train_modules", "names", metavar="NAMES",
+           help="modules trained whole beside the adapters, e.g. embed_tokens,lm_head",
+           label="Modules trained whole (comma-separated)", group=PEFT_GROUP),
+)
+"""--peft and the LoRA settings (trace/peft.py applies them with the real peft library); rl takes them too."""
+
+LOAD_IN: Final = Option(
+    "load_in", "choice", choices=LOAD_INS, default="none", label="Load the base in (bitsandbytes)",
+    unset="default (none)", group=PEFT_GROUP,
+    spellings=(("--load-in-4bit", "4bit", "base weights in bitsandbytes NF4 with double quantization (as QLoRA "
+                "loads them)"),
+               ("--load-in-8bit", "8bit", "base weights in bitsandbytes LLM.int8 (int8 + fp32 scale per row)")))
+
+PIPELINE_OPTIONS: Final[tuple[Option, ...]] = (
+    Option("steps", "int", metavar="N", help="denoising steps of one generation (default: the pipeline's)",
+           label="Denoising steps", group=PIPELINE, minimum=1),
+    Option("frames", "int", metavar="N", help="video frames (default: the pipeline's)", label="Video frames",
+           group=PIPELINE, minimum=1),
+    Option("image_width", "int", label="Image width (pixels; the size above is the height)", group=PIPELINE,
+           cli=False, minimum=8),
+    Option("offload", "choice", choices=PIPELINE_OFFLOADS, library_checks=True, metavar="O",
+           help="|".join(PIPELINE_OFFLOADS) + ": diffusers' enable_model_cpu_offload (model), "
+                "enable_sequential_cpu_offload (sequential), block-level group offloading with streams "
+                "(group); training: a comma list of " + ",".join(TRAINING_OFFLOADS) + " (DeepSpeed ZeRO-3 "
+                "offload_param / offload_optimizer in plan; activation-checkpoint CPU offload)",
+           label="Offload (pipelines: " + ", ".join(PIPELINE_OFFLOADS[1:]) + "; training: "
+                 + ",".join(TRAINING_OFFLOADS) + ")", unset="default (none)", group=PIPELINE),
+    Option("vae_tiling", "switch", help="VAE decodes tile by tile (vae.enable_tiling)", label="VAE tiling",
+           group=PIPELINE),
+    Option("vae_slicing", "switch", help="VAE decodes one sample at a time (vae.enable_slicing)",
+           label="VAE slicing", group=PIPELINE),
+    Option("quantize_components", "names", metavar="NAMES",
+           help="components --load-in-4bit/8bit and --weight-quant int8|fp8-storage apply to "
+                "(default: the denoiser), e.g. transformer,text_encoder_2",
+           label="Quantized components (comma-separated)", group=PIPELINE),
+    Option("component_quant", "choice", choices=COMPONENT_QUANTS, library_checks=True,
+           label="Component weight format", unset="default (none)", group=PIPELINE, cli=False),
+    Option("cache_latents", "switch", help="training: latents precomputed (the VAE is not resident)",
+           label="Training: latents cached", group=PIPELINE),
+    Option("cache_text_embeddings", "switch",
+           help="training: prompt embeddings precomputed (the text encoders are not resident)",
+           label="Training: text embeddings cached", group=PIPELINE),
+)
+"""Flags of diffusion and video pipelines (models/pipeline.py): steps, frames, offload, VAE, components."""
+
+PIPELINE_TRAINING_ONLY: Final = ("cache_latents", "cache_text_embeddings")
+"""Pipeline flags serve leaves out (it answers generations only)."""
+
+ALL_WORKLOAD_OPTIONS: Final[tuple[Option, ...]] = (*WORKLOAD_OPTIONS, *PEFT_OPTIONS, LOAD_IN, *PIPELINE_OPTIONS)
+
+WORKLOAD_PARAMS: Final[tuple[str, ...]] = tuple(dict.fromkeys(o.name for o in ALL_WORKLOAD_OPTIONS if o.web))
+"""Every workload parameter the web page takes: tests/ui/test_query.py checks that these are all the
+Workload fields, so a new field is offered or refused by name, never dropped silently."""
+
+# Flags that only some modes read, and those modes. Given with another mode, the flag cannot change
+# the answer (nothing in that step reads it): the answer stands, and a note says the flag was ignored.
+# A flag whose absence would silently change what the answer means is an error instead, raised by
+# Workload (``--grad-accum`` outside training: the user thinks of an effective batch).
+MODE_ONLY: Final[Mapping[str, tuple[str, ...]]] = {
+    "new_tokens": ("generate",),
+    "optimizer": ("train",),
+    "optimizer_impl": ("train",),
+    "zero_grad": ("train",),
+    "loss": ("train",),
+    "checkpointing": ("train",),
+    "high_precision_blocks": ("train",),
+}
+
+
+def mode_ignored(values: Mapping[str, Any], mode: str) -> list[str]:
+    """The options given (not None) that ``mode`` never reads (see MODE_ONLY)."""
+    return [name for name, modes in MODE_ONLY.items() if values.get(name) is not None and mode not in modes]
+
+
+def workload_fields(values: Mapping[str, Any], *, spell: Callable[[str], str] = str) -> dict[str, Any]:
+    """The Workload fields that the workload options' values stand for (None: not given); the one mapping
+    from flags to a workload. A LoRA setting without a PEFT method is a ConfigError naming it as ``spell``
+    writes it (``--lora-rank`` on the command line, ``lora_rank`` on the web page)."""
+    names = {o.name for o in ALL_WORKLOAD_OPTIONS}
+    fields = {k: v for k, v in values.items() if k in names and v is not None and v is not False}
+    size = fields.get("image_size")
+    if isinstance(size, tuple):  # N or HxW; a width of its own (the web page's field) wins
+        fields["image_size"] = size[0]
+        if size[1] is not None:
+            fields.setdefault("image_width", size[1])
+    tiled = fields.pop("tiled_mlp", None)
+    if tiled is not None:  # --tiled-mlp [auto|N], or the web page's checkbox
+        fields["tiled_mlp"] = True
+        if not isinstance(tiled, bool) and tiled != "auto":
+            fields["mlp_tiles"] = tiled
+    check_peft_settings([f for f in PEFT_SETTINGS if f in fields], str(fields.get("peft", "none")), spell=spell)
+    return fields
+
+
+def options_named(options: Iterable[Option], names: Iterable[str]) -> tuple[Option, ...]:
+    """The options of ``names``, in that order (a verb's description lists shared ones by name)."""
+    by_name = {o.name: o for o in options}
+    return tuple(by_name[n] for n in names)
+
+
+# --- each verb's own options ----------------------------------------------------------------------------
+# Built on first use: the serving and RL choices live in packages whose import costs a cold command time.
+
+VERBS: Final[tuple[str, ...]] = ("estimate", "fit", "recommend", "plan", "serve", "rl")
+"""The verbs the web page offers (the command line has them all, with these options)."""
+
+TAKES_WORKLOAD: Final[frozenset[str]] = frozenset({"estimate", "fit", "recommend", "plan"})
+"""Verbs whose library call takes the workload options (serve: a pipeline's generations only)."""
+
+_GPU_HELP: Final = "catalog GPU (gpuplan gpus lists them)"
+
+
+def _estimate() -> tuple[Option, ...]:
+    return (
+        Option("gpu", "gpu", help="target GPU (adds fit, headroom, step time)",
+               label="GPU (needed for fit, plan, serve and rl)"),
+        Option("cuda_module_loading", "choice", choices=MODULE_LOADINGS, default="lazy",
+               help="CUDA context size: lazy (CUDA >= 11.7, default) or eager (older stacks)",
+               label="CUDA module loading", unset="default (lazy)"),
+        Option("weight_quant", "choice", choices=(*WEIGHT_QUANTS, "fp8-storage"), default="none",
+               help="weight-only quantized weights (--mode infer|generate): counted in the memory figures and the "
+                    "fit, and in the matmuls' weight reads (time with --gpu); pipelines: int8 (torchao weight-only) "
+                    "or fp8-storage (diffusers layerwise casting) on --quantize-components",
+               label="Weight-only quantization (inference)", unset="default (none)"),
+    )
+
+
+def _fit() -> tuple[Option, ...]:
+    return (
+        Option("gpu", "gpu", required=True, help="target GPU (catalog id or name as nvidia-smi prints it)"),
+        Option("target_batch_size", "int", metavar="N", label="Fit: target batch size",
+               help="find the cheapest memory techniques that make this batch (samples per optimizer step) fit",
+               minimum=1),
+        Option("exact_batch", "switch", default=False, label="Fit: exactly the target batch",
+               help="with --target-batch-size: gradient accumulation keeps micro-batch × steps equal to the target "
+                    "(default: at least the target, with the fewest accumulation steps)"),
+        Option("axis", "choice", choices=("batch", "seq-len", "resolution"), default="batch", web=False,
+               help="what to grow until the GPU is full: the batch (default), the sequence length at the given "
+                    "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens), or a "
+                    "diffusion pipeline's square image size (steps of its VAE factor × patch size)"),
+    )
+
+
+def _recommend() -> tuple[Option, ...]:
+    return (
+        Option("max_gpus", "int", default=8, metavar="N", help="most GPUs per candidate (default 8)",
+               label="Most GPUs per option", minimum=1),
+        Option("budget_usd", "float", parse=positive_number("an amount of US dollars"), metavar="X",
+               help="drop candidates costing more: $/hour with --prices, else the purchase price",
+               label="Budget (US dollars)", minimum=0),
+        Option("prices", "text", metavar="FILE", web=False,
+               help="your $/hour per GPU: YAML/JSON mapping or CSV 'GPU,price'"),
+        Option("top", "int", default=25, metavar="K", web=False, help="rows shown in the text table"),
+    )
+
+
+def _plan() -> tuple[Option, ...]:
+    from gpuplan.parallel.layout import CP_COMMS
+
+    cluster, layout = "cluster", "layout (left open: searched)"
+    return (
+        Option("gpus", "int", required=True, metavar="N", help="total GPUs", label="GPUs in all",
+               minimum=1),
+        Option("gpu", "gpu", required=True, help="GPU type (catalog name)"),
+        Option("nodes", "int", metavar="M", label="Nodes", group=cluster, minimum=1),
+        Option("gpus_per_node", "int", metavar="K", label="GPUs per node", group=cluster, minimum=1),
+        Option("inter_node_gbps", "float", parse=positive_number("a bandwidth in Gbit/s, e.g. 400"), metavar="GBPS",
+               help="network per GPU between nodes, Gbit/s per direction (default by GPU generation)",
+               label="Network per GPU between nodes (Gbit/s)", group=cluster, minimum=0),
+        Option("tp", "int", label="Tensor parallel", group=layout, minimum=1),
+        Option("pp", "int", label="Pipeline parallel", group=layout, minimum=1),
+        Option("dp", "int", label="Data parallel", group=layout, minimum=1),
+        Option("ep", "int", help="expert-parallel ranks (MoE models; divides dp)", label="Expert parallel",
+               group=layout, minimum=1),
+        Option("cp", "int", help="context-parallel ranks (each sequence split over them); default: 1, searched when "
+               "nothing fits", label="Context parallel", group=layout, minimum=1),
+        Option("cp_comm", "choice", choices=CP_COMMS, default="ring",
+               help="context-parallel attention: ring (torchtitan, Megatron p2p), all-to-all (Ulysses, Megatron "
+                    "a2a), hierarchical (Megatron a2a+p2p); default ring",
+               label="Context-parallel attention", unset="default (ring)", group=layout),
+        Option("zero", "choice", choices=("0", "1", "2", "3"), parse=whole_number, help="DeepSpeed ZeRO stage",
+               label="ZeRO stage", unset="searched", group=layout, exclusive="sharding"),
+        Option("fsdp", "switch", help="FSDP2 (fully_shard)", label="FSDP2", group=layout, exclusive="sharding"),
+        Option("megatron", "switch", help="Megatron-LM (16-bit weights, fp32 master weights and main grads, its DDP)",
+               label="Megatron-LM", group=layout, exclusive="sharding"),
+        Option("sequence_parallel", "switch", flags=("--no-sequence-parallel",), store=False, default=True,
+               web_name="no_sequence_parallel", help="tensor parallelism without Megatron sequence parallelism",
+               label="No sequence parallelism", group=layout),
+        Option("global_batch_size", "int", metavar="G", label="Global batch size", group=layout, minimum=1),
+        Option("micro_batch_size", "int", metavar="m", label="Micro-batch size", group=layout, minimum=1),
+    )
+
+
+def _serve() -> tuple[Option, ...]:
+    from gpuplan.serve.engines import ENGINES, PAGED_ENGINES
+    from gpuplan.serve.kv import KV_CACHE_DTYPES
+    from gpuplan.serve.speculative import SPEC_METHODS
+
+    return (
+        Option("gpu", "gpu", required=True, metavar="GPU", help=_GPU_HELP),
+        Option("tp", "int", metavar="N", help="tensor-parallel size (default 1)", label="Tensor parallel",
+               minimum=1),
+        Option("pp", "int", default=1, metavar="N", help="pipeline-parallel size (default 1)",
+               label="Pipeline parallel", minimum=1),
+        Option("dp", "int", metavar="N",
+               help="data-parallel attention ranks, each with --tp GPUs and its own KV cache (default 1)",
+               label="Data parallel", minimum=1),
+        Option("ep", "int", metavar="N", help="expert parallelism for MoE models: 1 (experts split by TP) or "
+               "--tp × --dp", label="Expert parallel", minimum=1),
+        Option("gpus", "int", metavar="N", web=False,
+               help="search the layouts of N GPUs (tp × dp = N, MoE experts TP-split or expert-parallel) instead of "
+                    "giving --tp/--dp/--ep; the best one that starts and meets the target is chosen"),
+        Option("engine", "choice", choices=ENGINES, web_choices=PAGED_ENGINES, default="vllm",
+               help="serving engine modelled (default vllm)", label="Engine", unset="default (vllm)"),
+        Option("max_model_len", "int", metavar="L",
+               help="longest sequence the engine accepts (default: the model's trained context)",
+               label="Max model length (tokens)", minimum=1),
+        Option("context", "int", metavar="L",
+               help="tokens per sequence for the concurrency answer (default --max-model-len)",
+               label="Context per sequence", minimum=1),
+        Option("concurrency", "int", metavar="C", help="concurrent sequences asked", label="Concurrent sequences",
+               minimum=1),
+        Option("input_len", "int", metavar="I", help="prompt tokens per request", label="Prompt tokens per request",
+               minimum=1),
+        Option("output_len", "int", metavar="O", help="generated tokens per request",
+               label="Generated tokens per request", minimum=1),
+        Option("rate", "float", parse=positive_number("a request rate"), metavar="R",
+               help="target requests per second: replicas and GPUs needed", label="Requests per second",
+               minimum=0),
+        Option("gpu_memory_utilization", "float", metavar="U",
+               help="vLLM's fraction of GPU memory (default 0.9); SGLang's --mem-fraction-static",
+               label="GPU memory utilization (0-1)", minimum=0, maximum=1),
+        Option("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, default="auto", help="KV cache dtype",
+               label="KV cache dtype", unset="default (auto)"),
+        Option("max_num_batched_tokens", "int", metavar="T",
+               help="token budget of one engine step (the profile run's size; default: the engine's)",
+               label="Max batched tokens", minimum=1),
+        Option("max_num_seqs", "int", metavar="S", help="most sequences in one step (default: the engine's)",
+               label="Max sequences", minimum=1),
+        Option("quantization", "choice", choices=WEIGHT_QUANTS, default="none",
+               help="weight-only quantized checkpoint (layout of gpuplan.memory.weight_quant); a diffusion "
+                    "pipeline's --quantize-components: int8 torchao weight-only, fp8 diffusers layerwise "
+                    "casting, int4 bitsandbytes NF4",
+               label="Weight quantization", unset="default (none)"),
+        Option("enforce_eager", "switch", default=False,
+               help="no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph): no graph pool, each decode "
+                    "step dispatched kernel by kernel", label="No CUDA graphs (enforce eager)"),
+        Option("ttft_slo", "float", parse=positive_number("a time to first token target"), metavar="SECONDS",
+               help="time-to-first-token target: the largest concurrency (or, with --rate, the replicas) meeting "
+                    "it at p99", label="Time-to-first-token target (s)", minimum=0),
+        Option("itl_slo", "float", parse=positive_number("an inter-token latency target"), metavar="SECONDS",
+               help="inter-token latency target: the largest decode batch meeting it",
+               label="Inter-token latency target (s)", minimum=0),
+        Option("max_loras", "int", metavar="N",
+               help="multi-LoRA: adapters served at once (vLLM --enable-lora --max-loras; slots counted)",
+               label="LoRA adapters served at once", minimum=1),
+        Option("max_lora_rank", "int", metavar="R", help="largest adapter rank (vLLM's --max-lora-rank, default 16)",
+               label="Largest adapter rank", minimum=1),
+        Option("speculative_model", "model", metavar="NAME",
+               help="speculative decoding with this draft model (catalog name or config.json)",
+               label="Speculative decoding: draft model"),
+        Option("speculative_method", "choice", choices=SPEC_METHODS,
+               help="draft (with --speculative-model) or mtp (the model's own MTP layers)",
+               label="Speculative method", unset="default (none)"),
+        Option("num_speculative_tokens", "int", metavar="K",
+               help="tokens drafted per step (default 1 for mtp, 4 for a draft model)",
+               label="Drafted tokens per step", minimum=1),
+        Option("spec_acceptance", "float", metavar="A",
+               help="share of drafted tokens accepted (default 0.85 mtp, DeepSeek-V3 report; 0.7 draft)",
+               label="Drafted tokens accepted (0-1)", minimum=0, maximum=1),
+        Option("disaggregate", "text", metavar="P:D", web=False,
+               help="prefill/decode disaggregation: P prefill and D decode instances of the layout (or auto "
+                    "with --rate): KV transfer, goodput per GPU against the aggregated engine"),
+        Option("prices", "text", metavar="FILE", web=False,
+               help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate"),
+    )
+
+
+def _rl() -> tuple[Option, ...]:
+    from gpuplan.rl.settings import ALGORITHMS, OFFLOADS, PLACEMENTS, ROLLOUT_ENGINES
+
+    batch, models, place, trainer = ("the batch (sequences = prompt + response)", "the models",
+                                     "placement and the rollout engine", "trainer")
+    return (
+        Option("gpus", "int", required=True, metavar="N", help="total GPUs"),
+        Option("nodes", "int", default=1, metavar="M", help="nodes the GPUs are on (default 1)"),
+        Option("gpu", "gpu", required=True, metavar="GPU", help=_GPU_HELP),
+        Option("algorithm", "choice", choices=ALGORITHMS, default="grpo", help="default grpo", label="RL algorithm",
+               unset="default (grpo)"),
+        Option("prompts_per_step", "int", required=True, metavar="P",
+               help="prompts rolled out per step (DPO: preference pairs)", label="Prompts per step",
+               group=batch, minimum=1),
+        Option("samples_per_prompt", "int", metavar="K",
+               help="responses per prompt (default: GRPO 8, DAPO 16, PPO 1; DPO is a pair)",
+               label="Responses per prompt", group=batch, minimum=1),
+        Option("prompt_len", "int", required=True, metavar="L", help="mean prompt tokens", label="Mean prompt tokens",
+               group=batch, minimum=1),
+        Option("response_len", "int", required=True, metavar="R", help="mean response tokens",
+               label="Mean response tokens", group=batch, minimum=1),
+        Option("max_response_len", "int", metavar="R",
+               help="longest response (default --response-len): the engine's and the trainer's length",
+               label="Longest response (tokens)", group=batch, minimum=1),
+        Option("train_global_batch", "int", metavar="G",
+               help="sequences per optimizer step over all trainer GPUs (default: the whole rollout batch)",
+               label="Sequences per optimizer step", group=batch, minimum=1),
+        Option("train_micro_batch", "int", metavar="m",
+               help="sequences per forward/backward on one GPU (default 1; DPO 2)",
+               label="Sequences per forward/backward", group=batch, minimum=1),
+        Option("ppo_epochs", "int", default=1, metavar="E", help="passes over the batch per step",
+               label="Passes over the batch per step", group=batch, minimum=1),
+        *(dataclasses.replace(o, group=models) for o in PEFT_OPTIONS),
+        Option("ref", "switch", flags=("--no-ref",), store=False, web_name="no_ref",
+               help="no frozen reference model (default: on for GRPO, PPO, DPO; off for DAPO)",
+               label="No reference model", group=models),
+        Option("critic", "model", metavar="MODEL", help="PPO's value model (default: the policy's)",
+               label="Critic (PPO's value model)", group=models),
+        Option("reward_model", "model", metavar="MODEL",
+               help="a model-based reward (default: none, rule-based rewards)", label="Reward model", group=models),
+        Option("placement", "choice", choices=PLACEMENTS, default="colocate",
+               help="colocate: the engine sleeps while the trainer runs; split: --rollout-gpus of their own",
+               label="Placement", unset="default (colocate)", group=place),
+        Option("rollout_gpus", "int", metavar="K", help="the engine's GPUs (split)", label="Rollout GPUs (split)",
+               group=place, minimum=1),
+        Option("rollout_engine", "choice", choices=ROLLOUT_ENGINES, default="vllm", help="default vllm",
+               label="Rollout engine", unset="default (vllm)", group=place),
+        Option("rollout_tp", "int", default=1, metavar="T", help="the engine's tensor parallelism",
+               label="Rollout tensor parallel", group=place, minimum=1),
+        Option("rollout_memory_utilization", "float", metavar="U",
+               help="vLLM gpu_memory_utilization / SGLang mem_fraction_static (default 0.5 colocated, 0.9 split)",
+               label="Rollout GPU memory share (0-1)", group=place, minimum=0, maximum=1),
+        Option("rollout_max_num_seqs", "int", metavar="S",
+               help="sequences one engine step holds (vLLM max_num_seqs; default: the engine's)",
+               label="Rollout max sequences", group=place, minimum=1),
+        Option("rollout_max_num_batched_tokens", "int", metavar="T",
+               help="tokens one engine step processes (default: the engine's offline LLM class default)",
+               label="Rollout max batched tokens", group=place, minimum=1),
+        Option("rollout_enforce_eager", "switch", default=False,
+               help="no CUDA graphs in the engine (verl rollout.enforce_eager, vLLM --enforce-eager, SGLang "
+                    "--disable-cuda-graph): no graph pool, eager decode steps",
+               label="Rollout: no CUDA graphs (enforce eager)", group=place),
+        Option("offload", "names", metavar="WHAT", choices=OFFLOADS,
+               help="params,optimizer,ref: held on the host between uses (FSDP / ZeRO-3 CPU offload)",
+               group=trainer),
+        Option("checkpointing", "choice", choices=CHECKPOINTING, library_checks=True, metavar="C",
+               help="|".join(CHECKPOINTING) + " (default full, as the RL frameworks' examples run)", group=trainer),
+        Option("precision", "choice", choices=PRECISIONS, library_checks=True, metavar="P",
+               help="|".join(PRECISIONS) + " (default: amp-bf16 where the GPU has bf16, else amp-fp16)",
+               group=trainer),
+        Option("optimizer", "choice", choices=OPTIMIZERS, library_checks=True, metavar="O",
+               help="|".join(OPTIMIZERS) + " (default adamw)", group=trainer),
+        Option("fit", "switch", web=False,
+               help="also the longest response that fits and, when the step does not fit, the cheapest change that "
+                    "does (LoRA, offload, a smaller rollout share, split placement)"),
+    )
+
+
+_BUILDERS: Final[Mapping[str, Callable[[], tuple[Option, ...]]]] = {
+    "estimate": _estimate, "fit": _fit, "recommend": _recommend, "plan": _plan, "serve": _serve, "rl": _rl}
+_BUILT: dict[str, tuple[Option, ...]] = {}
+
+
+def verb_options(verb: str) -> tuple[Option, ...]:
+    """``verb``'s own options (beside the workload's, for the verbs in TAKES_WORKLOAD), in ``--help`` order."""
+    if verb not in _BUILT:
+        _BUILT[verb] = _BUILDERS[verb]()
+    return _BUILT[verb]
+
+
+def rl_settings_fields(model: str, values: Mapping[str, Any], *, spell: Callable[[str], str] = str) -> dict[str, Any]:
+    """The RLSettings fields of rl's option values (None: not given, RLSettings' default applies); the one
+    mapping from rl's flags to its settings, for the command line and the web page."""
+    from gpuplan.hardware.support import default_precision_on
+
+    names = {o.name for o in verb_options("rl") if o.name != "fit"}
+    fields = {k: v for k, v in values.items() if k in names and v is not None}
+    fields["model"] = model
+    fields["offload"] = frozenset(fields.get("offload") or ())
+    fields["precision"] = fields.get("precision") or default_precision_on("train", fields.get("gpu"))
+    peft = workload_fields({k: v for k, v in fields.items() if k in ("peft", *PEFT_SETTINGS)}, spell=spell)
+    return {**{k: v for k, v in fields.items() if k not in PEFT_SETTINGS}, **peft}
+
+
+__all__ = [
+    "ALL_WORKLOAD_OPTIONS", "LOAD_IN", "MAX_FLAG_INT", "MODE_ONLY", "PEFT_OPTIONS", "PIPELINE_OPTIONS",
+    "TAKES_WORKLOAD", "VERBS", "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Option", "finite_number", "image_size",
+    "mode_ignored", "module_names", "options_named", "positive_number", "rl_settings_fields", "shown", "switch",
+    "tiles", "verb_options", "whole_number", "workload_fields",
+]
