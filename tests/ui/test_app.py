@@ -133,7 +133,7 @@ def test_bad_input_on_the_page_is_one_inline_line(client: TestClient, path: str)
 
 
 @pytest.mark.parametrize(("method", "path", "status"), [
-    ("GET", "/api/estimate?model=gpt2&batch_size=1e3", 400), ("GET", "/api/estimate", 400),
+    ("GET", "/api/estimate?model=gpt2&batch_size=2.5", 400), ("GET", "/api/estimate", 400),
     ("GET", "/api/train", 404), ("GET", "/nowhere", 404), ("POST", "/", 405),
     ("GET", "/api/plan?model=gpt2&gpu=H100", 400),
 ])
@@ -216,3 +216,38 @@ def test_errors_come_before_the_open_form_and_the_form_has_peft_fields(client: T
     assert r.text.index('id="error"') < r.text.index('id="query"')
     empty = client.get("/").text
     assert '<details id="ask">' not in empty and 'name="peft"' in empty and 'name="load_in"' in empty
+
+
+RL = {"gpu": "H100-SXM", "gpus": "2", "prompts_per_step": "4", "samples_per_prompt": "4", "prompt_len": "32",
+      "response_len": "32", "rollout_max_num_seqs": "16", "rollout_max_num_batched_tokens": "256"}
+
+
+@pytest.mark.slow
+def test_rl_answers_the_cli_json_and_the_page_shows_its_text_report(client: TestClient, tiny_id: str,
+                                                                     tmp_path: Path, tiny_config_bytes: bytes) -> None:
+    """`gpuplan rl` was not on the web page (issue 19 item 1): its parameters are the CLI's flags (one
+    description), its JSON the CLI's, and the page shows the text report's own renderer (report/rl.py)."""
+    import html
+
+    r = client.get("/api/rl", params={"model": tiny_id, **RL})
+    assert r.status_code == 200, r.text
+    config = tmp_path / "config.json"
+    config.write_bytes(tiny_config_bytes)
+    argv = ["rl", str(config), *(f"--{k.replace('_', '-')}={v}" for k, v in RL.items())]
+    assert json.dumps(r.json()).replace(tiny_id, "M") == json.dumps(cli_json(*argv)).replace(str(config), "M")
+    page = client.get("/", params={"verb": "rl", "model": tiny_id, **RL})
+    assert page.status_code == 200 and 'id="verdict"' in page.text
+    report = re.search(r'<details id="report" open><summary>[^<]*</summary><pre>(.*?)</pre>', page.text, re.S)
+    assert report is not None
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) in (0, 1)
+    assert html.unescape(report.group(1)).strip() == out.getvalue().replace(str(config), tiny_id).strip()
+
+
+def test_rl_parameters_are_checked_before_any_work(client: TestClient) -> None:
+    r = client.get("/api/rl", params={"model": "gpt2", "gpu": "H100-SXM"})
+    assert r.status_code == 400 and r.json()["error"].startswith("rl needs gpus and prompts_per_step")
+    r = client.get("/api/rl", params={"model": "gpt2", **RL, "algorithm": "reinforce"})
+    assert r.status_code == 400 and "algorithm: invalid choice: 'reinforce'" in r.json()["error"]
+    assert 'name="prompts_per_step"' in client.get("/").text

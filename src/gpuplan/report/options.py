@@ -202,11 +202,14 @@ class Option:
         if self.kind == "switch":
             switch(text)
             return True if self.store is None else self.store
-        if self.kind == "choice" and not self.library_checks:
-            if text not in self.choices:
+        value = parse(text) if parse is not None else text
+        if self.kind == "choice" and not self.library_checks:  # as argparse: the parser first, then the choices
+            allowed = [parse(c) if parse is not None else c for c in self.choices]
+            if value not in allowed:
+                shown_value = shown(value) if isinstance(value, str) else repr(value)
                 raise argparse.ArgumentTypeError(
-                    f"invalid choice: {shown(text)} (choose from {', '.join(self.choices)})")
-        return parse(text) if parse is not None else text
+                    f"invalid choice: {shown_value} (choose from {', '.join(map(repr, allowed))})")
+        return value
 
     def text(self, value: Any) -> str:
         """The canonical text of a value (the web page's share link and cache key)."""

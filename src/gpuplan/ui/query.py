@@ -128,10 +128,11 @@ def _option_text(option: Option, text: str, catalog: tuple[str, ...]) -> str:
             raise UnknownModelError(f"{option.param}: unknown model {text[:40]!r}{did_you_mean(text, catalog)}; "
                                     "the web page takes a catalog name (see /api/models)")
         return text
+    value = parse_value(option, text)
     if option.web_choices and text not in option.web_choices:
         raise ConfigError(f"{option.param}: {text[:40]!r} is not run by the web page (choose from "
                           f"{', '.join(option.web_choices)}; the command line runs {', '.join(option.choices)})")
-    return option.text(parse_value(option, text))
+    return option.text(value)
 
 
 def check_model_name(model: str, catalog: tuple[str, ...]) -> str:
