@@ -57,7 +57,8 @@ def test_web_input_never_names_a_path_a_hub_id_or_code(model: str) -> None:
     ({"model": "gpt2", "verb": "fit"}, "fit needs gpu"),
     ({"model": "gpt2", "verb": "plan", "gpu": "H100-SXM"}, "plan needs gpus"),
     ({"model": "gpt2", "gpu": "H100-SMX"}, "H100-SXM"),
-    ({"model": "gpt2", "verb": "plan", "gpu": "H100", "gpus": "8", "zero": "4"}, "zero: invalid choice: 4 (choose from 0, 1, 2, 3)"),
+    ({"model": "gpt2", "verb": "plan", "gpu": "H100", "gpus": "8", "zero": "4"},
+     "zero: invalid choice: 4 (choose from 0, 1, 2, 3)"),
     ({"model": "gpt2", "verb": "recommend", "budget_usd": "nan"}, "expected an amount of US dollars, got 'nan'"),
     ({"model": "gpt2", "seq_len": "9" * 300}, "too long"),
 ])
