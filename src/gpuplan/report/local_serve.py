@@ -61,12 +61,26 @@ def local_serve_to_dict(r: LocalServeResult) -> dict[str, Any]:
             "host_read_per_token_bytes": p.host_read_per_token_bytes,
             "gpu_bandwidth_bytes_per_s": r.gpu_bandwidth_bytes_per_s,
             "host_bandwidth_bytes_per_s": r.host_bandwidth_bytes_per_s,
+            "tokens_per_s_interval": _pair(r.speed.decode_interval) if r.speed else None,
+            "interval_basis": r.speed.decode_basis if r.speed else None,
+        },
+        "prefill": None if r.speed is None else {
+            "tokens": r.speed.prefill_tokens,
+            "tokens_per_s": r.speed.prefill_tokens_per_s,
+            "tokens_per_s_interval": _pair(r.speed.prefill_interval),
+            "seconds": r.speed.prefill_tokens / r.speed.prefill_tokens_per_s if r.speed.prefill_tokens_per_s else None,
+            "interval_basis": r.speed.prefill_basis,
+            "backend": r.speed.backend,
         },
         "engine": s.to_dict(),
         "command": r.command,
         "modelfile": r.modelfile,
         "assumptions": list(r.assumptions),
     }
+
+
+def _pair(iv: tuple[float, float] | None) -> list[float] | None:
+    return None if iv is None else [iv[0], iv[1]]
 
 
 def render_local_serve(r: LocalServeResult) -> str:
@@ -96,6 +110,19 @@ def render_local_serve(r: LocalServeResult) -> str:
         f"GB/s, {p.host_read_per_token_bytes / GIB:.2f} GiB from the host at "
         f"{r.host_bandwidth_bytes_per_s / 1e9:,.0f} GB/s per token)"
     )
+    sp = r.speed
+    if sp is not None and sp.decode_interval is not None:
+        lo, hi = sp.decode_interval
+        lines.append(f"    80%: {lo:,.1f}–{hi:,.1f} tokens/s ({sp.decode_basis})")
+    if sp is not None:
+        if sp.prefill_tokens_per_s is not None and sp.prefill_interval is not None:
+            lo, hi = sp.prefill_interval
+            lines.append(
+                f"  prefill: {sp.prefill_tokens_per_s:,.0f} tokens/s in {sp.prefill_tokens}-token micro-batches "
+                f"(80%: {lo:,.0f}–{hi:,.0f}, {sp.prefill_basis})"
+            )
+        else:
+            lines.append(f"  prefill: {sp.prefill_basis}")
     lines.append(f"  command: {r.command}")
     if r.modelfile:
         lines.append("  Modelfile:")

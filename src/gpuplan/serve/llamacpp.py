@@ -36,20 +36,33 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
 from gpuplan.errors import ConfigError, ModelSourceError
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.unified import is_unified, metal_working_set_bytes
+from gpuplan.memory.offload import host_link_time_s
 from gpuplan.memory.overheads import cuda_context_bytes
 from gpuplan.models.gguf import GGUFModel, GGUFTensor
 from gpuplan.models.gguf_mix import BASE_TYPE, gguf_from_config, row_bytes
 from gpuplan.perf.efficiency import efficiency_for
 from gpuplan.presentation import to_json, to_text
 from gpuplan.serve.engines import LLAMA_CPP_DEFAULT_UBATCH, LocalSettings, get_local_engine
+from gpuplan.serve.local_speed import (
+    BENCH_DECODE_CONTEXT,
+    BENCH_MODEL,
+    BENCH_PROMPT_TOKENS,
+    SpeedModel,
+    backend_for,
+    decode_seconds,
+    kernel_rate_flops,
+    prefill_seconds,
+    speed_model,
+)
 from gpuplan.units import GIB
 
 KV_CACHE_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -206,6 +219,11 @@ class Placement:
     output_buffer_bytes: int
     read_per_token_bytes: tuple[int, ...]
     host_read_per_token_bytes: int
+    read_by_type: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """Per GPU, the bytes read per token by ggml type (weights, then the KV cache in its cache type): what
+    the per-type decode rates apply to (serve/local_speed.py); sums to ``read_per_token_bytes``."""
+    host_read_by_type: tuple[tuple[str, int], ...] = ()
+    """The same for the host; sums to ``host_read_per_token_bytes``."""
 
     @property
     def gpu_total_bytes(self) -> tuple[int, ...]:
@@ -279,6 +297,8 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
     patterns = _compiled(s)
     gpus = s.gpus
     weights, read = [0] * gpus, [0] * gpus
+    typed: list[dict[str, int]] = [{} for _ in range(gpus)]
+    host_typed: dict[str, int] = {}
     host_weights = host_read = 0
     expert_share = (m.n_expert_used / m.n_expert) if m.n_expert else 1.0
     for t in m.tensors:
@@ -288,19 +308,24 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
         if t.name == "token_embd.weight":
             host_weights += t.nbytes  # the input layer stays on the CPU; get_rows reads one row per token
             host_read += t.nbytes // max(1, m.n_vocab)
+            _add(host_typed, t.type_name, t.nbytes // max(1, m.n_vocab))
             if m.tied_output:  # the output is a duplicate of it on the output's device
                 if devices[m.n_layer] >= 0:
                     weights[devices[m.n_layer]] += t.nbytes
                     read[devices[m.n_layer]] += t.nbytes
+                    _add(typed[devices[m.n_layer]], t.type_name, t.nbytes)
                 else:
                     host_read += t.nbytes
+                    _add(host_typed, t.type_name, t.nbytes)
             continue
         if dev < 0 or _on_cpu(t.name, s, patterns):
             host_weights += t.nbytes
             host_read += per_token
+            _add(host_typed, t.type_name, per_token)
         else:
             weights[dev] += t.nbytes
             read[dev] += per_token
+            _add(typed[dev], t.type_name, per_token)
     n_ctx = padded_ctx(s.n_ctx, s.flash_attn)
     kv, host_kv = [0] * gpus, 0
     kv_read, host_kv_read = [0] * gpus, 0
@@ -309,9 +334,13 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
         if devices[il] < 0:
             host_kv += n_ctx * cell
             host_kv_read += s.context * cell
+            _add(host_typed, s.cache_type_k.upper(), s.context * row_bytes(s.cache_type_k.upper(), k_dim))
+            _add(host_typed, s.cache_type_v.upper(), s.context * row_bytes(s.cache_type_v.upper(), v_dim))
         else:
             kv[devices[il]] += n_ctx * cell
             kv_read[devices[il]] += s.context * cell
+            _add(typed[devices[il]], s.cache_type_k.upper(), s.context * row_bytes(s.cache_type_k.upper(), k_dim))
+            _add(typed[devices[il]], s.cache_type_v.upper(), s.context * row_bytes(s.cache_type_v.upper(), v_dim))
     ub = min(s.ubatch, n_ctx)
     layer_term = max(_attention_bytes(n_ctx, ub, m, s.flash_attn), _ffn_bytes(ub, m))
     compute = []
@@ -341,7 +370,14 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
         output_buffer,
         tuple(r + k for r, k in zip(read, kv_read, strict=True)),
         host_read + host_kv_read,
+        tuple(tuple(sorted(d.items())) for d in typed),
+        tuple(sorted(host_typed.items())),
     )
+
+
+def _add(into: dict[str, int], ggml_type: str, nbytes: int) -> None:
+    if nbytes:
+        into[ggml_type] = into.get(ggml_type, 0) + nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +404,8 @@ class LocalServeResult:
     modelfile: str | None
     engine_version: str
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    speed: LocalSpeed | None = None
+    """Decode / prefill rates from the per-type fits, with their 80% intervals (serve/local_speed.py)."""
 
     @property
     def host_ram_bytes(self) -> int:
@@ -390,10 +428,76 @@ def _fits(p: Placement, context_bytes: int, limit: int) -> bool:
     return all(n <= limit for n in _gpu_need(p, context_bytes))
 
 
-def tokens_per_s(p: Placement, gpu_bw: float, host_bw: float) -> float:
-    """Decode tokens/s of one sequence: every byte read once from the memory that holds it."""
-    seconds = sum(b / gpu_bw for b in p.read_per_token_bytes) + p.host_read_per_token_bytes / host_bw
+def tokens_per_s(
+    p: Placement,
+    gpu_bw: float,
+    host_bw: float,
+    factor: Callable[[str], float] | None = None,
+    host_factor: Callable[[str], float] | None = None,
+) -> float:
+    """Decode tokens/s of one sequence: every byte read once from the memory that holds it, a GPU's bytes of
+    ggml type T at ``gpu_bw × factor(T)`` (serve/local_speed.py; 1 when not given)."""
+    if factor is None:
+        seconds = sum(b / gpu_bw for b in p.read_per_token_bytes) + p.host_read_per_token_bytes / host_bw
+    else:
+        seconds = decode_seconds(p, gpu_bw, host_bw, factor, host_factor or (lambda _t: 1.0))
     return 1.0 / seconds if seconds > 0 else math.inf
+
+
+@lru_cache(maxsize=16)
+def bench_placement(gguf_type: str) -> tuple[LocalModel, Placement]:
+    """llama-bench's ``llama 7B`` as ``gguf_type``, every layer on one GPU at the tg128 context: what the
+    public rows ran (serve/local_speed.py fits on it)."""
+    m = load_local_model(BENCH_MODEL, gguf_type)
+    s = LocalSettings("llama.cpp", "bench", m.n_layer + 1, BENCH_DECODE_CONTEXT, 1, BENCH_PROMPT_TOKENS,
+                      "f16", "f16", False, (1.0,))
+    return m, place(m, s)
+
+
+def local_speed_model() -> SpeedModel:
+    """The per-type speed fits (cached)."""
+    return speed_model(bench_placement)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSpeed:
+    """Decode and prefill rates of a local answer with their 80% intervals."""
+
+    backend: str
+    decode_interval: tuple[float, float] | None
+    decode_basis: str
+    prefill_tokens: int
+    prefill_tokens_per_s: float | None
+    prefill_interval: tuple[float, float] | None
+    prefill_basis: str
+    """Where the interval comes from, or why prefill has no figure."""
+
+
+def _speed(
+    m: LocalModel, p: Placement, card: Any, backend: str | None, decode_tps: float, ubatch: int
+) -> LocalSpeed | None:
+    if backend is None:
+        return None
+    sm = local_speed_model()
+    lo, hi, _n, basis = sm.band("decode", backend)
+    decode_iv = (decode_tps * lo, decode_tps * hi) if math.isfinite(decode_tps) else None
+    tokens = ubatch
+    factors = sm.prefill.get(backend)
+    if not factors or not factors.by_type:
+        return LocalSpeed(backend, decode_iv, basis, tokens, None, None,
+                          f"prefill not modelled on {backend}: no llama-bench pp rows with a catalog GPU rate")
+
+    def rate(t: str) -> float | None:
+        peak = kernel_rate_flops(card, backend, t)
+        return None if peak is None else peak * factors(t)
+
+    seconds = prefill_seconds(m, p, tokens, rate, lambda b: host_link_time_s(b, card.pcie_gb_per_s_per_direction))
+    if seconds is None:
+        return LocalSpeed(backend, decode_iv, basis, tokens, None, None,
+                          f"prefill not modelled: the catalog has no {backend} GEMM rate for {card.id}")
+    tps = tokens / seconds
+    plo, phi, _pn, pbasis = sm.band("prefill", backend)
+    return LocalSpeed(backend, decode_iv, basis, tokens, tps, (tps * plo, tps * phi), pbasis)
 
 
 def _with_ngl(s: LocalSettings, ngl: int) -> LocalSettings:
@@ -529,8 +633,16 @@ def serve_local(
             f"{limit / GIB:.2f} GiB: llama.cpp fails to allocate (cudaMalloc out of memory); at most "
             f"{most} layers fit at {at}"
         )
-    gpu_bw = card.memory_bandwidth_bytes_per_s * efficiency_for(card).bandwidth
+    backend = backend_for(card.vendor)
+    fitted = local_speed_model().decode.get(backend) if backend else None
+    if fitted is not None and fitted.by_type:
+        # per-type fractions of the datasheet bandwidth, fitted on llama-bench rows (serve/local_speed.py)
+        gpu_bw = card.memory_bandwidth_bytes_per_s
+        factor: Callable[[str], float] | None = fitted
+    else:
+        gpu_bw, factor = card.memory_bandwidth_bytes_per_s * efficiency_for(card).bandwidth, None
     host_bw = gpu_bw if unified else host_memory_bandwidth_gb_per_s * 1e9
+    tps = tokens_per_s(p, gpu_bw, host_bw, factor, factor if unified else None)
     eng = get_local_engine(engine)
     return LocalServeResult(
         m,
@@ -543,13 +655,31 @@ def serve_local(
         fits,
         reason,
         most,
-        tokens_per_s(p, gpu_bw, host_bw),
+        tps,
         gpu_bw,
         host_bw,
         eng.command(settings),
         eng.modelfile(settings),
         eng.version,
-        _assumptions(m, settings, card.arch, unified, host_memory_bandwidth_gb_per_s),
+        _assumptions(m, settings, card.arch, unified, host_memory_bandwidth_gb_per_s, backend if factor else None),
+        _speed(m, p, card, backend if factor else None, tps, min(ubatch, padded_ctx(settings.n_ctx, flash_attn))),
+    )
+
+
+def _speed_note(arch: str, backend: str | None) -> str:
+    if backend is None:
+        return (
+            "tokens/s: decode of one sequence at the full context, memory-bandwidth bound (weights + KV read once "
+            f"per token); GPU bandwidth × {efficiency_for(arch).bandwidth:g} ({arch} factor); no llama-bench rows for "
+            "this vendor: prefill not modelled, no interval"
+        )
+    factors = local_speed_model().decode[backend]
+    fractions = ", ".join(f"{t} {f:.2f}" for t, f in factors.by_type.items())
+    return (
+        "tokens/s: decode of one sequence at the full context (weights + KV read once per token); each ggml type "
+        f"streams at a fraction of the datasheet bandwidth fitted on public {backend} llama-bench rows ({fractions}); "
+        "prefill of one -ub micro-batch as GEMM work at the catalog rate of llama.cpp's kernel × a fitted efficiency "
+        "(serve/local_speed.py; docs/accuracy-serving.md)"
     )
 
 
@@ -569,14 +699,15 @@ def _cpu_pattern(spec: str) -> str:
     return pattern
 
 
-def _assumptions(m: LocalModel, s: LocalSettings, arch: str, unified: bool, host_gb_per_s: float) -> tuple[str, ...]:
+def _assumptions(
+    m: LocalModel, s: LocalSettings, arch: str, unified: bool, host_gb_per_s: float, backend: str | None
+) -> tuple[str, ...]:
     notes = [
         f"weights: {m.origin} ({m.weight_bytes / GIB:.2f} GiB); token_embd stays in host memory",
         "KV cache not paged: n_ctx (padded to 256 with -fa, else 32) cells × every layer, on its layer's device",
         "compute buffers: one -ub micro-batch's largest live f32 set (fitted on public logs, "
         "docs/accuracy-serving.md); partial offload's op-offload weight copies not counted",
-        "tokens/s: decode of one sequence at the full context, memory-bandwidth bound (weights + KV read once "
-        f"per token); GPU bandwidth × {efficiency_for(arch).bandwidth:g} ({arch} factor); prefill not modelled",
+        _speed_note(arch, backend),
     ]
     if unified:
         notes.append(
