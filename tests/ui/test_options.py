@@ -137,3 +137,29 @@ def test_rl_parameters_reach_its_settings_and_the_cli_reads_the_same() -> None:
                        ({"critic": "../x"}, "critic: unknown model"), ({"gpus": "two"}, "gpus: expected a whole")):
         with pytest.raises(GpuplanError, match=words):
             parse_query({**{k: v for k, v in params.items() if k not in ("peft", "lora_rank")}, **bad}, CATALOG)
+
+
+def _a_value(option: Option) -> list[str]:
+    """The flag given with a valid value other than its default."""
+    flag = option.cli_flags[-1]
+    if option.kind == "switch":
+        return [flag]
+    text = {"int": "2", "float": "0.5", "model": "gpt2", "text": "1:1"}.get(option.kind)
+    if option.kind == "choice":
+        text = next(c for c in option.choices if c != option.default)
+    return [f"{flag}={text}"]
+
+
+SERVE_PAGED = [o for o in verb_options("serve") if o.name not in ("gpu", "engine", "context", "concurrency")]
+
+
+@pytest.mark.parametrize("option", SERVE_PAGED, ids=[o.name for o in SERVE_PAGED])
+def test_every_paged_engine_flag_is_refused_by_a_local_engine(option: Option,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """cli/serve.py read lists of flag names beside the flags (``--disaggregate`` was missing: silently dropped
+    with --engine llama.cpp); now the description is the list."""
+    from gpuplan.cli.main import main
+
+    assert main(["serve", "gpt2", "--gpu", "L4", "--engine", "llama.cpp", *_a_value(option)]) == 2
+    err = capsys.readouterr().err
+    assert f"--{option.name.replace('_', '-')}" in err and "flags of the paged engines" in err

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import (
-    _int,
     add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_options,
     add_workload_arguments,
-    positive_float,
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
@@ -36,19 +35,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """``--mode serve``: rank GPUs × counts for a serving target (gpuplan.advise.recommend.recommend_serve)."""
     from gpuplan.serve.engines import PAGED_ENGINES
-    from gpuplan.serve.kv import KV_CACHE_DTYPES
 
     mode = next(a for a in parser._actions if a.dest == "mode")  # argparse has no public lookup
     mode.choices = [*(mode.choices or ()), "serve"]
     g = parser.add_argument_group("serving (--mode serve)")
-    g.add_argument("--engine", choices=PAGED_ENGINES, default="vllm", help="serving engine modelled (default vllm)")
-    g.add_argument("--context", type=_int, default=None, metavar="L", help="tokens per sequence")
-    g.add_argument("--concurrency", type=_int, default=None, metavar="C", help="concurrent sequences to hold")
-    g.add_argument("--input-len", type=_int, default=None, metavar="I", help="prompt tokens per request")
-    g.add_argument("--output-len", type=_int, default=None, metavar="O", help="generated tokens per request")
-    g.add_argument("--rate", type=positive_float("a request rate"), default=None, metavar="R",
-                   help="target requests per second")
-    g.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="KV cache dtype")
+    serve = {o.name: o for o in verb_options("serve")}  # the same flags as gpuplan serve's (report/options.py)
+    asked = ("context", "concurrency", "input_len", "output_len", "rate", "kv_cache_dtype")
+    add_options(g, (replace(serve["engine"], choices=PAGED_ENGINES, web_choices=()), *(serve[n] for n in asked)))
 
 
 def run(args: argparse.Namespace) -> int:

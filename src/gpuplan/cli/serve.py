@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from gpuplan.cli._workload import (
-    _image_size,
     _int,
     _pipeline_fields,
     add_cache_argument,
@@ -30,7 +30,7 @@ from gpuplan.cli._workload import (
     positive_float,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
-from gpuplan.report.options import verb_options
+from gpuplan.report.options import WORKLOAD_OPTIONS, verb_options
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -45,33 +45,33 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 _LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "flash_attn", "tensor_split",
                 "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
-_PAGED_FLAGS = ("gpus", "dp", "ep", "tp", "pp", "max_model_len", "input_len", "output_len", "rate",
-                "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs", "quantization",
-                "enforce_eager", "ttft_slo", "itl_slo", "prices", "max_loras", "max_lora_rank", "speculative_model",
-                "speculative_method", "num_speculative_tokens", "spec_acceptance")
+ALL_ENGINES_FLAGS: tuple[str, ...] = ("gpu", "engine", "context", "concurrency")
+"""serve's flags that every engine takes; the others of its description (report/options.py) are the paged
+engines' (vllm, sglang, hf), refused by llama.cpp / Ollama: a flag added there is refused here without a list."""
+PIPELINE_TAKES: tuple[str, ...] = ("gpu", "quantization", "prices")
+"""serve's flags a diffusion pipeline's generations take too (its others are language-model engine flags)."""
+
+
+def _paged_flags() -> tuple[str, ...]:
+    return tuple(o.name for o in verb_options("serve") if o.name not in ALL_ENGINES_FLAGS)
+
+
+def _engine_flags() -> dict[str, object]:
+    """Language-model serving flags and their defaults: a pipeline given one is told so in one line."""
+    return {o.name: o.default for o in verb_options("serve") if o.name not in PIPELINE_TAKES}
 
 
 # a diffusion pipeline's generation (serve/pipeline.py); the engine flags are for language models
 PIPELINE_SERVE_FLAGS: tuple[str, ...] = ("image_size", "batch_size", "precision", "steps", "frames", "offload",
                                          "vae_tiling", "vae_slicing", "quantize_components")
-ENGINE_FLAGS: dict[str, object] = {"engine": "vllm", "gpus": None, "tp": None, "pp": 1, "dp": None, "ep": None,
-                                   "max_model_len": None, "context": None, "concurrency": None, "input_len": None,
-                                   "output_len": None, "rate": None, "gpu_memory_utilization": None,
-                                   "kv_cache_dtype": "auto", "max_num_batched_tokens": None, "max_num_seqs": None,
-                                   "ttft_slo": None, "itl_slo": None, "max_loras": None, "max_lora_rank": None,
-                                   "speculative_model": None, "speculative_method": None,
-                                   "num_speculative_tokens": None, "spec_acceptance": None, "enforce_eager": False}
-"""Language-model serving flags and their defaults: a pipeline given one is told so in one line."""
-
-
 def _add_pipeline_serve_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("diffusion / video pipelines (MODEL a pipeline: seconds per image, images per hour)")
-    g.add_argument("--image-size", type=_image_size, default=None, metavar="H[xW]",
-                   help="image (video frame) size in pixels (default: the pipeline's)")
-    g.add_argument("--batch-size", type=_int, default=None, metavar="N",
-                   help="images (videos) per generation (default 1)")
-    g.add_argument("--precision", default=None, metavar="P",
-                   help="weights and compute dtype (default: what people run on the GPU, bf16 where it has it)")
+    shared = {o.name: o for o in WORKLOAD_OPTIONS}
+    add_options(g, (
+        replace(shared["image_size"], help="image (video frame) size in pixels (default: the pipeline's)"),
+        replace(shared["batch_size"], default=None, help="images (videos) per generation (default 1)"),
+        replace(shared["precision"], help="weights and compute dtype (default: what people run on the GPU, bf16 "
+                "where it has it)")))
     add_pipeline_arguments(parser, training=False)
 
 
@@ -96,7 +96,7 @@ def _run_pipeline(args: argparse.Namespace, source: object) -> int:
     from gpuplan.workload import Workload
 
     name = getattr(source, "name", args.model)
-    engine = [n for n, default in ENGINE_FLAGS.items() if getattr(args, n) != default]
+    engine = [n for n, default in _engine_flags().items() if getattr(args, n) != default]
     engine += _given(args, _defaults(), _LOCAL_FLAGS)
     if engine:
         flag = "--" + engine[0].replace("_", "-")
@@ -168,7 +168,7 @@ def _defaults() -> dict[str, object]:
     """The parser's defaults of the flags one engine kind takes and the other refuses."""
     from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S
 
-    return {"pp": 1, "kv_cache_dtype": "auto", "quantization": "none", "enforce_eager": False,
+    return {**{o.name: o.default for o in verb_options("serve")},
             "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "off", "override_tensor": [], "n_cpu_moe": 0,
             "ubatch_size": 512, "host_memory_bandwidth": DEFAULT_HOST_BANDWIDTH_GB_PER_S}
 
@@ -177,7 +177,7 @@ def _run_local(args: argparse.Namespace) -> int:
     from gpuplan.errors import ConfigError
     from gpuplan.serve.llamacpp import serve_local
 
-    paged = _given(args, _defaults(), _PAGED_FLAGS)
+    paged = _given(args, _defaults(), _paged_flags())
     if paged:
         flags = ", ".join("--" + n.replace("_", "-") for n in paged)
         raise ConfigError(f"{flags}: flags of the paged engines (vllm, sglang, hf); --engine {args.engine} takes "
