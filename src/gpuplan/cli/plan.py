@@ -86,23 +86,7 @@ def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workloa
 
     return plan(
         args.model,
-        gpus=args.gpus,
-        gpu=args.gpu,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        inter_node_gbps=args.inter_node_gbps,
-        dp=args.dp,
-        tp=args.tp,
-        pp=args.pp,
-        zero=args.zero,
-        fsdp=args.fsdp,
-        global_batch_size=args.global_batch_size,
-        micro_batch_size=args.micro_batch_size,
-        sequence_parallel=args.sequence_parallel,
-        megatron=args.megatron,
-        ep=args.ep,
-        cp=args.cp,
-        cp_comm=args.cp_comm,
+        **{o.name: getattr(args, o.name) for o in verb_options("plan")},  # the layout flags, as the web page's call
         emit=engine_filter(args.emit) if args.emit else None,  # its layouts only; refused before the trace if none
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,

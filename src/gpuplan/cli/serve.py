@@ -52,6 +52,10 @@ PIPELINE_TAKES: tuple[str, ...] = ("gpu", "quantization", "prices")
 """serve's flags a diffusion pipeline's generations take too (its others are language-model engine flags)."""
 
 
+LAYOUT_FLAGS: tuple[str, ...] = ("gpu", "tp", "pp", "dp", "ep", "gpus", "disaggregate", "prices")
+"""serve's flags that choose the call (one layout, a layout search, disaggregated pools) or are read first."""
+
+
 def _paged_flags() -> tuple[str, ...]:
     return tuple(o.name for o in verb_options("serve") if o.name not in ALL_ENGINES_FLAGS)
 
@@ -219,15 +223,9 @@ def run(args: argparse.Namespace) -> int:
     if prices is not None and args.rate is None:
         raise ConfigError("--prices prices a target rate: add --rate R --input-len I --output-len O")
     check_output_paths(args)
-    common = {"engine": args.engine, "max_model_len": args.max_model_len, "context": args.context,
-              "concurrency": args.concurrency, "input_len": args.input_len, "output_len": args.output_len,
-              "rate": args.rate, "gpu_memory_utilization": args.gpu_memory_utilization,
-              "kv_cache_dtype": args.kv_cache_dtype, "max_num_batched_tokens": args.max_num_batched_tokens,
-              "max_num_seqs": args.max_num_seqs, "quantization": args.quantization, "prices": prices,
-              "ttft_slo": args.ttft_slo, "itl_slo": args.itl_slo, "max_loras": args.max_loras,
-              "max_lora_rank": args.max_lora_rank, "speculative_model": args.speculative_model,
-              "speculative_method": args.speculative_method, "num_speculative_tokens": args.num_speculative_tokens,
-              "spec_acceptance": args.spec_acceptance, "enforce_eager": args.enforce_eager}
+    # the engine's options under their flag names, as the web page's call passes them (report/options.py)
+    common = {o.name: getattr(args, o.name) for o in verb_options("serve") if o.name not in LAYOUT_FLAGS}
+    common["prices"] = prices
     if args.disaggregate is not None:
         if args.gpus is not None:
             raise ConfigError("--disaggregate sizes pools of one layout: give --tp/--dp/--ep, not --gpus")
