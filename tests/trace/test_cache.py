@@ -213,11 +213,13 @@ def test_the_command_line_caches_by_default_and_no_cache_bypasses_it(
 @pytest.mark.slow
 @pytest.mark.parametrize("verb", [["estimate", "--seq-len", "32", "--gpu", "H100-SXM"],
                                   ["plan", "--seq-len", "32", "--gpu", "H100-SXM", "--gpus", "2"],
-                                  ["fit", "--gpu", "T4", "--axis", "seq-len"]], ids=lambda v: v[0])
+                                  ["fit", "--gpu", "T4", "--axis", "seq-len"],
+                                  ["serve", "--gpu", "L4", "--max-model-len", "64"]], ids=lambda v: v[0])
 def test_a_cache_hit_does_not_import_torch(tiny_gpt2: str, tmp_path: Path, verb: list[str]) -> None:
     """Old main: a cached plan imported torch (37 s on a busy machine) through transformers' AutoConfig, read
     for the layer counts, and a cached ``fit --axis seq-len`` built a block for the position table; both are
-    cached beside the traces (trace/cache.model_fact)."""
+    cached beside the traces (trace/cache.model_fact). A cached ``serve`` read transformers' full config
+    (``hf_config().to_dict()``) every time (6.4 s of CPU for llama-3.1-8b): kept there too (hf_config_dict_of)."""
     env = {**os.environ, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": str(tmp_path / "c"),
            "PYTHONPATH": str(REPO / "src")}
     argv = [verb[0], tiny_gpt2, *verb[1:], "--json"]
@@ -249,3 +251,24 @@ def test_layer_counts_are_cached_beside_the_traces(tmp_path: Path, monkeypatch: 
         entry.write_text(entry.read_text().replace("5", "-5"))
         monkeypatch.setattr(HFConfigSource, "layer_counts", lambda self: {"num_hidden_layers": 5})
         assert layer_counts_of(source) == {"num_hidden_layers": 5} and "-5" not in entry.read_text()
+
+
+def test_the_full_config_reading_is_cached_and_a_damaged_one_read_again(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuplan.models.sources import HFConfigSource
+    from gpuplan.trace.cache import fact_key, hf_config_dict_of
+
+    source = HFConfigSource("tiny", {"model_type": "gpt2", "n_layer": 5, "n_embd": 32, "n_head": 2,
+                                     "vocab_size": 100, "n_positions": 64})
+    full = json.loads(json.dumps(source.hf_config().to_dict()))  # as JSON: id2label's keys are strings
+    cache = TraceCache(tmp_path / "c")
+    with use_trace_cache(cache):
+        assert hf_config_dict_of(source) == full and full["n_inner"] is None  # a class default filled in
+        monkeypatch.setattr(HFConfigSource, "hf_config", lambda self: pytest.fail("read the config again"))
+        assert hf_config_dict_of(source) == full
+        key = fact_key(source, "hf_config")
+        assert key is not None
+        entry = cache.directory / f"{key}.facts"
+        entry.write_text(entry.read_text().replace('{"config": {', '{"config": [{', 1))
+        monkeypatch.undo()
+        assert hf_config_dict_of(source) == full and '"config": {' in entry.read_text()

@@ -39,6 +39,7 @@ from gpuplan.serve.latency import largest_batch, replica_requests_per_s, replica
 from gpuplan.serve.lora import DEFAULT_MAX_LORA_RANK, LoRABudget, check_lora, lora_budget
 from gpuplan.serve.speculative import Speculation, speculation
 from gpuplan.serve.timing import ModelShape, PhaseTime, compute_bound_batch, decode_step, prefill
+from gpuplan.trace.cache import hf_config_dict_of
 from gpuplan.workload import WEIGHT_QUANTS, Workload
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def serve(
         check_lora(max_loras, max_lora_rank or DEFAULT_MAX_LORA_RANK)
     target = resolve_gpu(gpu)
     assert target is not None
-    config = source.hf_config().to_dict()
+    config = hf_config_dict_of(source)
     layout = kv_layout(config, source.name)
     dtype = model_dtype(config)
     if dtype == "bfloat16" and not target.has_bf16:
@@ -607,7 +608,7 @@ def _drafter(spec: Speculation, source: HFConfigSource, config: dict[str, Any], 
     if spec.method == "mtp":
         return _mtp_drafter(spec, config, layout, cost, step, settings, dtype, expert_bytes)
     draft_source = _decoder_source(spec.model or "")
-    draft_config = draft_source.hf_config().to_dict()
+    draft_config = hf_config_dict_of(draft_source)
     draft_layout = kv_layout(draft_config, draft_source.name)
     draft_dtype = model_dtype(draft_config)
     if draft_dtype == "bfloat16" and not gpu.has_bf16:

@@ -42,7 +42,7 @@ from gpuplan.trace.capability import trace_cc_class
 from gpuplan.trace.records import MemEvent, OpRecord, RawTrace, RunResult, StepPoint, StorageInfo, TracedStep
 
 if TYPE_CHECKING:
-    from gpuplan.models.sources import ModelSource
+    from gpuplan.models.sources import HFConfigSource, ModelSource
     from gpuplan.workload import Workload
 
 FORMAT = "gpuplan-trace-cache"
@@ -219,8 +219,9 @@ def _code_hash() -> str:
     return digest.hexdigest()
 
 
-FactValue = int | dict[str, int] | None
-"""What a model fact holds: a count, counts by name, or None (the model has none)."""
+FactValue = int | dict[str, Any] | None
+"""What a model fact holds: a count, counts by name, a config document ``{"config": {...}}``, or None (the
+model has none)."""
 
 
 def fact_key(source: ModelSource, fact: str, workload: Workload | None = None) -> str | None:
@@ -256,6 +257,17 @@ def layer_counts_of(source: ModelSource) -> dict[str, int]:
     reading (``AutoConfig``: the class defaults, derived ``layer_types``), and making one imports torch."""
     counts = model_fact(source, "layer_counts", source.layer_counts)
     return dict(counts) if isinstance(counts, dict) else {}
+
+
+def hf_config_dict_of(source: HFConfigSource) -> dict[str, Any]:
+    """``source.hf_config().to_dict()`` through :func:`model_fact`: transformers' full reading of the config (the
+    class defaults filled in), which imports transformers and torch; a cached ``serve`` reads it from here."""
+    # read as JSON from the first call on (id2label's int keys become strings), so a cache hit and a miss agree
+    found = model_fact(source, "hf_config",
+                       lambda: {"config": json.loads(json.dumps(source.hf_config().to_dict(), default=str))})
+    if isinstance(found, dict) and isinstance(found.get("config"), dict):
+        return dict(found["config"])
+    raise AssertionError(f"model_fact gave {type(found).__name__} for a config")  # only what compute() gave
 
 
 def trace_key(source: ModelSource, workload: Workload, compute_capability: tuple[int, int]) -> str | None:
@@ -330,8 +342,8 @@ class TraceCache:
     def store_fact(self, key: str, value: FactValue) -> None:
         """Keep ``value`` under ``key`` (best effort, as :meth:`store`)."""
         doc = {"format": FORMAT, "version": FORMAT_VERSION, "key": key, "value": value}
-        with contextlib.suppress(OSError):
-            self._write(self.directory / f"{key}{_FACTS_SUFFIX}", json.dumps(doc).encode())
+        with contextlib.suppress(OSError, TypeError, ValueError):  # a value JSON cannot hold is not kept
+            self._write(self.directory / f"{key}{_FACTS_SUFFIX}", json.dumps(doc, allow_nan=False).encode())
 
     def load(self, key: str) -> Lookup:
         path = self.path_for(key)
@@ -424,6 +436,8 @@ def _is_fact(value: Any) -> bool:
     def count(v: Any) -> bool:
         return type(v) is int and v > 0
 
+    if isinstance(value, dict) and set(value) == {"config"}:  # hf_config_dict_of's document
+        return isinstance(value["config"], dict) and all(isinstance(k, str) for k in value["config"])
     return value is None or count(value) or (isinstance(value, dict)
                                              and all(isinstance(k, str) and count(v) for k, v in value.items()))
 
