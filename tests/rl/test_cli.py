@@ -119,6 +119,10 @@ def test_a_trainer_phase_that_does_not_fit_is_exit_1_and_limits_the_step() -> No
         (["--samples-per-prompt", "1"], "--samples-per-prompt 1 is too few for GRPO"),
         (["--algorithm", "dapo", "--samples-per-prompt", "1"], "too few for DAPO"),
         (["--algorithm", "dpo", "--critic", "gpt2"], "--critic applies to --algorithm ppo only"),
+        (
+            ["--algorithm", "ppo", "--samples-per-prompt", "1", "--critic", "vit-base-patch16-224"],
+            "has no token-classification class",
+        ),
         (["--rollout-tp", "3"], "--rollout-tp 3 does not divide the 2 rollout GPUs"),
         (["--rollout-memory-utilization", "0"], "--rollout-memory-utilization 0 is outside (0, 1]"),
         (["--rollout-memory-utilization", "1.5"], "outside (0, 1]"),

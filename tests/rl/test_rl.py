@@ -93,12 +93,20 @@ def test_rollout_phase_is_serve_for_the_same_engine_settings(tiny_gpt2: str, eag
 
 
 def test_log_prob_phase_is_the_forward_trace_sharded(tiny_gpt2: str) -> None:
+    """The policy's log-prob pass: the forward traced in the 16-bit compute dtype FSDP mixed precision gathers
+    (amp-bf16 → bf16: no autocast cache of the weights), with the fp32 shards the trainer holds (the planner's
+    figure for the same layout) in place of the traced weights, one GPU included; the frozen reference (its own
+    bf16 model) is the same forward sharded evenly."""
     s = make(tiny_gpt2)
     result = rl(s)
-    w = Workload(mode="infer", batch_size=1, seq_len=96, precision=s.precision)  # type: ignore[arg-type]
+    w = Workload(mode="infer", batch_size=1, seq_len=96, precision="bf16")
     step = estimate(tiny_gpt2, gpu=GPU, workload=w).step
-    shard = sharded_forward(step, make_topology(result.gpu, 2), 2)
+    held = _planned(tiny_gpt2, s, 32 + 64).ranks[0].params_bytes
+    assert held > step.param_bytes // 2  # fp32 shards: twice the bf16 half
+    shard = sharded_forward(step, make_topology(result.gpu, 2), 2, held_bytes_per_gpu=held)
     assert result.phase_map["old_log_prob"].parts_bytes["this_phase"] == shard.bytes_per_gpu
+    ref = sharded_forward(step, make_topology(result.gpu, 2), 2)
+    assert result.phase_map["ref_log_prob"].parts_bytes["this_phase"] == ref.bytes_per_gpu
 
 
 def test_colocated_phases_carry_the_sleeping_engine_and_the_resident_trainer(tiny_gpt2: str) -> None:
@@ -174,3 +182,29 @@ def test_lora_never_more_memory_than_full(small_llama: str, algorithm: str) -> N
     assert lora.peak_bytes_per_gpu <= full.peak_bytes_per_gpu
     for name, phase in lora.phase_map.items():
         assert phase.peak_bytes_per_gpu <= full.phase_map[name].peak_bytes_per_gpu, name
+
+
+@pytest.mark.slow  # ~40 s: the small LLaMA traced with both heads, and a PPO step
+def test_critic_and_reward_model_are_the_backbone_with_a_value_head(tiny_gpt2: str, small_llama: str) -> None:
+    """verl builds both as AutoModelForTokenClassification with num_labels = 1 (rl/models.VALUE_HEAD_NOTE): the
+    traced model is the LM's backbone and a hidden → 1 linear layer in place of the (untied) LM head, its output
+    one value per token instead of the vocabulary's logits."""
+    from gpuplan.models.sources import resolve_model
+    from gpuplan.rl.models import value_model
+
+    w = Workload(mode="infer", batch_size=2, seq_len=64, precision="bf16")
+    lm = estimate(small_llama, gpu=GPU, workload=w)
+    critic = estimate(value_model(resolve_model(small_llama)), gpu=GPU, workload=w)
+    hidden, vocab = SMALL_LLAMA["hidden_size"], SMALL_LLAMA["vocab_size"]
+    assert critic.step.params_count == lm.step.params_count - vocab * hidden + hidden + 1  # score weight + bias
+    logits = 2 * 64 * vocab * 2  # the LM's bf16 [batch, tokens, vocab] output, absent from the critic's forward
+    assert critic.step.tensor_peak_bytes <= lm.step.tensor_peak_bytes - 2 * (vocab * hidden - hidden - 1)
+    assert lm.step.tensor_peak_bytes - critic.step.tensor_peak_bytes <= 2 * vocab * hidden + logits
+    result = rl(make(tiny_gpt2, algorithm="ppo", samples_per_prompt=1, reward_model=tiny_gpt2))
+    reward = sharded_forward(
+        estimate(value_model(resolve_model(tiny_gpt2)), gpu=GPU, workload=w.with_(batch_size=1, seq_len=96)).step,
+        make_topology(result.gpu, 2),
+        2,
+    )
+    assert result.phase_map["reward"].parts_bytes["this_phase"] == reward.bytes_per_gpu
+    assert any("value head" in a for a in result.assumptions)

@@ -57,6 +57,7 @@ _TASK_AUTO_CLASS = {
     "seq2seq-lm": "AutoModelForSeq2SeqLM",
     "image-classification": "AutoModelForImageClassification",
     "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
 }
 
 _ARCH_SUFFIX_TASK = (
@@ -67,6 +68,7 @@ _ARCH_SUFFIX_TASK = (
     ("ForPreTraining", "masked-lm"),
     ("ForImageClassification", "image-classification"),
     ("ForSequenceClassification", "sequence-classification"),
+    ("ForTokenClassification", "token-classification"),
 )
 
 
@@ -293,6 +295,8 @@ class HFConfigSource(ModelSource):
         if self.task == "sequence-classification":
             num_labels = getattr(module.config, "num_labels", 2)
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, num_labels, (b,))})
+        if self.task == "token-classification":  # a per-token score (an RL value head): its loss is the mean
+            return Inputs(kwargs={"input_ids": ids})
         if self.task == "seq2seq-lm":
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, vocab, (b, s))})
         return Inputs(kwargs={"input_ids": ids, "labels": ids})

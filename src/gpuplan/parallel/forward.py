@@ -33,14 +33,21 @@ class ShardedForward:
     """Seconds of all-gathers of one step (prefetched: overlapped with compute)."""
 
 
-def sharded_forward(step: TracedStep, topology: Topology, gpus: int, *, forwards: int = 1) -> ShardedForward:
+def sharded_forward(
+    step: TracedStep, topology: Topology, gpus: int, *, forwards: int = 1, held_bytes_per_gpu: int | None = None
+) -> ShardedForward:
     """``step`` (traced on one GPU) with its weights sharded over ``gpus`` of ``topology``; ``forwards``:
-    the passes over the model in the step (generation: one per token). One GPU: the step as traced."""
+    the passes over the model in the step (generation: one per token). One GPU: the step as traced.
+
+    ``held_bytes_per_gpu``: the weights a trainer keeps on each GPU between its forwards when they are not the
+    traced compute copy — FSDP mixed precision (``param_dtype`` bf16) holds fp32 shards and gathers each block in
+    bf16; ZeRO-3 with parameter offload holds none — so the step is the traced forward's (in the compute dtype)
+    with that shard and two gathered blocks in place of its whole weights, on one GPU too."""
     single = step.min_reserved_bytes or step.reserved_peak_bytes
-    if gpus <= 1:
+    if gpus <= 1 and held_bytes_per_gpu is None:
         return ShardedForward(1, single, step.param_bytes, 0.0)
     layers = sum(step.block_counts.values()) or sum(step.traced_blocks.values()) or 1
     gathered = 2 * step.param_bytes // layers  # current block + the prefetched next one
-    shard = -(-step.param_bytes // gpus)
-    gather_s = forwards * all_gather_s(group(topology, gpus, 1), step.param_bytes)
+    shard = -(-step.param_bytes // gpus) if held_bytes_per_gpu is None else held_bytes_per_gpu
+    gather_s = forwards * all_gather_s(group(topology, gpus, 1), step.param_bytes) if gpus > 1 else 0.0
     return ShardedForward(gpus, single - step.param_bytes + shard + gathered, shard, gather_s)

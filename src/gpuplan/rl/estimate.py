@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpuplan.hardware import resolve_gpu
 from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.parallel.topology import make_topology
-from gpuplan.rl.models import Forward, Trained, forward, trained
+from gpuplan.rl.models import VALUE_HEAD_NOTE, Forward, Trained, forward, trained, value_model
 from gpuplan.rl.phases import Residents, compose
 from gpuplan.rl.result import RLResult
 from gpuplan.rl.rollout import Rollout, rollout
@@ -62,7 +62,7 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     old: Forward | None = None
     if settings.generates or (settings.ref and settings.peft != "none"):
         say("rl: tracing the policy's log-prob forward")
-        old = forward(source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean)
+        old = forward(source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean, held_by=policy)
     ref: Forward | None = None
     if settings.ref:  # under PEFT the reference is the policy with its adapters off: the same forward
         ref = old if settings.peft != "none" else forward(source, frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
@@ -71,13 +71,14 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     reward = critic = critic_values = None
     if settings.reward_model is not None:
         say(f"rl: tracing the reward model ({settings.reward_model})")
-        reward = forward(resolve_model(settings.reward_model), frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
+        reward_source = value_model(resolve_model(settings.reward_model))
+        reward = forward(reward_source, frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
     if settings.critic is not None:
         say(f"rl: tracing the critic ({settings.critic})")
-        critic_source = resolve_model(settings.critic)
+        critic_source = value_model(resolve_model(settings.critic))
         critic_w = policy_w.with_(peft="none")  # the value model trains whole (verl, OpenRLHF)
         critic = trained(critic_source, critic_w, settings, gpu, topology, time_seq_len=mean)
-        critic_values = forward(critic_source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean)
+        critic_values = forward(critic_source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean, held_by=critic)
     gen: Rollout | None = None
     if settings.generates:
         say(f"rl: sizing the {settings.rollout_engine} rollout engine")
@@ -113,10 +114,29 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     )
 
 
+LOG_PROB_NOTE = (
+    "log-prob passes (old policy, reference): the forward traced in the 16-bit compute dtype the trainer gathers "
+    "each block in (FSDP mixed precision, DeepSpeed bf16; no autocast copy of every weight) beside the weight "
+    "shards the trainer holds, its full-vocabulary logits [micro-batch × (prompt + longest response), vocab] in "
+    "16 bits and nothing larger after them: verl's way — remove-padding logits [tokens, vocab], log-probs by "
+    "flash-attn's fused cross-entropy or a row-by-row log_softmax, entropy through torch.compile "
+    "(volcengine/verl verl/workers/actor/dp_actor.py @0081137b, verl/utils/torch_functional.py @03c8cca1). TRL "
+    "needs less: logits of the completion's positions only (logits_to_keep) plus one temperature-scaled copy, "
+    "selective_log_softmax row by row, and no old-policy pass when num_iterations is 1 (huggingface/trl "
+    "trl/trainer/grpo_trainer.py @000bb3db); OpenRLHF's actor upcasts the logits to float32 first, one fp32 copy "
+    "more (OpenRLHF/OpenRLHF openrlhf/models/actor.py, OpenRLHF PR #634); neither is sized here"
+)
+
+
 def _forward_precision(precision: str, gpu: GPU) -> str:
-    """The log-prob pass runs the trainer's weights as it holds them (FSDP mixed precision: autocast); the scaled
-    formats (torchao float8, MXFP8, NVFP4) are training recipes, so their forward is in 16 bits."""
-    return frozen_precision(gpu) if precision in SCALED_PRECISIONS else precision
+    """The compute dtype of the trainer's forward: FSDP mixed precision (verl's ``param_dtype`` bf16, accelerate's
+    FSDP2 ``MixedPrecisionPolicy``) and DeepSpeed bf16 gather each block's weights in 16 bits, so the pass is traced
+    in 16 bits — not under autocast, whose cache would keep a 16-bit copy of every fp32 weight — and the fp32
+    shards are counted as held (``rl.models.forward(held_by=)``); the scaled formats (torchao float8, MXFP8,
+    NVFP4) are training recipes, so their forward is in 16 bits too."""
+    if precision in SCALED_PRECISIONS:
+        return frozen_precision(gpu)
+    return {"amp-bf16": "bf16", "amp-fp16": "fp16"}.get(precision, precision)
 
 
 def _trainer_topology(settings: RLSettings, gpu: GPU) -> Topology:
@@ -156,11 +176,12 @@ def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> 
         f"{settings.grad_accum} micro-batch(es) per optimizer step, {settings.optimizer_steps} optimizer step(s) per "
         "RL step: the planner's evaluator on the exact traced step",
         "the policy loss is traced as the causal LM's cross entropy over the full vocabulary (the same logits, "
-        "log-softmax and gather a token-level RL loss computes); the log-prob passes are forward-only traces whose "
-        "full-vocabulary logits are the model's [micro-batch, prompt + response, vocab] output in the compute dtype "
-        "(verl and OpenRLHF without fused kernels; TRL keeps the completion's positions only, so it needs less)",
+        "log-softmax and gather a token-level RL loss computes)",
+        LOG_PROB_NOTE,
         *policy.profile.assumptions,
     ]
+    if settings.critic is not None or settings.reward_model is not None:
+        out.append(VALUE_HEAD_NOTE)
     if settings.ref and settings.peft != "none":
         out.append("reference: the policy with its adapters disabled (verl, TRL under PEFT): no second copy")
     if gen is not None:

@@ -75,6 +75,39 @@ class Trained:
         return int(self.profile.block_params * self.profile.compute_bytes)
 
 
+VALUE_HEAD_NOTE = (
+    "critic and reward model: the backbone with a one-output value head in place of the LM head, traced as "
+    "transformers' AutoModelForTokenClassification with num_labels = 1 as verl builds both "
+    "(volcengine/verl verl/workers/fsdp_workers.py @b38119fa: CriticWorker and RewardModelWorker): no "
+    "full-vocabulary logits, no LM-head weights, gradients or optimizer state; the value loss (a few "
+    "[micro-batch, tokens] tensors) traced as the values' mean"
+)
+
+
+def value_model(source: ModelSource) -> ModelSource:
+    """``source``'s backbone with a one-output head per token (the critic's values, a reward model's score):
+    transformers' token-classification class of the same config with ``num_labels = 1``. A model that is not a
+    transformers config is refused (one line): its head cannot be swapped."""
+    from gpuplan.errors import ConfigError
+    from gpuplan.models.sources import HFConfigSource
+
+    config = source.config_dict if isinstance(source, HFConfigSource) else None
+    if config is None:
+        raise ConfigError(
+            f"{source.name} is not a transformers config: gpuplan rl builds the critic and the reward model as "
+            "its backbone with a value head; pass a catalog name or a config.json"
+        )
+    from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+
+    if config.get("model_type") not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:
+        raise ConfigError(
+            f"{source.name} ({config.get('model_type')}) has no token-classification class in transformers: "
+            "gpuplan rl cannot build it with a value head; pass a critic / reward model of another architecture"
+        )
+    head = {k: v for k, v in config.items() if k != "architectures"} | {"num_labels": 1}
+    return HFConfigSource(source.name, head, task="token-classification", kind=source.kind)
+
+
 def trainer_layout(settings: RLSettings) -> Layout:
     """FSDP2 over the trainer GPUs (verl, TRL); ZeRO-3 with DeepSpeed's CPU offload when offload is asked."""
     offload_params, offload_optimizer = "params" in settings.offload, "optimizer" in settings.offload
@@ -148,9 +181,12 @@ def forward(
     gpus: int,
     *,
     time_seq_len: int,
+    held_by: Trained | None = None,
 ) -> Forward:
     """``sequences`` forwarded in micro-batches of ``workload.batch_size`` over ``gpus`` trainer GPUs; memory at
-    the workload's (padded) length, time at ``time_seq_len`` tokens."""
+    the workload's (padded) length, time at ``time_seq_len`` tokens. ``held_by``: a trained model forwarding its
+    own weights (the policy's log-probs, the critic's values): they stay as its layout holds them (FSDP mixed
+    precision: fp32 shards, blocks gathered in the 16-bit ``workload`` precision; ZeRO-3 offload: on the host)."""
     from gpuplan.estimate import estimate
 
     est = estimate(source, gpu=gpu, workload=workload)
@@ -158,4 +194,5 @@ def forward(
     if workload.seq_len != time_seq_len:
         timed = estimate(source, gpu=gpu, workload=workload.with_(seq_len=time_seq_len))
     passes = math.ceil(sequences / (workload.batch_size * gpus))
-    return Forward(est, sharded_forward(est.step, topology, gpus), passes, timed)
+    held = held_by.evaluation.ranks[0].params_bytes if held_by is not None else None
+    return Forward(est, sharded_forward(est.step, topology, gpus, held_bytes_per_gpu=held), passes, timed)
