@@ -14,7 +14,7 @@ from gpuplan.cli._workload import workload_from_args
 from gpuplan.cli.main import build_parser
 from gpuplan.errors import GpuplanError
 from gpuplan.models.catalog import catalog_names
-from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, TAKES_WORKLOAD, VERBS, Option, verb_options
+from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, LOCAL_GROUP, TAKES_WORKLOAD, VERBS, Option, verb_options
 from gpuplan.ui.page import FIELDS, field_label, render_form
 from gpuplan.ui.query import VERB_OPTIONS, WORKLOAD_OPTIONS, parse_query
 
@@ -150,7 +150,8 @@ def _a_value(option: Option) -> list[str]:
     return [f"{flag}={text}"]
 
 
-SERVE_PAGED = [o for o in verb_options("serve") if o.name not in ("gpu", "engine", "context", "concurrency")]
+SERVE_PAGED = [o for o in verb_options("serve")
+               if o.name not in ("gpu", "engine", "context", "concurrency") and o.group != LOCAL_GROUP]
 
 
 @pytest.mark.parametrize("option", SERVE_PAGED, ids=[o.name for o in SERVE_PAGED])

@@ -96,6 +96,8 @@ def add_option(parser: Container, option: Option) -> None:
         kwargs["metavar"] = option.metavar
     if option.optional_value is not None:
         kwargs.update(nargs="?", const=option.optional_value)
+    if option.repeat:
+        kwargs["action"] = "append"
     parser.add_argument(*option.cli_flags, **kwargs)
 
 

@@ -20,31 +20,26 @@ from dataclasses import replace
 from typing import Any
 
 from gpuplan.cli._workload import (
-    _int,
     _pipeline_fields,
     add_cache_argument,
     add_json_argument,
     add_model_argument,
     add_options,
     add_pipeline_arguments,
-    positive_float,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
-from gpuplan.report.options import WORKLOAD_OPTIONS, verb_options
+from gpuplan.report.options import LOCAL_GROUP, WORKLOAD_OPTIONS, verb_options
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_options(parser, verb_options("serve"))  # --gpu, the layout, the engine and its target
-    _add_local_arguments(parser)
     _add_pipeline_serve_arguments(parser)
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
 
-_LOCAL_FLAGS = ("gguf_type", "n_gpu_layers", "cache_type_k", "cache_type_v", "flash_attn", "tensor_split",
-                "override_tensor", "n_cpu_moe", "ubatch_size", "host_memory_bandwidth")
 ALL_ENGINES_FLAGS: tuple[str, ...] = ("gpu", "engine", "context", "concurrency")
 """serve's flags that every engine takes; the others of its description (report/options.py) are the paged
 engines' (vllm, sglang, hf), refused by llama.cpp / Ollama: a flag added there is refused here without a list."""
@@ -56,8 +51,12 @@ LAYOUT_FLAGS: tuple[str, ...] = ("gpu", "tp", "pp", "dp", "ep", "gpus", "disaggr
 """serve's flags that choose the call (one layout, a layout search, disaggregated pools) or are read first."""
 
 
+def _local_flags() -> tuple[str, ...]:
+    return tuple(o.name for o in verb_options("serve") if o.group == LOCAL_GROUP)
+
+
 def _paged_flags() -> tuple[str, ...]:
-    return tuple(o.name for o in verb_options("serve") if o.name not in ALL_ENGINES_FLAGS)
+    return tuple(o.name for o in verb_options("serve") if o.name not in ALL_ENGINES_FLAGS and o.group != LOCAL_GROUP)
 
 
 def _engine_flags() -> dict[str, object]:
@@ -101,7 +100,6 @@ def _run_pipeline(args: argparse.Namespace, source: object) -> int:
 
     name = getattr(source, "name", args.model)
     engine = [n for n, default in _engine_flags().items() if getattr(args, n) != default]
-    engine += _given(args, _defaults(), _LOCAL_FLAGS)
     if engine:
         flag = "--" + engine[0].replace("_", "-")
         raise ConfigError(f"{flag} is a language-model engine flag; {name} is a diffusion pipeline: use "
@@ -129,52 +127,13 @@ def _run_pipeline(args: argparse.Namespace, source: object) -> int:
     return 0 if result.ok else 1
 
 
-def _split(text: str) -> tuple[float, ...]:
-    parts = text.split(",")
-    try:
-        values = tuple(float(p) for p in parts)
-    except ValueError:
-        shown = text[:40]
-        raise argparse.ArgumentTypeError(f"expected comma-separated shares per GPU (e.g. 3,1), got {shown!r}") from None
-    return values
-
-
-def _add_local_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpuplan.models.gguf_mix import GGUF_TYPES
-    from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S, KV_CACHE_TYPES
-
-    local = parser.add_argument_group("local inference (--engine llama.cpp | ollama)")
-    local.add_argument("--gguf-type", choices=GGUF_TYPES, default=None, metavar="T",
-                       help=f"llama-quantize file type for a catalog / config.json model ({', '.join(GGUF_TYPES)})")
-    local.add_argument("-ngl", "--n-gpu-layers", type=_int, default=None, metavar="N",
-                       help="layers on the GPU (llama.cpp -ngl, Ollama num_gpu; default: the most that fit)")
-    local.add_argument("--cache-type-k", choices=KV_CACHE_TYPES, default="f16", help="K cache type (default f16)")
-    local.add_argument("--cache-type-v", choices=KV_CACHE_TYPES, default="f16",
-                       help="V cache type (default f16; quantized types need --flash-attn on)")
-    local.add_argument("--flash-attn", choices=("on", "off"), default="off", help="llama.cpp -fa (default off)")
-    local.add_argument("--tensor-split", type=_split, default=None, metavar="A,B,...",
-                       help="share of the layers per GPU, one per GPU (llama.cpp --tensor-split; default one GPU)")
-    local.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=CPU",
-                       help="keep tensors whose name matches PATTERN in host memory (e.g. exps=CPU); repeatable")
-    local.add_argument("--n-cpu-moe", type=_int, default=0, metavar="N",
-                       help="keep the MoE experts of the first N layers on the CPU")
-    local.add_argument("--ubatch-size", type=_int, default=512, metavar="N", help="llama.cpp -ub (default 512)")
-    local.add_argument("--host-memory-bandwidth", type=positive_float("a bandwidth in GB/s"),
-                       default=DEFAULT_HOST_BANDWIDTH_GB_PER_S, metavar="GB_PER_S",
-                       help=f"sustained CPU memory bandwidth (default {DEFAULT_HOST_BANDWIDTH_GB_PER_S:g} GB/s)")
-
-
 def _given(args: argparse.Namespace, parser_defaults: dict[str, object], names: tuple[str, ...]) -> list[str]:
     return [n for n in names if getattr(args, n) != parser_defaults.get(n)]
 
 
 def _defaults() -> dict[str, object]:
-    """The parser's defaults of the flags one engine kind takes and the other refuses."""
-    from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S
-
-    return {**{o.name: o.default for o in verb_options("serve")},
-            "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "off", "override_tensor": [], "n_cpu_moe": 0,
-            "ubatch_size": 512, "host_memory_bandwidth": DEFAULT_HOST_BANDWIDTH_GB_PER_S}
+    """The parser's defaults of the flags one engine kind takes and the other refuses (serve's description)."""
+    return {o.name: o.default for o in verb_options("serve")}
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -213,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if source.kind == "pipeline":
         return _run_pipeline(args, source)
     _pipeline_flags_given(args, source.name)
-    local = _given(args, _defaults(), _LOCAL_FLAGS)
+    local = _given(args, _defaults(), _local_flags())
     if local:
         flags = ", ".join("--" + n.replace("_", "-") for n in local)
         raise ConfigError(f"{flags} are for local inference: add --engine llama.cpp or --engine ollama")
@@ -224,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--prices prices a target rate: add --rate R --input-len I --output-len O")
     check_output_paths(args)
     # the engine's options under their flag names, as the web page's call passes them (report/options.py)
-    common = {o.name: getattr(args, o.name) for o in verb_options("serve") if o.name not in LAYOUT_FLAGS}
+    common = {o.name: getattr(args, o.name) for o in verb_options("serve")
+              if o.name not in LAYOUT_FLAGS and o.group != LOCAL_GROUP}
     common["prices"] = prices
     if args.disaggregate is not None:
         if args.gpus is not None:

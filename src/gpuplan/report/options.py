@@ -125,6 +125,15 @@ def tiles(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else whole_number(text)
 
 
+def shares(text: str) -> tuple[float, ...]:
+    """Comma-separated shares, one per GPU (``3,1``): llama.cpp's --tensor-split."""
+    try:
+        return tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares per GPU (e.g. 3,1), got {shown(text)}") \
+            from None
+
+
 def switch(text: str) -> bool:
     """A web checkbox: on, or absent (the command line's store_true flag)."""
     if text.strip().lower() not in ("1", "on", "true"):
@@ -170,6 +179,8 @@ class Option:
     """Command-line switches that each set a value instead of one flag taking it: (flag, value, help)."""
     optional_value: Any = None
     """A flag whose value may be left out (``--tiled-mlp [TILES]``): the value it then stands for."""
+    repeat: bool = False
+    """The flag may be given again, each value added to a list (``-ot A=CPU -ot B=CPU``)."""
     group: str = ""
     """The argparse group it sits in on the command line (the workload's: its fieldset on the form too)."""
     minimum: float | None = None
@@ -574,6 +585,41 @@ def _serve() -> tuple[Option, ...]:
                     "with --rate): KV transfer, goodput per GPU against the aggregated engine"),
         Option("prices", "text", metavar="FILE", web=False,
                help="your $/hour per GPU (YAML/JSON mapping or CSV): cost per million tokens with --rate"),
+        *_local(),
+    )
+
+
+LOCAL_GROUP: Final = "local inference (--engine llama.cpp | ollama)"
+"""serve's flags of llama.cpp / Ollama (serve/llamacpp.py); the page sizes the paged engines only."""
+
+
+def _local() -> tuple[Option, ...]:
+    from gpuplan.models.gguf_mix import GGUF_TYPES
+    from gpuplan.serve.llamacpp import DEFAULT_HOST_BANDWIDTH_GB_PER_S, KV_CACHE_TYPES
+
+    g = LOCAL_GROUP
+    return (
+        Option("gguf_type", "choice", choices=GGUF_TYPES, metavar="T", web=False, group=g,
+               help=f"llama-quantize file type for a catalog / config.json model ({', '.join(GGUF_TYPES)})"),
+        Option("n_gpu_layers", "int", flags=("-ngl", "--n-gpu-layers"), metavar="N", web=False, group=g,
+               help="layers on the GPU (llama.cpp -ngl, Ollama num_gpu; default: the most that fit)"),
+        Option("cache_type_k", "choice", choices=KV_CACHE_TYPES, default="f16", web=False, group=g,
+               help="K cache type (default f16)"),
+        Option("cache_type_v", "choice", choices=KV_CACHE_TYPES, default="f16", web=False, group=g,
+               help="V cache type (default f16; quantized types need --flash-attn on)"),
+        Option("flash_attn", "choice", choices=("on", "off"), default="off", web=False, group=g,
+               help="llama.cpp -fa (default off)"),
+        Option("tensor_split", "text", parse=shares, metavar="A,B,...", web=False, group=g,
+               help="share of the layers per GPU, one per GPU (llama.cpp --tensor-split; default one GPU)"),
+        Option("override_tensor", "text", flags=("-ot", "--override-tensor"), repeat=True, default=[],
+               metavar="PATTERN=CPU", web=False, group=g,
+               help="keep tensors whose name matches PATTERN in host memory (e.g. exps=CPU); repeatable"),
+        Option("n_cpu_moe", "int", default=0, metavar="N", web=False, group=g,
+               help="keep the MoE experts of the first N layers on the CPU"),
+        Option("ubatch_size", "int", default=512, metavar="N", web=False, group=g, help="llama.cpp -ub (default 512)"),
+        Option("host_memory_bandwidth", "float", parse=positive_number("a bandwidth in GB/s"),
+               default=DEFAULT_HOST_BANDWIDTH_GB_PER_S, metavar="GB_PER_S", web=False, group=g,
+               help=f"sustained CPU memory bandwidth (default {DEFAULT_HOST_BANDWIDTH_GB_PER_S:g} GB/s)"),
     )
 
 
