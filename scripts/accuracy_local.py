@@ -75,11 +75,14 @@ def render() -> str:
                 before = None
                 if phase == "decode":
                     bw = x.row.bandwidth_bytes_per_s * BEFORE_BANDWIDTH_FACTOR
-                    before = 1 / decode_seconds(bench_placement(x.row.gguf_type)[1], bw, bw) / x.measured_t_s - 1
+                    before = (
+                        1 / decode_seconds(bench_placement(x.row.model, x.row.gguf_type)[1], bw, bw) / x.measured_t_s
+                        - 1
+                    )
                 held = x.held_out_t_s / x.measured_t_s - 1
                 gens.setdefault(_generation(x.row.gpu_label, b), []).append((held, before))
                 detail.append(
-                    f"| {phase} | {b} | {x.row.gpu_label} | {x.row.gguf_type} | {x.measured_t_s:,.2f} | "
+                    f"| {phase} | {b} | {x.row.gpu_label} | {x.row.model} {x.row.gguf_type} | {x.measured_t_s:,.2f} | "
                     f"{'—' if before is None else _pct(before)} | {x.held_out_t_s:,.1f} ({_pct(held)}) | "
                     f"[source]({x.row.source_url}) |"
                 )
@@ -95,7 +98,7 @@ def render() -> str:
         "",
         "<details><summary>Every row</summary>",
         "",
-        "| Phase | Backend | GPU | Type | Measured t/s | Before | Held-out t/s | Source |",
+        "| Phase | Backend | GPU | Model, type | Measured t/s | Before | Held-out t/s | Source |",
         "|---|---|---|---|---|---|---|---|",
         *detail,
         "",
@@ -114,6 +117,7 @@ def _generation(label: str, backend: str) -> str:
         ("RTX 50", "Blackwell (GeForce)"),
         ("RTX PRO 6000", "Blackwell (workstation)"),
         ("RTX 40", "Ada"),
+        ("RTX A", "Ampere (workstation)"),
         ("RTX 30", "Ampere"),
         ("A100", "Ampere"),
         ("H100", "Hopper"),

@@ -199,7 +199,7 @@ def test_leave_one_gpu_out_residuals_of_the_public_rows() -> None:
 
     rows = load_rows()
     assert len(rows) >= 60 and all(r.source_url.startswith("https://") for r in rows)
-    bounds = {("decode", "metal"): 0.05, ("decode", "cuda"): 0.40, ("decode", "vulkan"): 0.08,
+    bounds = {("decode", "metal"): 0.05, ("decode", "cuda"): 0.25, ("decode", "vulkan"): 0.08,
               ("prefill", "cuda"): 0.10, ("prefill", "vulkan"): 0.20}
     for (phase, backend), bound in bounds.items():
         res = leave_one_gpu_out(rows, phase, backend, bench_placement)

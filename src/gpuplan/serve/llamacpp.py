@@ -54,7 +54,6 @@ from gpuplan.presentation import to_json, to_text
 from gpuplan.serve.engines import LLAMA_CPP_DEFAULT_UBATCH, LocalSettings, get_local_engine
 from gpuplan.serve.local_speed import (
     BENCH_DECODE_CONTEXT,
-    BENCH_MODEL,
     BENCH_PROMPT_TOKENS,
     SpeedModel,
     backend_for,
@@ -445,10 +444,10 @@ def tokens_per_s(
 
 
 @lru_cache(maxsize=16)
-def bench_placement(gguf_type: str) -> tuple[LocalModel, Placement]:
-    """llama-bench's ``llama 7B`` as ``gguf_type``, every layer on one GPU at the tg128 context: what the
-    public rows ran (serve/local_speed.py fits on it)."""
-    m = load_local_model(BENCH_MODEL, gguf_type)
+def bench_placement(model: str, gguf_type: str) -> tuple[LocalModel, Placement]:
+    """A public row's model as ``gguf_type``, every layer on one GPU at the tg128 context: what llama-bench
+    ran (serve/local_speed.py fits on it)."""
+    m = load_local_model(model, gguf_type)
     s = LocalSettings("llama.cpp", "bench", m.n_layer + 1, BENCH_DECODE_CONTEXT, 1, BENCH_PROMPT_TOKENS,
                       "f16", "f16", False, (1.0,))
     return m, place(m, s)

@@ -74,8 +74,8 @@ class Placement(Protocol):
 
 
 BENCH_FILE: Final = Path(__file__).resolve().parents[1] / "perf" / "data" / "public" / "llama_bench.csv"
-BENCH_MODEL: Final = "llama-2-7b"
-"""The catalog config of llama-bench's ``llama 7B`` (LLaMA 1/2 7B and CodeLlama 7B share its layers)."""
+BENCH_MODELS: Final = {"llama 7B": "llama-2-7b", "codellama 7B": "llama-2-7b", "llama 3B": "llama-3.2-3b"}
+"""The catalog config of each model a row ran (LLaMA 1/2 7B and CodeLlama 7B share their layers)."""
 BENCH_PROMPT_TOKENS: Final = 512
 BENCH_DECODE_CONTEXT: Final = 128
 _UNQUANTIZED: Final = ("F32", "F16", "BF16")
@@ -96,6 +96,8 @@ class BenchRow:
 
     id: str
     backend: str
+    model: str
+    """The catalog model (``BENCH_MODELS``)."""
     gpu_label: str
     gpu: str | None
     bandwidth_bytes_per_s: float
@@ -120,6 +122,7 @@ def load_rows(path: Path = BENCH_FILE) -> tuple[BenchRow, ...]:
                 BenchRow(
                     r["id"],
                     r["backend"],
+                    BENCH_MODELS[r["model"]],
                     r["gpu_label"],
                     gpu,
                     bw,
@@ -180,9 +183,9 @@ class TypeFactors:
         return statistics.median(pool) if pool else 1.0
 
 
-Bench = Callable[[str], "tuple[LocalModel, Placement]"]
-"""``llama 7B`` of a file type, all layers on the GPU at the bench context: (model, placement). Passed in by
-serve/llamacpp.py, which owns the placement rule (this module stays below it)."""
+Bench = Callable[[str, str], "tuple[LocalModel, Placement]"]
+"""A catalog model as a file type, all layers on the GPU at the bench context: (model, placement). Passed in
+by serve/llamacpp.py, which owns the placement rule (this module stays below it)."""
 
 
 def _fit_decode(rows: Iterable[BenchRow], backend: str, bench: Bench) -> TypeFactors:
@@ -194,7 +197,7 @@ def _fit_decode(rows: Iterable[BenchRow], backend: str, bench: Bench) -> TypeFac
         return TypeFactors(backend, {})
     a = np.zeros((len(mine), len(types) + 1))
     for i, r in enumerate(mine):
-        unit_s = decode_seconds(bench(r.gguf_type)[1], r.bandwidth_bytes_per_s, r.bandwidth_bytes_per_s)
+        unit_s = decode_seconds(bench(r.model, r.gguf_type)[1], r.bandwidth_bytes_per_s, r.bandwidth_bytes_per_s)
         measured_s = 1.0 / (r.tg128_t_s or 1.0)
         a[i, types.index(BASE_TYPE[r.gguf_type])] = unit_s / measured_s
         a[i, -1] = 1.0 / measured_s
@@ -218,7 +221,7 @@ def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def predict_decode(row: BenchRow, factors: TypeFactors, bench: Bench) -> float:
-    p = bench(row.gguf_type)[1]
+    p = bench(row.model, row.gguf_type)[1]
     return 1.0 / decode_seconds(p, row.bandwidth_bytes_per_s, row.bandwidth_bytes_per_s, factors)
 
 
@@ -272,7 +275,7 @@ def prefill_seconds(
 def _pp_unit_seconds(row: BenchRow, card: GPU, bench: Bench) -> float | None:
     """The row's prefill seconds at the peak rates (efficiency 1)."""
     return prefill_seconds(
-        *bench(row.gguf_type),
+        *bench(row.model, row.gguf_type),
         BENCH_PROMPT_TOKENS,
         lambda t: kernel_rate_flops(card, row.backend, t),
         lambda _b: 0.0,
@@ -311,7 +314,7 @@ def predict_prefill(row: BenchRow, factors: TypeFactors, bench: Bench) -> float 
         peak = kernel_rate_flops(card, row.backend, t)
         return None if peak is None else peak * factors(t)
 
-    s = prefill_seconds(*bench(row.gguf_type), BENCH_PROMPT_TOKENS, rate, lambda _b: 0.0)
+    s = prefill_seconds(*bench(row.model, row.gguf_type), BENCH_PROMPT_TOKENS, rate, lambda _b: 0.0)
     return None if s is None else BENCH_PROMPT_TOKENS / s
 
 
