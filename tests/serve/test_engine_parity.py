@@ -111,7 +111,8 @@ def _issue20_settings(engine: str) -> list[EngineSettings]:
     base = EngineSettings(engine, "deepseek-ai/DeepSeek-V3", 2, 1, 32768, 0.9, "auto", 8192, 256, 16, "none", True,
                           dp=4, ep=8, model_type="deepseek_v3")
     mtp = Speculation("mtp", None, 2, 0.85, 1)
-    out = [base, replace(base, speculative=mtp), replace(base, kv_role="prefill"), replace(base, kv_role="decode")]
+    out = [base, replace(base, speculative=mtp), replace(base, kv_role="prefill"), replace(base, kv_role="decode"),
+           replace(base, cuda_graphs=False)]  # --enforce-eager / --disable-cuda-graph
     if engine == "vllm":
         out += [replace(base, dp=1, ep=1, max_loras=4, max_lora_rank=64),
                 replace(base, speculative=Speculation("draft", "meta-llama/Llama-3.2-1B", 4, 0.7))]
@@ -121,7 +122,7 @@ def _issue20_settings(engine: str) -> list[EngineSettings]:
 @needs_vllm
 def test_vllm_parser_accepts_issue_20_flags() -> None:
     extra = ["data_parallel_size", "enable_expert_parallel", "enable_lora", "max_loras", "max_lora_rank",
-             "speculative_config", "kv_transfer_config"]
+             "speculative_config", "kv_transfer_config", "enforce_eager"]
     settings = _issue20_settings("vllm")
     done = _engine("engine_parse.py", json.dumps([command(s) for s in settings]), ENGINE_PYTHON, json.dumps(extra))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -134,12 +135,13 @@ def test_vllm_parser_accepts_issue_20_flags() -> None:
             assert (answer["enable_lora"], answer["max_loras"], answer["max_lora_rank"]) == (True, 4, 64)
         assert bool(answer["speculative_config"]) == (s.speculative is not None)
         assert bool(answer["kv_transfer_config"]) == bool(s.kv_role)
+        assert bool(answer["enforce_eager"]) == (not s.cuda_graphs)
 
 
 @pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason="no .venv-sglang with SGLang installed (module doc)")
 def test_sglang_parser_accepts_issue_20_flags() -> None:
     extra = ["dp_size", "enable_dp_attention", "ep_size", "speculative_algorithm", "speculative_num_steps",
-             "speculative_num_draft_tokens", "disaggregation_mode"]
+             "speculative_num_draft_tokens", "disaggregation_mode", "disable_cuda_graph"]
     settings = _issue20_settings("sglang")
     done = _engine("engine_parse.py", json.dumps([command(s) for s in settings]), SGLANG_PYTHON, json.dumps(extra))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -151,3 +153,4 @@ def test_sglang_parser_accepts_issue_20_flags() -> None:
         assert (answer["speculative_num_steps"] == 2) == (s.speculative is not None)
         if s.kv_role:
             assert answer["disaggregation_mode"] == s.kv_role
+        assert bool(answer["disable_cuda_graph"]) == (not s.cuda_graphs)
