@@ -191,6 +191,18 @@ def test_tokens_per_s_interval_holds_the_llama_bench_figure(gpu: str, ftype: str
     assert low <= measured <= high, (low, measured, high)
 
 
+def test_speed_without_public_rows_or_rates(tiny_config: str) -> None:
+    # a vendor without llama-bench rows keeps the bandwidth-bound decode and gets no interval and no prefill;
+    # Apple has rows but publishes no GPU rate: an interval, and prefill says why it has no figure
+    base = ["--engine", "llama.cpp", "--gguf-type", "Q4_0"]
+    gaudi = serve_json(tiny_config, *base, "--gpu", "Gaudi2")
+    assert gaudi["prefill"] is None and gaudi["decode"]["tokens_per_s_interval"] is None
+    mac = serve_json(tiny_config, *base, "--gpu", "M4-Max")
+    assert mac["prefill"]["tokens_per_s"] is None and "not modelled on metal" in mac["prefill"]["interval_basis"]
+    low, high = mac["decode"]["tokens_per_s_interval"]
+    assert low < mac["decode"]["tokens_per_s"] < high
+
+
 def test_leave_one_gpu_out_residuals_of_the_public_rows() -> None:
     # the per-type fits judged on GPUs they did not see (docs/accuracy-serving.md prints every row): the
     # median |held-out − measured| per backend, bounds set at the fit of record (scripts/accuracy_local.py)

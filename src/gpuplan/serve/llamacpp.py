@@ -479,6 +479,9 @@ def _speed(
         return None
     sm = local_speed_model()
     lo, hi, _n, basis = sm.band("decode", backend)
+    partial = p.host_read_per_token_bytes > sum(p.read_per_token_bytes) * 0.01  # more than the embedding rows
+    if partial:
+        basis += "; fitted with every layer on the GPU: the host's share of the reads is not covered"
     decode_iv = (decode_tps * lo, decode_tps * hi) if math.isfinite(decode_tps) else None
     tokens = ubatch
     factors = sm.prefill.get(backend)
@@ -496,6 +499,8 @@ def _speed(
                           f"prefill not modelled: the catalog has no {backend} GEMM rate for {card.id}")
     tps = tokens / seconds
     plo, phi, _pn, pbasis = sm.band("prefill", backend)
+    if partial:
+        pbasis += "; with weights on the CPU the copy to the GPU per micro-batch (op offload) is counted, not fitted"
     return LocalSpeed(backend, decode_iv, basis, tokens, tps, (tps * plo, tps * phi), pbasis)
 
 
@@ -674,11 +679,13 @@ def _speed_note(arch: str, backend: str | None) -> str:
         )
     factors = local_speed_model().decode[backend]
     fractions = ", ".join(f"{t} {f:.2f}" for t, f in factors.by_type.items())
+    amd = "; AMD GPUs take the Vulkan rows (no ROCm rows yet)" if backend == "vulkan" else ""
     return (
         "tokens/s: decode of one sequence at the full context (weights + KV read once per token); each ggml type "
-        f"streams at a fraction of the datasheet bandwidth fitted on public {backend} llama-bench rows ({fractions}); "
-        "prefill of one -ub micro-batch as GEMM work at the catalog rate of llama.cpp's kernel × a fitted efficiency "
-        "(serve/local_speed.py; docs/accuracy-serving.md)"
+        f"streams at a fraction of the datasheet bandwidth fitted on public {backend} llama-bench rows ({fractions}) "
+        f"plus {factors.overhead_s * 1e3:.2f} ms per token; prefill of one -ub micro-batch as GEMM work at the "
+        "catalog rate of llama.cpp's kernel × a fitted efficiency (serve/local_speed.py; docs/accuracy-serving.md)"
+        + amd
     )
 
 
