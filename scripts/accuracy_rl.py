@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from generated_section import reason_lines, replace_section  # noqa: E402  (a sibling script, not a package)
+
 ROWS = ROOT / "src" / "gpuplan" / "rl" / "data" / "public_rl.csv"
 RESIDUALS = ROOT / "src" / "gpuplan" / "rl" / "data" / "public_rl_residuals.json"
 DOC = ROOT / "docs" / "accuracy.md"
@@ -106,32 +109,15 @@ def render(results: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
         *(_fmt_row(r, results[r["id"]]) for r in run),
         "",
-        "What the run rows differ in (the CSV's `reason`):",
-        "",
-        *sorted({f"- {r['reason']}" for r in run}),
-        "",
-        "Not run (the stack has no gpuplan flags):",
-        "",
-        *(
-            f"- `{r['id']}` ({r['quantity']} {r['value']}, {r['gpus']}× {r['gpu']}): {r['reason']}"
-            for r in all_rows
-            if r["id"] not in results
-        ),
-        "",
+        *reason_lines(all_rows, results, "Not run (the stack has no gpuplan flags):",
+                      lambda r: f"`{r['id']}` ({r['quantity']} {r['value']}, {r['gpus']}× {r['gpu']})"),
         END,
     ]
     return "\n".join(lines) + "\n"
 
 
 def write_doc(section: str) -> None:
-    text = DOC.read_text(encoding="utf-8")
-    if BEGIN in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END + "\n")
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text, encoding="utf-8")
+    replace_section(DOC, BEGIN, END, section)
 
 
 def main() -> int:

@@ -131,3 +131,14 @@ def test_plan_cli_bad_cp_is_one_line_exit_2(tmp_path: Path, extra: tuple[str, ..
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert code == 2 and says in err, err[-800:]
     assert len(lines) <= 2  # argparse prints its usage line before the error
+
+
+def test_fsdp_with_pipeline_and_cp_is_searched_when_asked() -> None:
+    # torchtitan runs FSDP + TP + PP + CP (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd, Table 6): with
+    # --fsdp the search offers FSDP2 on pipelined CP layouts too; left open, cp > 1 with pp > 1 stays Megatron-LM's
+    shape = dict(heads=4, kv_heads=2, layers=4, gpus_per_node=8)
+    fixed = dict(gpus=8, global_batch=8, seq_len=96, cp=2, pp=2, tp=1)
+    asked = list(candidates(Constraints(**fixed, fsdp=True), **shape))  # type: ignore[arg-type]
+    assert asked and all(isinstance(lay.sharding, FSDP2) and lay.pp == 2 and lay.cp == 2 for lay in asked)
+    left_open = list(candidates(Constraints(**fixed), **shape))  # type: ignore[arg-type]
+    assert left_open and all(isinstance(lay.sharding, MegatronDDP) for lay in left_open)

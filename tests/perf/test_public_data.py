@@ -5,17 +5,16 @@ scripts/accuracy.py from published tables cited row by row (repository, file, co
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import shlex
 from pathlib import Path
-from types import ModuleType
 
 from gpuplan.cli.main import build_parser
 from gpuplan.hardware import get_gpu
 from gpuplan.perf.calibration import CASES
 from gpuplan.perf.efficiency import arch_key
 from gpuplan.perf.uncertainty import FAMILIES, load_residuals
+from tests.fixtures.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT / "src" / "gpuplan" / "perf" / "data" / "public"
@@ -37,14 +36,6 @@ def _rows() -> list[dict[str, str]]:
             assert reader.fieldnames == COLUMNS, path
             out += list(reader)
     return out
-
-
-def _accuracy_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("accuracy_script", ROOT / "scripts" / "accuracy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_row_is_cited_and_costable_or_excluded_with_a_reason() -> None:
@@ -98,7 +89,7 @@ def test_residuals_cover_every_costed_row() -> None:
 def test_docs_section_is_what_the_script_renders() -> None:
     """docs/accuracy.md's generated section equals scripts/accuracy.py's rendering of residuals.json
     (regenerate with `python scripts/accuracy.py --render-only` after a refit)."""
-    script = _accuracy_script()
+    script = load_script("accuracy")
     text = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
     section = script.BEGIN + text.split(script.BEGIN, 1)[1].split(script.END, 1)[0] + script.END + "\n"
     assert section == script.render(load_residuals())
@@ -107,10 +98,10 @@ def test_docs_section_is_what_the_script_renders() -> None:
 def test_interval_covers_75_to_85_percent_of_held_out_sources() -> None:
     """Each row's 80% interval built from the other sources' leave-one-source-out residuals (the
     pooling rule of perf/uncertainty) contains that row's own held-out residual 75-85% of the time."""
-    share, n = _accuracy_script().coverage(load_residuals()["rows"])
+    share, n = load_script("accuracy").coverage(load_residuals()["rows"])
     assert COVERAGE[0] <= share <= COVERAGE[1], (share, n)
 
 
 def test_median_interval_is_no_wider_than_1_35_either_side() -> None:
-    widths = _accuracy_script().interval_widths(load_residuals()["rows"])
+    widths = load_script("accuracy").interval_widths(load_residuals()["rows"])
     assert widths["median_low"] <= WIDTH and widths["median_high"] <= WIDTH, widths

@@ -8,25 +8,17 @@ cause instead of widened, so that a change to the estimator that moves it is see
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import shlex
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.fixtures.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = list(csv.DictReader((ROOT / "src" / "gpuplan" / "rl" / "data" / "public_rl.csv").open(encoding="utf-8")))
 QUANTITIES = ("step_time_s", "tokens_per_s_per_gpu", "fits", "max_context")
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("accuracy_rl", ROOT / "scripts" / "accuracy_rl.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(row_id: str) -> dict[str, str]:
@@ -62,7 +54,7 @@ def test_held_out_grpo_step_time_on_16_h100() -> None:
     traced in bf16 as FSDP mixed precision runs them) with the prompt/response split of the
     published 1,019-token mean assumed (128 + 891) and its FSDP2 trainer in place of NeMo RL's Megatron TP1 PP2.
     Tolerance: 30% either way."""
-    got = _script().run_row(_row("nemo-rl-v0.5-llama31-8b-grpo-16xh100-step"))
+    got = load_script("accuracy_rl").run_row(_row("nemo-rl-v0.5-llama31-8b-grpo-16xh100-step"))
     assert got["fits"]
     assert abs(got["error"]) <= 0.30, got
 
@@ -78,7 +70,7 @@ def test_held_out_grpo_lora_fit_boundary_on_8_h100() -> None:
     mixed precision computes in bf16, with the LM cross entropy's fp32 logits where verl uses flash-attn's fused
     kernel. A documented miss: the check pins it (both out of memory, by more than 2x, in the update) until the
     trainer's accounting changes."""
-    script = _script()
+    script = load_script("accuracy_rl")
     for row_id in (
         "verl-tuning-qwen25-72b-grpo-lora-8xh100-176-fits",
         "verl-tuning-qwen25-72b-grpo-lora-8xh100-184-oom",

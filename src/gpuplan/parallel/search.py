@@ -234,7 +234,9 @@ def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int, cp: int = 1)
     if cp > 1:
         # the engines that run context parallelism: Megatron-LM, and torchtitan with FSDP2 over dp·cp
         megatron = [MegatronDDP()] if not c.fsdp and c.zero in (None, 0) and c.megatron is not False else []
-        fsdp = [FSDP2()] if not c.megatron and c.zero is None and c.fsdp is not False and pp == 1 else []
+        # FSDP2 with pipeline stages only when --fsdp is given, as without context parallelism (torchtitan runs
+        # FSDP + TP + PP + CP: benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd, Table 6)
+        fsdp = [FSDP2()] if not c.megatron and c.zero is None and c.fsdp is not False and (pp == 1 or c.fsdp) else []
         return [*megatron, *fsdp]
     opts: list[Sharding] = []
     if c.offload_fixed is not None and c.zero is not None:
