@@ -32,6 +32,7 @@ EXTRA_OF: Final[dict[str, str]] = {
     "matplotlib": "plot",
     "starlette": "ui",
     "uvicorn": "ui",
+    "submitit": "cluster",
 }
 """Import name → the extra in pyproject.toml that installs it (the README's table says the same)."""
 
@@ -92,7 +93,8 @@ GGUF: Final = Requirement("gguf", "reading .gguf files")
 TIMM: Final = Requirement("timm", "timm: models")
 TORCHVISION: Final = Requirement("torchvision", "torchvision models")
 TRANSFORMERS: Final = Requirement("transformers", "this model (a Hugging Face architecture)")
+CLUSTER: Final = Requirement("submitit", "--launcher slurm (jobs submitted through submitit)")
 UI: Final = (Requirement("starlette", "gpuplan ui"), Requirement("uvicorn", "gpuplan ui"))
 
-__all__ = ["EXTRA_OF", "GGUF", "HUB", "PLOT", "TIMM", "TORCHVISION", "TRANSFORMERS", "UI", "Requirement",
+__all__ = ["CLUSTER", "EXTRA_OF", "GGUF", "HUB", "PLOT", "TIMM", "TORCHVISION", "TRANSFORMERS", "UI", "Requirement",
            "installed", "require", "require_workload", "workload_requirements"]

@@ -36,6 +36,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "explain": ("explain", "explain a pasted CUDA / PyTorch error message"),
     "measure": ("measure", "run the workload for real here and compare with the estimate"),
     "calibrate": ("calibrate", "fit calibration factors from stored measurements"),
+    "sweep": ("sweep", "measure the plan's top layouts for a few steps (Slurm or here): predicted vs measured"),
     "serve": ("serve", "serving capacity with vLLM / SGLang: KV cache, concurrency, launch command"),
     "rl": ("rl", "RL post-training (GRPO / PPO / DAPO / DPO): memory per GPU and time of every phase"),
     "ui": ("ui", "local web page (loopback) over the same library calls"),

@@ -1,11 +1,15 @@
 """``gpuplan measure MODEL [workload flags] [--steps N] [--warmup N] [--force] [--nproc N --layout L]
-[--store PATH | --no-store] [--json]``: run the workload here, for real, next to its estimate."""
+[--launcher local|slurm --partition P [--nodes N --gpus-per-node G --time-min T --account A --job-dir DIR]]
+[--store PATH | --no-store] [--json]``: run the workload here (or on a Slurm cluster), for real, next to its
+estimate."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
+from gpuplan.cli._launcher import add_launcher_arguments, executor_from_args
 from gpuplan.cli._workload import (
     _int,
     add_cache_argument,
@@ -14,6 +18,9 @@ from gpuplan.cli._workload import (
     add_workload_arguments,
     workload_from_args,
 )
+
+if TYPE_CHECKING:
+    from gpuplan.measure.executor import Executor
 
 LAYOUTS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 
@@ -33,6 +40,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--store", default=None, metavar="PATH",
                    help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
     g.add_argument("--no-store", action="store_true", help="do not keep this measurement")
+    add_launcher_arguments(parser, node_shape=True)
     add_json_argument(parser)
     add_cache_argument(parser)
 
@@ -47,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
     options = Options(steps=args.steps, warmup=args.warmup, force=args.force, record=not args.no_record)
     options.check(workload)
+    executor, nproc = _executor(args)
     store = None
     if not args.no_store:
         from gpuplan.measure.store import Store
@@ -57,11 +66,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Progress(f"measure: running {args.model} ({args.warmup} warm-up + {args.steps} timed steps)",
                       enabled=wanted(args.json)):
-            if args.nproc != 1 or args.layout is not None:
+            if nproc != 1 or args.layout is not None:
                 from gpuplan.measure.launch import measure_distributed
 
-                m = measure_distributed(args.model, workload=workload, options=options, nproc=args.nproc,
-                                        layout=args.layout)
+                m = measure_distributed(args.model, workload=workload, options=options, nproc=nproc,
+                                        layout=args.layout, executor=executor)
             else:
                 from gpuplan.measure.local import measure
 
@@ -78,3 +87,18 @@ def run(args: argparse.Namespace) -> int:
 
     print(json.dumps(measurement_to_dict(m), indent=2) if args.json else render_measurement(m))
     return 0
+
+
+def _executor(args: argparse.Namespace) -> tuple[Executor | None, int]:
+    """``--launcher``'s executor and the ranks to run (all checks before any work)."""
+    from gpuplan.errors import ConfigError
+
+    if args.launcher == "local":
+        shape = "--nodes" if args.nodes is not None else "--gpus-per-node" if args.gpus_per_node is not None else None
+        if shape:
+            raise ConfigError(f"{shape} applies to --launcher slurm only (locally, --nproc gives the ranks)")
+    elif args.layout is None and args.partition is not None:
+        raise ConfigError(f"--launcher slurm runs the multi-process path: give --layout L ({', '.join(LAYOUTS)})")
+    executor, nproc = executor_from_args(args, nproc=args.nproc if args.nproc != 1 else None, nodes=args.nodes,
+                                         gpus_per_node=args.gpus_per_node)
+    return executor, nproc if nproc is not None else args.nproc

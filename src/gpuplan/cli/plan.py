@@ -1,5 +1,6 @@
 """``gpuplan plan MODEL --gpus N --gpu GPU [--nodes M] [--tp T] [--pp P] [--dp D] [--zero S | --fsdp]
-[--global-batch-size G] [--micro-batch-size m] [workload flags] [--emit torchrun|deepspeed|accelerate|torchtitan]``."""
+[--global-batch-size G] [--micro-batch-size m] [workload flags]
+[--emit torchrun|deepspeed|accelerate|torchtitan|jobset|skypilot [--queue NAME]]``."""
 
 from __future__ import annotations
 
@@ -27,35 +28,50 @@ if TYPE_CHECKING:
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    add_model_argument(parser)
-    add_options(parser, verb_options("plan"))  # --gpus, --gpu, the cluster and the layout
-    add_workload_arguments(parser)
-    # None: the user left activation checkpointing open (searched); a value is never overridden
-    parser.set_defaults(checkpointing=None)
+    add_plan_arguments(parser)
     parser.add_argument(
         "--emit",
-        choices=("torchrun", "deepspeed", "accelerate", "torchtitan"),
+        choices=("torchrun", "deepspeed", "accelerate", "torchtitan", "jobset", "skypilot"),
         default=None,
-        help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train)",
+        help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train; "
+        "jobset: a Kubernetes JobSet around the torchrun line; skypilot: a SkyPilot task YAML)",
+    )
+    parser.add_argument(
+        "--queue",
+        default=None,
+        metavar="NAME",
+        help="with --emit jobset: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)",
     )
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)
 
 
+def add_plan_arguments(parser: argparse.ArgumentParser, *, pipelines: bool = True) -> None:
+    """MODEL, the GPUs, the cluster, the layout and the workload: what ``plan`` and ``sweep`` share
+    (``pipelines=False``: sweep runs real steps of one model, and its ``--steps`` counts timed steps)."""
+    add_model_argument(parser)
+    add_options(parser, verb_options("plan"))  # --gpus, --gpu, the cluster and the layout
+    add_workload_arguments(parser, pipelines=pipelines)
+    # None: the user left activation checkpointing open (searched); a value is never overridden
+    parser.set_defaults(checkpointing=None)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.parallel.emit import emit, layout_engine_note
+    from gpuplan.parallel.emit_cluster import check_queue
     from gpuplan.parallel.plan import plan
     from gpuplan.report.verbs import plan_sections
 
     workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
+    check_queue(args.queue, args.emit)  # before the trace
     check_output_paths(args)
     progress = Progress(f"plan: tracing {args.model} and searching layouts", enabled=wanted(args.json))
     with progress:
-        p = _plan(plan, args, workload)
-    emitted = emit(p, args.emit) if args.emit else None  # refuses (exit 2) before anything is printed
+        p = plan_from_args(plan, args, workload)
+    emitted = emit(p, args.emit, queue=args.queue) if args.emit else None  # refuses (exit 2) before anything is printed
     note = layout_engine_note(p.best.layout, args.emit, p.workload) if args.emit else None
     data = p.to_dict()
     write_outputs(args, title=f"gpuplan plan {p.model} on {p.gpus}× {p.gpu.id}", data=data, text=str(p),
@@ -81,13 +97,15 @@ def _figure(data: dict[str, Any]) -> Figure:
     return plan_figure(data)
 
 
-def _plan(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workload) -> Plan:
+def plan_from_args(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workload, **extra: Any) -> Plan:
     from gpuplan.parallel.emit import engine_filter
 
+    emit = getattr(args, "emit", None)
     return plan(
         args.model,
         **{o.name: getattr(args, o.name) for o in verb_options("plan")},  # the layout flags, as the web page's call
-        emit=engine_filter(args.emit) if args.emit else None,  # its layouts only; refused before the trace if none
+        emit=engine_filter(emit) if emit else None,  # its layouts only; refused before the trace if none
         workload=workload,
         checkpointing_fixed=args.checkpointing is not None,
+        **extra,
     )

@@ -30,6 +30,8 @@ LAYOUTS: tuple[str, ...] = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 GRADIENT_AS_BUCKET_VIEW = True
 """DDP's setting in every measured DDP run (ddp, zero1): the one the planner plans."""
 DEEPSPEED_LAYOUTS = frozenset({"zero2", "zero3"})
+DEEPSPEED_PRECISIONS = ("fp32", "bf16")
+"""fp32, or DeepSpeed's own bf16 mode: its mixed precision is not torch.autocast (deepspeed_layout.py)."""
 
 
 def check_layout(layout: str, workload: Workload) -> str:
@@ -41,6 +43,9 @@ def check_layout(layout: str, workload: Workload) -> str:
         raise MissingDependencyError(f"--layout {layout} runs DeepSpeed ZeRO-{layout[-1]}, and DeepSpeed is "
                                      "not installed (pip install deepspeed); ddp, fsdp and zero1 need only "
                                      "PyTorch")
+    if layout in DEEPSPEED_LAYOUTS and workload.precision not in DEEPSPEED_PRECISIONS:
+        raise ConfigError(f"--layout {layout} (DeepSpeed) measures --precision fp32 or bf16, not "
+                          f"{workload.precision}: DeepSpeed's mixed precision is not torch.autocast")
     if layout == "zero1" and workload.optimizer not in _ZERO1_OPTIMIZERS:
         raise ConfigError(f"--layout zero1 wraps a torch.optim optimizer; --optimizer {workload.optimizer} "
                           f"is not one (allowed: {', '.join(_ZERO1_OPTIMIZERS)})")
@@ -122,6 +127,7 @@ def _zero1_optimizer(workload: Workload) -> Callable[[list[nn.Parameter]], Any]:
 
 def build_layout(name: str, workload: Workload, device: torch.device, source_counts: dict[str, int]
                  ) -> Layout:
+    check_layout(name, workload)  # as the launcher checked it (DeepSpeed's precisions among others)
     layout = Layout(name=name, wrap=lambda m: m)
     if name in ("ddp", "zero1"):
         layout.wrap = _ddp(device, layout)

@@ -1,6 +1,7 @@
 """Launch configurations for the engines that run a layout: torchrun (+ FSDP2/TP snippet),
-DeepSpeed ``ds_config.json``, an accelerate config YAML and a torchtitan job TOML
-(``parallel/emit_torchtitan.py``). Strings only; nothing is launched."""
+DeepSpeed ``ds_config.json``, an accelerate config YAML, a torchtitan job TOML
+(``parallel/emit_torchtitan.py``), and the torchrun line inside a Kubernetes JobSet or a SkyPilot task
+(``parallel/emit_cluster.py``). Strings only; nothing is launched."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError
+from gpuplan.parallel.emit_cluster import CLUSTER_EMITTERS, cluster_manifest
 from gpuplan.parallel.emit_torchtitan import torchtitan_limit, torchtitan_toml
 from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
 from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero, encoder_decoder_refusal, encoder_stages
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from gpuplan.parallel.plan import EngineFilter, Plan
     from gpuplan.workload import Workload
 
-EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan")
+EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan", *CLUSTER_EMITTERS)
 
 
 def mixed_precision(precision: str) -> str:
@@ -403,6 +405,9 @@ def engine_filter(kind: str) -> EngineFilter:
 def refusal(lay: Layout, kind: str, *, before_search: bool = False) -> str | None:
     """One line saying why ``--emit kind`` cannot implement ``lay`` and which engine can, or None.
     ``before_search``: ``lay`` stands for every layout the flags allow (plan refuses before tracing)."""
+    if kind in CLUSTER_EMITTERS:  # a manifest around the torchrun line: what torchrun cannot run, it cannot
+        why = refusal(lay, "torchrun", before_search=before_search)
+        return None if why is None else f"--emit {kind} runs the torchrun line, and " + why
     can = engines_for(lay)
     if kind in can:
         return None
@@ -442,9 +447,18 @@ _ENGINE_NAMES = {
 }
 
 
-def emit(p: Plan, kind: str) -> str:
-    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate | torchtitan) as text; ConfigError
-    (one line naming the engines that can) when that engine cannot implement the plan's layout."""
+def launch_line(p: Plan) -> str:
+    """The plan's launch as one shell line: torchrun with the user's script applying the layout, or
+    Megatron-LM's pretrain_gpt.py with its arguments."""
+    if p.best.layout.engine == "megatron":
+        return " ".join([torchrun_command(p, "pretrain_gpt.py"), *megatron_args(p)])
+    return torchrun_command(p)
+
+
+def emit(p: Plan, kind: str, *, queue: str | None = None) -> str:
+    """The launch configuration ``kind`` (torchrun | deepspeed | accelerate | torchtitan | jobset | skypilot)
+    as text; ConfigError (one line naming the engines that can) when that engine cannot implement the plan's
+    layout. ``queue``: the Kueue LocalQueue label of a JobSet."""
     if kind not in EMITTERS:
         raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
     refused = refusal(p.best.layout, kind)
@@ -466,13 +480,18 @@ def emit(p: Plan, kind: str) -> str:
         return str(yaml.safe_dump(accelerate_config(p), sort_keys=True))
     if kind == "torchtitan":
         return torchtitan_toml(p, torchrun_command(p, "").rstrip())
+    if kind in CLUSTER_EMITTERS:
+        return cluster_manifest(p, kind, launch_line(p), queue=queue)
     raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
 
 
 def layout_engine_note(lay: Layout, kind: str, workload: Workload | None = None) -> str | None:
     """What the emitted text leaves to the user's training script (None: nothing)."""
     notes = []
-    if lay.checkpointing != "none" and kind not in ("torchrun", "torchtitan") and lay.engine != "megatron":
+    if kind in CLUSTER_EMITTERS and lay.engine != "megatron":
+        notes.append("train.py applies the layout (gpuplan plan --emit torchrun prints the torch.distributed code)")
+    if lay.checkpointing != "none" and kind not in ("torchrun", "torchtitan", *CLUSTER_EMITTERS) \
+            and lay.engine != "megatron":
         notes.append(f"activation checkpointing ({lay.checkpointing}) is applied in the training script, per block")
     s = lay.sharding
     four_bit = workload is not None and (workload.peft == "qlora" or workload.load_in == "4bit")

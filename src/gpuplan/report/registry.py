@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuplan.presentation import JSON, TEXT, register
-from gpuplan.report import advise, json_report, local_serve, measure, plan, rl, serve, text
+from gpuplan.report import advise, json_report, local_serve, measure, plan, rl, serve, sweep, text
 
 RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.estimate.Estimate", JSON): json_report.estimate_to_dict,
@@ -33,6 +33,8 @@ RENDERERS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("gpuplan.rl.result.RLResult", TEXT): rl.render_rl,
     ("gpuplan.measure.results.Measurement", JSON): measure.measurement_to_dict,
     ("gpuplan.measure.results.Measurement", TEXT): measure.render_measurement,
+    ("gpuplan.measure.sweep.Sweep", JSON): sweep.sweep_to_dict,
+    ("gpuplan.measure.sweep.Sweep", TEXT): sweep.render_sweep,
 }
 
 for (_name, _kind), _renderer in RENDERERS.items():

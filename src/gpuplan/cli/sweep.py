@@ -1,0 +1,75 @@
+"""``gpuplan sweep MODEL --gpus N --gpu GPU [plan flags] [--top K] [--steps S] [--launcher local|slurm
+--partition P [--time-min T --account A --job-dir DIR]] [--store PATH | --no-store] [--json]``: the plan's top
+K layouts measured for S steps each (a Slurm job array, or torchrun here), predicted next to measured, stored
+for ``gpuplan calibrate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuplan.cli._launcher import add_launcher_arguments, executor_from_args
+from gpuplan.cli._workload import _int, add_cache_argument, add_json_argument, workload_from_args
+from gpuplan.cli.plan import add_plan_arguments, plan_from_args
+from gpuplan.errors import ConfigError
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser, pipelines=False)
+    g = parser.add_argument_group("sweep")
+    g.add_argument("--top", type=_int, default=3, metavar="K", help="the plan's best K layouts to measure (default 3)")
+    g.add_argument("--steps", type=_int, default=3, metavar="S",
+                   help="timed steps per layout, after one warm-up step (default 3)")
+    g.add_argument("--store", default=None, metavar="PATH",
+                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
+    g.add_argument("--no-store", action="store_true", help="do not keep the measurements")
+    # --nodes / --gpus-per-node are plan's cluster flags: the Slurm job asks for that node shape
+    add_launcher_arguments(parser, node_shape=False)
+    add_json_argument(parser)
+    add_cache_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.measure.local import Options
+    from gpuplan.measure.sweep import check_top
+
+    if args.no_store and args.store is not None:
+        raise ConfigError(f"--store {args.store!r} and --no-store cannot be combined: keep one")
+    check_top(args.top)
+    workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
+    Options(steps=args.steps, warmup=1).check(workload)
+    from gpuplan.measure.launch import check_nproc
+
+    if args.gpus < 2:
+        raise ConfigError(f"--gpus {args.gpus}: sweep measures multi-GPU layouts (allowed 2 and more); "
+                          "gpuplan measure runs one GPU")
+    executor, _ = executor_from_args(args, nproc=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    if executor is None:  # every rank on this host: its GPUs or cores cap the ranks, before any trace
+        check_nproc(args.gpus, "ddp", workload, here=True, flag="--gpus")
+    store = None
+    if not args.no_store:
+        from gpuplan.measure.store import Store
+
+        store = Store(args.store)  # opened first: a bad path fails before minutes of work
+    from functools import partial
+
+    from gpuplan.cli.progress import Progress, wanted
+    from gpuplan.measure.sweep import sweep
+    from gpuplan.parallel.plan import plan
+
+    try:
+        with Progress(f"sweep: planning {args.model}, then measuring its top {args.top} layouts",
+                      enabled=wanted(args.json)):
+            p = plan_from_args(partial(plan, max_alternatives=args.top - 1), args, workload)
+            result = sweep(args.model, p, top=args.top, steps=args.steps, executor=executor, launcher=args.launcher)
+        if store is not None:
+            from dataclasses import replace
+
+            rows = tuple(replace(r, store_id=store.add_measurement(r.measurement)[0])
+                         if r.measurement is not None else r for r in result.rows)
+            result = replace(result, rows=rows, store_path=str(store.path))
+    finally:
+        if store is not None:
+            store.close()
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result, end="" if not args.json else "\n")
+    return 0 if result.measured else 1
