@@ -396,6 +396,53 @@ def test_plan_cp(tmp_path: Path, comm: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["jobset", "skypilot"])
+def test_plan_emit_cluster_manifests(tmp_path: Path, kind: str) -> None:
+    # plan --emit jobset --queue NAME / --emit skypilot on 2 nodes: the manifest around the torchrun line
+    # (field names against the cited schemas: tests/parallel/test_emit_cluster.py)
+    import yaml
+
+    cfg = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=256)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    queue = ["--queue", "team-a"] if kind == "jobset" else []
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["plan", str(tmp_path / "config.json"), "--gpus", "16", "--nodes", "2", "--gpu", "H100-SXM",
+                     "--seq-len", "64", "--emit", kind, *queue, "--json"])
+    assert code == 0
+    emitted = json.loads(out.getvalue())["emit"]
+    doc = yaml.safe_load(emitted["text"])
+    assert emitted["engine"] == kind and "train.py applies the layout" in emitted["note"]
+    if kind == "jobset":
+        assert doc["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+        job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
+        assert job["parallelism"] == 2 and "--nnodes 2 --nproc-per-node 8" in str(job["template"])
+    else:
+        assert doc["num_nodes"] == 2 and doc["resources"]["accelerators"] == "H100:8"
+        assert "--nnodes 2 --nproc-per-node 8" in doc["run"]
+
+
+@pytest.mark.slow
+def test_sweep_local_json(tiny_gpt2: str) -> None:
+    # gpuplan sweep --launcher local --json --no-store: the plan's best layout (DDP: --dp 2 --zero 0) on 2 gloo ranks;
+    # the measured column is the largest rank's tracked peak, no error column on CPU (tests/measure/test_sweep.py)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["sweep", tiny_gpt2, "--gpus", "2", "--gpu", "H100-SXM", "--dp", "2", "--zero", "0",
+                     "--batch-size", "2", "--seq-len", "32", "--precision", "fp32", "--top", "1", "--steps", "1",
+                     "--launcher", "local", "--no-store", "--json"])
+    assert code == 0
+    result = json.loads(out.getvalue())
+    assert (result["launcher"], result["steps"], result["measured"], result["store"]) == ("local", 1, 1, None)
+    (row,) = result["layouts"]
+    ranks = row["measurement"]["measured"]["ranks"]
+    assert row["measured_layout"] == "ddp" and [r["rank"] for r in ranks] == [0, 1]
+    assert row["measured"]["peak_bytes"] == max(r["tracked_peak_bytes"] for r in ranks)
+    assert row["measured"]["step_time_s"] == max(r["step_time_s"] for r in ranks) and row["comparison"] == []
+
+
+@pytest.mark.slow
 def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path: Path) -> None:
     # --plot FILE.png and --html FILE (.svg, and fit, plan, recommend, serve: tests/report/test_plot.py)
     picture, page = tmp_path / "memory.png", tmp_path / "report.html"

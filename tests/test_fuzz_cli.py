@@ -492,7 +492,7 @@ VALUES: dict[str, tuple[str, ...]] = {
     "--budget-usd": ("10", "0", "-1", "nan", "inf", "1e400"),
     "--inter-node-gbps": ("100", "0", "-5", "nan", "inf"),
     "--min-memory-gib": ("16", "-1", "nan", "inf", "1e400"),
-    "--emit": ("torchrun", "deepspeed", "accelerate", "torchtitan", "slurm"),
+    "--emit": ("torchrun", "deepspeed", "accelerate", "torchtitan", "jobset", "skypilot", "slurm"),
     "--algorithm": ("grpo", "ppo", "dapo", "dpo", "reinforce"),
     "--samples-per-prompt": ("1", "2", "4", "0", "-3"),
     "--prompts-per-step": ("2", "0", "-1", "1e400"),

@@ -18,6 +18,7 @@ from gpuplan.cli._workload import (
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
+from gpuplan.parallel.emit import ALL_EMITTERS
 from gpuplan.report.options import verb_options
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
     parser.add_argument(
         "--emit",
-        choices=("torchrun", "deepspeed", "accelerate", "torchtitan", "jobset", "skypilot"),
+        choices=ALL_EMITTERS,
         default=None,
         help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train; "
         "jobset: a Kubernetes JobSet around the torchrun line; skypilot: a SkyPilot task YAML)",

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from gpuplan.parallel.plan import EngineFilter, Plan
     from gpuplan.workload import Workload
 
-EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan", *CLUSTER_EMITTERS)
+EMITTERS: tuple[str, ...] = ("torchrun", "deepspeed", "accelerate", "torchtitan")
+"""The engines' own launch configurations (``engines_for`` answers in these)."""
+ALL_EMITTERS: tuple[str, ...] = (*EMITTERS, *CLUSTER_EMITTERS)
+"""Every ``--emit`` value: the engines' and the cluster manifests around the torchrun line."""
 
 
 def mixed_precision(precision: str) -> str:
@@ -397,8 +400,8 @@ def engine_filter(kind: str) -> EngineFilter:
     """``--emit kind`` as the planner's search filter (``plan(..., emit=engine_filter(kind))``)."""
     from gpuplan.parallel.plan import EngineFilter
 
-    if kind not in EMITTERS:
-        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
+    if kind not in ALL_EMITTERS:
+        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(ALL_EMITTERS)})")
     return EngineFilter(kind, lambda lay, before: refusal(lay, kind, before_search=before))
 
 
@@ -459,8 +462,8 @@ def emit(p: Plan, kind: str, *, queue: str | None = None) -> str:
     """The launch configuration ``kind`` (torchrun | deepspeed | accelerate | torchtitan | jobset | skypilot)
     as text; ConfigError (one line naming the engines that can) when that engine cannot implement the plan's
     layout. ``queue``: the Kueue LocalQueue label of a JobSet."""
-    if kind not in EMITTERS:
-        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
+    if kind not in ALL_EMITTERS:
+        raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(ALL_EMITTERS)})")
     refused = refusal(p.best.layout, kind)
     lay = p.best.layout
     if p.profile.stacks and (kind == "torchtitan" or (kind == "torchrun" and lay.engine == "torch" and lay.pp > 1)):
@@ -482,7 +485,7 @@ def emit(p: Plan, kind: str, *, queue: str | None = None) -> str:
         return torchtitan_toml(p, torchrun_command(p, "").rstrip())
     if kind in CLUSTER_EMITTERS:
         return cluster_manifest(p, kind, launch_line(p), queue=queue)
-    raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(EMITTERS)})")
+    raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(ALL_EMITTERS)})")
 
 
 def layout_engine_note(lay: Layout, kind: str, workload: Workload | None = None) -> str | None:
