@@ -10,17 +10,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from gpuplan.cli.main import main
 from gpuplan.measure.executor import RankJob, SlurmSettings, SubmititExecutor, run_on_node, torchrun_command
 from gpuplan.workload import Workload
+from tests.hardware.test_support import _run  # the CLI runner (argparse exits included)
 
 TOLERANCE = 0.02  # test_distributed.py's per-rank bound
 
@@ -33,16 +31,6 @@ def _fake_slurm(folder: Path) -> str:
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own refusals (a bad choice) exit from the parser
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_slurm_array_sbatch_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

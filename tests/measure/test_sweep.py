@@ -4,28 +4,16 @@ on the tiny GPT-2); the Slurm submission it shares with measure is tests/measure
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
 
-from gpuplan.cli.main import main
 from gpuplan.measure.store import Store
 from gpuplan.measure.sweep import measured_layout
 from gpuplan.parallel.layout import DDP, FSDP2, Layout, MegatronDDP, Zero
+from tests.hardware.test_support import _run  # the CLI runner (argparse exits included)
 
 TOLERANCE = 0.02  # test_distributed.py's per-rank bound
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _lay(**kw: object) -> Layout:

@@ -21,6 +21,7 @@ from gpuplan.cli._workload import (
 
 if TYPE_CHECKING:
     from gpuplan.measure.executor import Executor
+    from gpuplan.measure.store import Store
 
 LAYOUTS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 
@@ -37,30 +38,44 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nproc", type=_int, default=1, metavar="N",
                    help="processes (GPUs, or CPU processes with gloo) launched through torchrun")
     g.add_argument("--layout", default=None, metavar="L", help="|".join(LAYOUTS) + " (with --nproc > 1)")
-    g.add_argument("--store", default=None, metavar="PATH",
-                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
-    g.add_argument("--no-store", action="store_true", help="do not keep this measurement")
+    add_store_arguments(g)
     add_launcher_arguments(parser, node_shape=True)
     add_json_argument(parser)
     add_cache_argument(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from gpuplan.measure.local import Options
+def add_store_arguments(g: argparse._ArgumentGroup) -> None:
+    """``--store PATH`` / ``--no-store``: where measure and sweep keep their runs."""
+    g.add_argument("--store", default=None, metavar="PATH",
+                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
+    g.add_argument("--no-store", action="store_true", help="do not keep the measurements")
 
+
+def check_store_arguments(args: argparse.Namespace) -> None:
     if args.no_store and args.store is not None:  # contradictory: which one was meant is unknowable
         from gpuplan.errors import ConfigError
 
         raise ConfigError(f"--store {args.store!r} and --no-store cannot be combined: keep one")
+
+
+def open_store(args: argparse.Namespace) -> Store | None:
+    """The store, opened before any work (a bad path fails before minutes of it); None with --no-store."""
+    if args.no_store:
+        return None
+    from gpuplan.measure.store import Store
+
+    return Store(args.store)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.measure.local import Options
+
+    check_store_arguments(args)
     workload = workload_from_args(args)
     options = Options(steps=args.steps, warmup=args.warmup, force=args.force, record=not args.no_record)
     options.check(workload)
     executor, nproc = _executor(args)
-    store = None
-    if not args.no_store:
-        from gpuplan.measure.store import Store
-
-        store = Store(args.store)  # opened first: a bad path fails before minutes of work
+    store = open_store(args)
     from gpuplan.cli.progress import Progress, wanted
 
     try:

@@ -10,6 +10,7 @@ import json
 
 from gpuplan.cli._launcher import add_launcher_arguments, executor_from_args
 from gpuplan.cli._workload import _int, add_cache_argument, add_json_argument, workload_from_args
+from gpuplan.cli.measure import add_store_arguments, check_store_arguments, open_store
 from gpuplan.cli.plan import add_plan_arguments, plan_from_args
 from gpuplan.errors import ConfigError
 
@@ -20,9 +21,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=_int, default=3, metavar="K", help="the plan's best K layouts to measure (default 3)")
     g.add_argument("--steps", type=_int, default=3, metavar="S",
                    help="timed steps per layout, after one warm-up step (default 3)")
-    g.add_argument("--store", default=None, metavar="PATH",
-                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
-    g.add_argument("--no-store", action="store_true", help="do not keep the measurements")
+    add_store_arguments(g)
     # --nodes / --gpus-per-node are plan's cluster flags: the Slurm job asks for that node shape
     add_launcher_arguments(parser, node_shape=False)
     add_json_argument(parser)
@@ -33,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.measure.local import Options
     from gpuplan.measure.sweep import check_top
 
-    if args.no_store and args.store is not None:
-        raise ConfigError(f"--store {args.store!r} and --no-store cannot be combined: keep one")
+    check_store_arguments(args)
     check_top(args.top)
     workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
     Options(steps=args.steps, warmup=1).check(workload)
@@ -46,11 +44,7 @@ def run(args: argparse.Namespace) -> int:
     executor, _ = executor_from_args(args, nproc=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
     if executor is None:  # every rank on this host: its GPUs or cores cap the ranks, before any trace
         check_nproc(args.gpus, "ddp", workload, here=True, flag="--gpus")
-    store = None
-    if not args.no_store:
-        from gpuplan.measure.store import Store
-
-        store = Store(args.store)  # opened first: a bad path fails before minutes of work
+    store = open_store(args)
     from functools import partial
 
     from gpuplan.cli.progress import Progress, wanted
