@@ -475,7 +475,9 @@ def test_estimate_plot_and_html_keep_json_stdout_one_object(tiny: Path, tmp_path
     (["--context", "64", "--ttft-slo", "1"], lambda r: r["slo"]["concurrency"] >= 1),
     (["--dp", "2"], lambda r: r["engine"]["data_parallel_size"] == 2 and "--data-parallel-size 2" in r["command"]),
     (["--ep", "1"], lambda r: r["engine"]["expert_parallel_size"] == 1),  # --ep > 1 on a MoE: tests/serve
-    (["--gpus", "2"], lambda r: len(r["layouts"]) == 2 and r["chosen"] is not None),  # MoE: tests/serve/test_layouts
+    (["--gpus", "2"], lambda r: sorted((x["tp"], x["pp"], x["dp"]) for x in r["layouts"]) == [(1, 1, 2), (1, 2, 1),
+                                                                                             (2, 1, 1)]
+     and r["chosen"] is not None),  # MoE and pp across nodes: tests/serve/test_layouts
     (["--max-loras", "2", "--max-lora-rank", "8"], lambda r: r["lora"]["slot_bytes"] > 0
      and "--enable-lora --max-loras 2 --max-lora-rank 8" in r["command"]),  # speculative: test_lora_speculative.py
     (["--input-len", "32", "--output-len", "16", "--disaggregate", "1:1"],

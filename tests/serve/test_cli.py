@@ -104,6 +104,8 @@ def test_concurrency_that_does_not_fit_is_exit_1(tiny_gpt2: str) -> None:
     (["--gpu-memory-utilization", "0"], "outside (0, 1]"),
     (["--rate", "5"], "--rate needs --input-len and --output-len"),
     (["--concurrency", "2", "--rate", "5", "--input-len", "8", "--output-len", "8"], "not both"),
+    (["--pp", "3"], "--pp 3 is above"),  # 2 layers: a stage holds at least one
+    (["--engine", "llama.cpp", "--gguf-type", "Q4_K_M", "--disaggregate", "1:1"], "--disaggregate: flags of the paged"),
 ])
 def test_bad_input_is_one_line_exit_2(tiny_gpt2: str, argv: list[str], message: str) -> None:
     code, out, err = run(tiny_gpt2, "--gpu", "H100-SXM", *argv, *SMALL)
@@ -165,3 +167,23 @@ def test_enforce_eager_drops_the_graph_pool_and_pays_eager_dispatch(tiny_gpt2: s
 def test_enforce_eager_without_graphs_to_turn_off_is_one_line_exit_2(tiny_gpt2: str) -> None:
     code, out, err = run(tiny_gpt2, "--gpu", "H100-SXM", "--engine", "hf", "--enforce-eager")
     assert code == 2 and out == "" and "--enforce-eager" in err and err.count("\n") == 1
+
+
+def test_one_list_of_the_paged_engine_flags_and_their_defaults(tiny_gpt2: str) -> None:
+    # cli/serve.py: the paged engines' flags (refused by llama.cpp / ollama) and the language-model engine flags
+    # (refused by a diffusion pipeline) both come from the one description of serve's options (report/options.py)
+    # with the parser's own defaults
+    import argparse
+
+    from gpuplan.cli.serve import add_parser, engine_flags, paged_engine_flags
+    from gpuplan.report.options import verb_options
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser)
+    defaults = vars(parser.parse_args([tiny_gpt2, "--gpu", "H100-SXM"]))
+    paged, engine = paged_engine_flags(), engine_flags()
+    assert {n: defaults[n] for n in paged} == paged and {n: defaults[n] for n in engine} == engine
+    names = {o.name for o in verb_options("serve")}
+    assert set(paged) == names - {"gpu", "engine", "context", "concurrency"}
+    assert set(engine) == names - {"gpu", "quantization", "prices"}
+    assert {"pp", "enforce_eager", "disaggregate"} <= set(paged) & set(engine)

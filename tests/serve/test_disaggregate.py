@@ -54,6 +54,9 @@ def test_auto_sizes_the_fewest_instances_for_the_rate_and_ttft_target(tiny_llama
     assert (d - 1) * free.decode_requests_per_s_per_instance <= 2000 < d * free.decode_requests_per_s_per_instance
     assert free.ok and free.requests_per_s == 2000
     assert free.goodput_tokens_per_s_per_gpu == pytest.approx(2000 * 100 / free.gpus)
+    # the pools' capacity is above the rate: the interval's top is held at the rate, like the goodput
+    low, high = free.goodput_interval or (0.0, 0.0)
+    assert low <= free.goodput_tokens_per_s_per_gpu == pytest.approx(high)
     # a TTFT target just above the prefill + transfer: more prefill instances until the p99 wait fits
     target = free.ttft_s * 1.05
     tight = disaggregate(tiny_llama, gpu="H100-SXM", split="auto", rate=2000.0, ttft_slo=target,
@@ -69,6 +72,14 @@ def test_cli_json_commands_and_bad_split(tiny_llama: str) -> None:
     assert code == 0 and (data["prefill_instances"], data["decode_instances"], data["gpus"]) == (1, 3, 4)
     assert data["requests_per_s"] == pytest.approx(min(data["prefill_requests_per_s_per_instance"],
                                                        3 * data["decode_requests_per_s_per_instance"]))
+    # 80% interval: the pools' request rates are work over the modelled times, so it is the serving family's
+    # time interval (the step's, in the same JSON) inverted: low where the times run long
+    step = json.loads(out)["decode"]
+    low, high = data["goodput_interval_tokens_per_s_per_gpu"]
+    goodput = data["goodput_tokens_per_s_per_gpu"]
+    assert low <= goodput <= high
+    assert low / goodput == pytest.approx(step["step_s"] / step["step_interval_s"][1])
+    assert high / goodput == pytest.approx(step["step_s"] / step["step_interval_s"][0])
     assert '"kv_connector": "NixlConnector"' in data["decode_command"]
     assert "--max-num-batched-tokens 16 " in data["decode_command"]
     code, out, _ = run(tiny_llama, "--gpu", "H100-SXM", "--engine", "sglang", "--input-len", "300", "--output-len",

@@ -38,17 +38,21 @@ def run(verb: str, *argv: str) -> tuple[int, str, str]:
 
 
 def test_layouts_enumerated() -> None:
-    assert layouts_for(4, moe=False) == [(1, 4, 1), (2, 2, 1), (4, 1, 1)]
-    assert layouts_for(2, moe=True) == [(1, 2, 1), (1, 2, 2), (2, 1, 1), (2, 1, 2)]
-    assert layouts_for(1, moe=True) == [(1, 1, 1)]
+    # (tp, pp, dp, ep): pipeline stages without DP attention, at most one per layer
+    assert layouts_for(4, moe=False) == [(1, 1, 4, 1), (2, 1, 2, 1), (4, 1, 1, 1), (2, 2, 1, 1), (1, 4, 1, 1)]
+    assert layouts_for(4, moe=False, layers=2) == [(1, 1, 4, 1), (2, 1, 2, 1), (4, 1, 1, 1), (2, 2, 1, 1)]
+    assert layouts_for(2, moe=True) == [(1, 1, 2, 1), (1, 1, 2, 2), (2, 1, 1, 1), (2, 1, 1, 2), (1, 2, 1, 1)]
+    assert layouts_for(1, moe=True) == [(1, 1, 1, 1)]
+    # past one node (8 GPUs) tensor parallelism stays inside a node: the pipeline crosses the network
+    assert all(tp <= 8 for tp, _, _, _ in layouts_for(16, moe=True)) and (8, 2, 1, 1) in layouts_for(16, moe=False)
 
 
 def test_search_sizes_each_layout_as_serve_does_and_ranks_by_goodput(tiny_moe: str) -> None:
     search = search_layouts(tiny_moe, gpu="H100-SXM", gpus=2, **SMALL)
-    assert {(o.tp, o.dp, o.ep) for o in search.outcomes} == set(layouts_for(2, moe=True))
+    assert {(o.tp, o.pp, o.dp, o.ep) for o in search.outcomes} == set(layouts_for(2, moe=True))
     for o in search.outcomes:
         assert o.result is not None
-        alone = serve(tiny_moe, gpu="H100-SXM", tp=o.tp, dp=o.dp, ep=o.ep, **SMALL)
+        alone = serve(tiny_moe, gpu="H100-SXM", tp=o.tp, pp=o.pp, dp=o.dp, ep=o.ep, **SMALL)
         assert (o.result.budget.weights_bytes, o.result.budget.kv_cache_bytes) == (
             alone.budget.weights_bytes, alone.budget.kv_cache_bytes)
         assert o.goodput_tokens_per_s_per_gpu == pytest.approx(alone.decode_tokens_per_s * o.dp / 2)
@@ -76,11 +80,12 @@ def test_cli_gpus_json_lists_layouts_and_the_chosen_one(tiny_moe: str) -> None:
     code, out, err = run("serve", tiny_moe, "--gpu", "H100-SXM", "--gpus", "2", "--json", *SMALL_ARGS)
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["layouts"]) == 4 and data["layouts"][0]["meets"]
+    assert len(data["layouts"]) == 5 and data["layouts"][0]["meets"]
     chosen = data["chosen"]
-    assert chosen == {k: data["layouts"][0][k] for k in ("tp", "dp", "ep")}
-    assert (data["engine"]["tensor_parallel_size"], data["engine"]["data_parallel_size"],
-            data["engine"]["expert_parallel_size"]) == (chosen["tp"], chosen["dp"], chosen["ep"])
+    assert chosen == {k: data["layouts"][0][k] for k in ("tp", "pp", "dp", "ep")}
+    assert (data["engine"]["tensor_parallel_size"], data["engine"]["pipeline_parallel_size"],
+            data["engine"]["data_parallel_size"], data["engine"]["expert_parallel_size"]) == (
+        chosen["tp"], chosen["pp"], chosen["dp"], chosen["ep"])
     code, text, _ = run("serve", tiny_moe, "--gpu", "H100-SXM", "--gpus", "2", *SMALL_ARGS)
     assert code == 0 and text.startswith("layouts of 2× H100-SXM") and "chosen: tp " in text
 
@@ -99,7 +104,8 @@ def test_dense_model_searches_tp_and_dp_only_and_a_miss_is_exit_1(tiny_llama: st
                        "--context", "256", "--json", *SMALL_ARGS)
     data = json.loads(out)
     assert code == 1 and data["chosen"] is None and data["ok"] is False
-    assert [(x["tp"], x["dp"], x["ep"]) for x in data["layouts"]] in ([(1, 2, 1), (2, 1, 1)], [(2, 1, 1), (1, 2, 1)])
+    assert sorted((x["tp"], x["pp"], x["dp"], x["ep"]) for x in data["layouts"]) == [(1, 1, 2, 1), (1, 2, 1, 1),
+                                                                                     (2, 1, 1, 1)]
 
 
 def test_recommend_serve_uses_the_layout_search(tiny_moe: str) -> None:
@@ -113,8 +119,41 @@ def test_recommend_serve_uses_the_layout_search(tiny_moe: str) -> None:
     (cand,) = result.candidates_in
     search = search_layouts(tiny_moe, gpu=h100, gpus=2, context=256, concurrency=one.max_concurrency + 1)
     assert search.chosen is not None
-    assert (cand.gpus, cand.tp, cand.dp, cand.ep) == (2, search.chosen.tp, search.chosen.dp, search.chosen.ep)
-    assert cand.to_dict()["dp"] == cand.dp
+    assert (cand.gpus, cand.tp, cand.pp, cand.dp, cand.ep) == (2, search.chosen.tp, search.chosen.pp, search.chosen.dp,
+                                                              search.chosen.ep)
+    assert cand.to_dict()["dp"] == cand.dp and cand.to_dict()["pp"] == cand.pp
+
+
+# a dense model whose weights dominate the device (a Llama-2-7B shape with 8 KV heads: 6.5 B parameters), on
+# fake tensors
+DEEP_LLAMA = {**TINY_LLAMA_LM, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}
+
+
+def test_a_model_too_big_for_one_node_s_tp_fits_with_pp_across_nodes(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(DEEP_LLAMA))
+    small = {**SMALL, "max_model_len": 256}
+    big = 1 << 40
+    tp8 = serve(str(path), gpu="H100-SXM", tp=8, total_memory_bytes=big, **small)
+    tp8pp2 = serve(str(path), gpu="H100-SXM", tp=8, pp=2, total_memory_bytes=big, **small)
+    b8, b82 = tp8.budget, tp8pp2.budget
+    # a stage holds 16 of the 32 layers and the embedding or the (untied) head: half the weights, as vLLM places them
+    assert b82.weights_bytes < b8.weights_bytes
+    assert b82.activation_peak_bytes == b8.activation_peak_bytes and b82.non_torch_bytes == b8.non_torch_bytes
+    # a device on which one node's tp 8 has no room left for the KV cache, and two nodes' pipeline has (the
+    # engine's share 0.5: room for the CUDA graphs outside it)
+    need8 = b8.weights_bytes + b8.activation_peak_bytes + b8.non_torch_bytes
+    need82 = b82.weights_bytes + b82.activation_peak_bytes + b82.non_torch_bytes
+    device = int((need82 + 0.4 * (need8 - need82)) / 0.5)
+    search = search_layouts(str(path), gpu="H100-SXM", gpus=16, total_memory_bytes=device,
+                            gpu_memory_utilization=0.5, **small)
+    assert search.chosen is not None and search.chosen.pp >= 2 and search.chosen.tp <= 8
+    assert all(not o.meets for o in search.outcomes if o.pp == 1)
+    r = search.chosen.result
+    assert r is not None and f"--pipeline-parallel-size {search.chosen.pp}" in r.command
+    # the decode step runs micro-batches: ⌈batch / pp⌉ sequences through every stage, plus the stage sends
+    assert r.decode.communication_s > 0
 
 
 @pytest.mark.slow

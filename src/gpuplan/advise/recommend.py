@@ -625,9 +625,10 @@ class ServeCandidate:
     command: str = ""
     dp: int = 1
     ep: int = 1
+    pp: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu.id, "tp": self.tp, "dp": self.dp, "ep": self.ep, "fits": self.fits,
+        return {"gpu": self.gpu.id, "tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "fits": self.fits,
                 "reason": self.reason,
                 "replicas": self.replicas, "gpus": self.gpus, "max_concurrency": self.max_concurrency,
                 "decode_tokens_per_s": self.decode_tokens_per_s, "ttft_s": self.ttft_s,
@@ -677,7 +678,7 @@ def recommend_serve(
     progress: Callable[[str], None] | None = None,
 ) -> ServeRecommendation:
     """For each catalog GPU, the fewest GPUs (1, 2, 4, ... ``max_gpus``) one of whose layouts
-    (``serve.layouts.search_layouts``: tp × dp, MoE experts TP-split or expert-parallel) starts and holds
+    (``serve.layouts.search_layouts``: tp × pp × dp, MoE experts TP-split or expert-parallel) starts and holds
     ``concurrency`` sequences of ``context`` tokens, or, with a ``rate``, the layout needing the fewest GPUs in
     all (instances × tp × dp). One profile-run trace per shape and kernel class."""
     from gpuplan.errors import ConfigError, GpuplanError
@@ -731,7 +732,7 @@ def recommend_serve(
                                   r.decode_tokens_per_s * chosen.dp, r.prefill.seconds,
                                   price * total if price is not None else None,
                                   r.rate.usd_per_million_output_tokens if r.rate else None, r.command,
-                                  dp=chosen.dp, ep=chosen.ep)
+                                  dp=chosen.dp, ep=chosen.ep, pp=chosen.pp)
             if best is None or cand.gpus < best.gpus:
                 best = cand
             if rate is None:
@@ -746,8 +747,8 @@ def recommend_serve(
         ins.sort(key=lambda c: (c.gpus, -c.decode_tokens_per_s, c.gpu.id))
     target = {"context": context, "concurrency": concurrency, "input_len": input_len, "output_len": output_len,
               "rate": rate, "kv_cache_dtype": kv_cache_dtype, "quantization": quantization, "max_gpus": max_gpus}
-    notes = ("per GPU type: the fewest GPUs one of whose layouts (tp × dp; MoE experts TP-split or expert-"
+    notes = ("per GPU type: the fewest GPUs one of whose layouts (tp × pp × dp; MoE experts TP-split or expert-"
              "parallel; gpuplan serve --gpus N) starts and holds the target, the best layout by goodput per GPU "
-             "(with --rate: the layout needing the fewest GPUs, instances × tp × dp)",
+             "(with --rate: the layout needing the fewest GPUs, instances × tp × pp × dp)",
              "ranked by $/hour of all GPUs with --prices, else by GPU count then decode tokens/s")
     return ServeRecommendation(source.name, engine, target, tuple(ins), tuple(outs), len(profiles), notes)

@@ -15,10 +15,16 @@ Layout (per weight element, group size 128 along the input dimension):
 Every parameter counts as quantized (embeddings and norms included: GPTQ/AWQ usually keep the
 embeddings in 16 bits, so the saving is an upper bound), and the matmuls read the packed weights
 directly (fused dequantizing kernels: no 16-bit copy of a layer is materialised).
+
+Serving engines (vLLM, SGLang) quantize less: only linear layers and the fused MoE experts
+(:func:`engine_keeps_16bit`), each format with its own scales (:func:`served_quantized_bytes`: a checkpoint's
+FP8 block scales, vLLM's online ``--quantization fp8`` per-tensor scales).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -286,3 +292,49 @@ def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tupl
 def layer_bytes(fmt: WeightFormat, out_features: int, in_features: int) -> int:
     """Bytes of one quantized linear layer's weight (packed values and every scale, zero and code)."""
     return sum(t.nbytes for t in layer_layout(fmt, out_features, in_features))
+
+
+# -- What a serving engine quantizes (serve/capacity.py) -------------------------------------------------------
+# vLLM gives the quantization method to linear layers (LinearBase) and the fused MoE experts only
+# (vllm/model_executor/layers/quantization/fp8.py ``Fp8Config.get_quant_method``; the other methods alike):
+# embeddings and lm_head (VocabParallelEmbedding / ParallelLMHead), norms and the MoE router
+# (vllm/model_executor/models/qwen3_moe.py at 002456df: ``self.gate = ReplicatedLinear(..., quant_config=None)``)
+# stay in the model dtype, as the block-FP8 checkpoints store them (Qwen/Qwen3-235B-A22B-FP8, weight_block_size
+# [128, 128]: bf16 embeddings, lm_head, norms and router). vLLM holds each block's ``weight_scale_inv`` in fp32
+# whatever the file stores (fp8.py ``create_weights``: ``BlockQuantScaleParameter(..., dtype=torch.float32)``).
+
+_KEPT_16BIT = re.compile(r"(^|\.)(lm_head|[^.]*emb[^.]*|wte|wpe|[^.]*norm[^.]*|ln(_[^.]*)?|shared_expert_gate|conv1d)$")
+
+
+def engine_keeps_16bit(module: str, modules: Collection[str]) -> bool:
+    """Whether a serving engine keeps the parameters ``module`` owns in the model dtype under weight
+    quantization (embeddings, lm_head, norms, the MoE router: a ``gate`` / ``router`` beside ``experts``);
+    ``modules``: every module path of the model."""
+    if _KEPT_16BIT.search(module):
+        return True
+    parent, _, leaf = module.rpartition(".")
+    return leaf in ("gate", "router") and f"{parent}.experts" in modules
+
+
+def served_fp8_flag_format() -> WeightFormat:
+    """vLLM's ``--quantization fp8`` on a 16-bit checkpoint (online dynamic FP8): each weight matrix cast to
+    e4m3 with one fp32 scale per tensor (``Fp8LinearMethod.process_weights_after_loading``,
+    ``ops.scaled_fp8_quant(weight, scale=None)``)."""
+    return weight_format("fp8", strategy="tensor")
+
+
+def served_quantized_bytes(params_count: int, scheme: str, fmt: WeightFormat | None = None, *,
+                           in_features: int = 0) -> int:
+    """Bytes of ``params_count`` weights a serving engine stores quantized in ``scheme``. FP8 (``fmt``): one
+    byte a weight and the format's scales — an fp32 ``weight_scale_inv`` per ``weight_block_size`` block (exact
+    where the layers' widths are multiples of the block, as vLLM requires of every TP shard), an fp32 scale per
+    output row (``in_features`` weights: the model's hidden size stands for every layer's input width), or one
+    per tensor (a few bytes a layer, not counted). int8 / int4: :func:`quantized_weight_bytes`."""
+    if fmt is None or fmt.method != "fp8":
+        return quantized_weight_bytes(params_count, scheme)
+    if fmt.fp8_block is not None:
+        rows, cols = fmt.fp8_block
+        return params_count + DTYPE_BYTES["float32"] * -(-params_count // (rows * cols))
+    if fmt.strategy == "tensor" or in_features <= 0:
+        return params_count
+    return params_count + DTYPE_BYTES["float32"] * -(-params_count // in_features)

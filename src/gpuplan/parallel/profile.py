@@ -166,6 +166,11 @@ class ModelProfile:
     """Experts each token is routed to (``num_experts_per_tok``)."""
     block_param_modules: int = 1
     """Modules of one block that own parameters: DeepSpeed ZeRO-3 gathers them one by one."""
+    block_unquantized_params: int = 0
+    """Parameters of one block a serving engine keeps in 16 bits under weight quantization (norms, the MoE
+    router: memory.weight_quant.engine_keeps_16bit)."""
+    outer_unquantized_params: int = 0
+    """The same outside the blocks (embeddings, lm_head, the final norm)."""
     trainable_fraction: float = 1.0
     """Trainable parameters / all parameters (PEFT freezes the base: the adapters' share). Sharded
     engines keep fp32 master weights, gradients and optimizer state for these only."""
@@ -319,6 +324,8 @@ def profile_from_step(
         experts=cfg.experts if params.expert_params else 0,
         experts_per_token=(cfg.positive("num_experts_per_tok", "moe_topk") or 1) if params.expert_params else 0,
         block_param_modules=params.block_modules or 1,
+        block_unquantized_params=params.block_unquantized_params,
+        outer_unquantized_params=params.outer_unquantized_params,
         megatron_time=EngineTime(mean.time(times.megatron_block), times.megatron.first, times.megatron.last),
         copy_s_per_byte=times.copy_s_per_byte,
         trainable_fraction=params.trainable_fraction,
@@ -452,6 +459,8 @@ class _ParamSplit:
     frozen_float_params_per_param: float
     frozen_float_bytes_per_param: float
     frozen_packed_bytes_per_param: float
+    block_unquantized_params: int = 0
+    outer_unquantized_params: int = 0
 
 
 def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
@@ -473,6 +482,9 @@ def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
         outer_params = traced_params - block_params_traced
     else:
         block_params, outer_params = (traced_params,), 0
+    from gpuplan.memory.weight_quant import engine_keeps_16bit
+
+    kept = {m: n for m, n in pmap.items() if engine_keeps_16bit(m, pmap)}
     expert_params = block_modules = 0
     if b.block_re is not None:
         in_block = [(m, n) for m, n in pmap.items() if b.in_block(m) and n > 0]
@@ -507,6 +519,8 @@ def _param_split(step: TracedStep, run: RunResult, b: _Blocks) -> _ParamSplit:
         frozen_float_params_per_param=step.frozen_float_params_count / n_full,
         frozen_float_bytes_per_param=step.frozen_float_param_bytes / n_full,
         frozen_packed_bytes_per_param=0.0 if every_param_trains else max(frozen_packed, 0) / n_full,
+        block_unquantized_params=sum(n for m, n in kept.items() if b.in_block(m)) // max(1, sum(b.traced_layers)),
+        outer_unquantized_params=sum(n for m, n in kept.items() if not b.in_block(m)),
     )
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpuplan.hardware import GPU
 
 __all__ = [
+    "DEFAULT_GPUS_PER_NODE",
     "INTER_EFFICIENCY",
     "INTER_LATENCY_S",
     "INTRA_EFFICIENCY",
@@ -30,6 +31,8 @@ __all__ = [
     "make_topology",
 ]
 
+DEFAULT_GPUS_PER_NODE = 8
+"""GPUs per node when none is given (DGX / HGX boards)."""
 _NIC_GBPS_BY_ARCH = {"Ampere": 200.0, "Hopper": 400.0, "Blackwell": 400.0}
 DEFAULT_NIC_GBPS = 100.0
 
@@ -79,7 +82,7 @@ def make_topology(
             "(e.g. 400 for NDR InfiniBand); leave it out for the GPU generation's default"
         )
     if nodes is None and gpus_per_node is None:
-        gpus_per_node = min(gpus, 8)
+        gpus_per_node = min(gpus, DEFAULT_GPUS_PER_NODE)
         nodes = -(-gpus // gpus_per_node)
     elif nodes is None:
         assert gpus_per_node is not None

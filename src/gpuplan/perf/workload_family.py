@@ -89,6 +89,18 @@ class TimeInterval:
         return time_interval(time_s, self.family, self.arch)
 
 
+def rate_interval(rate: float, family: str, arch: str, *, cap: float | None = None) -> tuple[float, float] | None:
+    """The 80% interval of a rate that is work over modelled times of ``family`` (tokens/s, requests/s): the
+    times' interval inverted (the rate is low where the times run long; the interval is multiplicative, so
+    one ratio holds for every time of the family). ``cap``: a ceiling the rate is held at (an asked request
+    rate the capacity exceeds): the interval is capped alike."""
+    iv = time_interval(1.0, family, arch)
+    if iv is None or not rate > 0:
+        return None
+    low, high = rate / iv.high_s, rate / iv.low_s
+    return (low, high) if cap is None else (min(low, cap), min(high, cap))
+
+
 def time_interval(time_s: float | None, family: str, arch: str) -> TimeInterval | None:
     """The interval of ``time_s`` (None when there is no time: a GPU without a rate)."""
     if time_s is None or not time_s > 0:

@@ -169,26 +169,27 @@ def layout_search_to_dict(r: LayoutSearch) -> dict[str, Any]:
     chosen = r.chosen
     out["ok"] = r.ok and bool(out.get("ok", True))
     out["search"] = {"gpus": r.gpus, "ranking": r.ranking, "assumptions": list(r.assumptions)}
-    out["chosen"] = None if chosen is None else {"tp": chosen.tp, "dp": chosen.dp, "ep": chosen.ep}
+    out["chosen"] = None if chosen is None else {"tp": chosen.tp, "pp": chosen.pp, "dp": chosen.dp, "ep": chosen.ep}
     out["layouts"] = [o.to_dict() for o in r.outcomes]
     return out
 
 
 def render_layout_search(r: LayoutSearch) -> str:
     lines = [f"layouts of {r.gpus}× {r.gpu.id} for {r.model} (ranked by {r.ranking}):",
-             f"  {'tp':>3}{'dp':>4}{'ep':>4}  {'weights/GPU':>12}{'KV/GPU':>11}{'max seqs':>10}{'ITL':>10}"
+             f"  {'tp':>3}{'pp':>4}{'dp':>4}{'ep':>4}  {'weights/GPU':>12}{'KV/GPU':>11}{'max seqs':>10}{'ITL':>10}"
              f"{'tok/s/GPU':>11}  verdict"]
     for o in r.outcomes:
         res = o.result
         if res is None:
-            lines.append(f"  {o.tp:>3}{o.dp:>4}{o.ep:>4}  {'-':>12}{'-':>11}{'-':>10}{'-':>10}{'-':>11}  {o.reason}")
+            lines.append(f"  {o.tp:>3}{o.pp:>4}{o.dp:>4}{o.ep:>4}  {'-':>12}{'-':>11}{'-':>10}{'-':>10}{'-':>11}"
+                         f"  {o.reason}")
             continue
         itl = "-" if res.time_unknown else format_seconds(res.decode.seconds)
-        lines.append(f"  {o.tp:>3}{o.dp:>4}{o.ep:>4}  {_gib(res.budget.weights_bytes):>12}"
+        lines.append(f"  {o.tp:>3}{o.pp:>4}{o.dp:>4}{o.ep:>4}  {_gib(res.budget.weights_bytes):>12}"
                      f"{_gib(res.budget.kv_cache_bytes):>11}{res.max_concurrency * o.dp:>10,}{itl:>10}"
                      f"{o.goodput_tokens_per_s_per_gpu:>11,.0f}  {'meets' if o.meets else o.reason[:60]}")
     chosen = r.chosen
-    lines.append(f"chosen: tp {chosen.tp}, dp {chosen.dp}, ep {chosen.ep}" if chosen is not None
+    lines.append(f"chosen: tp {chosen.tp}, pp {chosen.pp}, dp {chosen.dp}, ep {chosen.ep}" if chosen is not None
                  else "chosen: none (no layout starts and meets the target; the best one tried follows)")
     shown = r.shown
     if shown is not None:
@@ -213,6 +214,7 @@ def disaggregation_to_dict(d: Disaggregation) -> dict[str, Any]:
         "kv_transfer_bytes_per_request": d.kv_transfer_bytes_per_request, "kv_transfer_s": d.kv_transfer_s,
         "link": d.link, "ttft_s": d.ttft_s, "ttft_p99_s": d.ttft_p99_s, "requests_per_s": d.requests_per_s,
         "meets_rate": d.meets_rate, "goodput_tokens_per_s_per_gpu": d.goodput_tokens_per_s_per_gpu,
+        "goodput_interval_tokens_per_s_per_gpu": None if d.goodput_interval is None else list(d.goodput_interval),
         "aggregated_goodput_tokens_per_s_per_gpu": d.aggregated_goodput_tokens_per_s_per_gpu,
         "prefill_command": d.prefill_command, "decode_command": d.decode_command}
     return out
@@ -232,8 +234,11 @@ def render_disaggregation(d: Disaggregation) -> str:
              f"{_gib(d.aggregated.budget.kv_cache_bytes).strip()}), "
              f"{d.decode_concurrency:,} sequences per DP rank at ITL {format_seconds(d.decode.decode.seconds)}: "
              f"{d.decode_requests_per_s_per_instance:.2f} req/s per instance",
-             f"  goodput {d.goodput_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU at {d.requests_per_s:.2f} req/s "
-             f"(aggregated engine: {d.aggregated_goodput_tokens_per_s_per_gpu:,.0f})",
+             f"  goodput {d.goodput_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU"
+             + ("" if d.goodput_interval is None else
+                f" (80%: {d.goodput_interval[0]:,.0f}–{d.goodput_interval[1]:,.0f})")
+             + f" at {d.requests_per_s:.2f} req/s (aggregated engine: "
+               f"{d.aggregated_goodput_tokens_per_s_per_gpu:,.0f})",
              "launch (prefill):", f"  {d.prefill_command}", "launch (decode):", f"  {d.decode_command}"]
     return "\n".join(lines)
 
@@ -244,11 +249,11 @@ def render_serve_recommendation(r: ServeRecommendation) -> str:
             else f"{t['concurrency'] or 1:,} sequence(s) of {t['context'] or 0:,} tokens" if t["context"]
             else f"{t['concurrency'] or 1:,} sequence(s) at the model's context")
     lines = [f"serving {r.model} with {r.engine}: {what}", "",
-             f"{'GPU':<22}{'tp':>4}{'dp':>4}{'ep':>4}{'GPUs':>7}{'max seqs':>10}{'decode tok/s':>14}{'TTFT':>10}"
-             f"{'$/hour':>10}"]
+             f"{'GPU':<22}{'tp':>4}{'pp':>4}{'dp':>4}{'ep':>4}{'GPUs':>7}{'max seqs':>10}{'decode tok/s':>14}"
+             f"{'TTFT':>10}{'$/hour':>10}"]
     for c in r.candidates_in:
         cost = f"{c.cost_per_hour_usd:,.2f}" if c.cost_per_hour_usd is not None else "-"
-        lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.dp:>4}{c.ep:>4}{c.gpus:>7}{c.max_concurrency:>10,}"
+        lines.append(f"{c.gpu.id:<22}{c.tp:>4}{c.pp:>4}{c.dp:>4}{c.ep:>4}{c.gpus:>7}{c.max_concurrency:>10,}"
                      f"{c.decode_tokens_per_s:>14,.0f}"
                      f"{format_seconds(c.ttft_s):>10}{cost:>10}")
     if not r.candidates_in:

@@ -19,7 +19,12 @@ from gpuplan.dtypes import DTYPE_BYTES
 from gpuplan.errors import ConfigError, ModelSourceError
 from gpuplan.hardware import resolve_gpu
 from gpuplan.memory.overheads import cuda_context_bytes
-from gpuplan.memory.weight_quant import quantized_weight_bytes
+from gpuplan.memory.weight_quant import (
+    WeightFormat,
+    format_from_config,
+    served_fp8_flag_format,
+    served_quantized_bytes,
+)
 from gpuplan.models.config_view import ConfigView
 from gpuplan.perf.efficiency import arch_key, efficiency_for
 from gpuplan.perf.roofline import NoRateError, launches_kernel
@@ -257,7 +262,7 @@ def serve(
                                                                                         "num_experts_per_tok"):
         raise ConfigError(f"--ep {ep}: {source.name} has no routed experts (num_experts_per_tok); expert "
                           "parallelism applies to MoE models only; drop --ep")
-    source, quantization, from_checkpoint = _checkpoint_quantization(source, quantization)
+    source, quantization, from_checkpoint, quant_format = _checkpoint_quantization(source, quantization)
     spec = speculation(source.config_dict, source.name, method=speculative_method, model=speculative_model,
                        tokens=num_speculative_tokens, acceptance=spec_acceptance)
     if spec is not None:
@@ -279,6 +284,10 @@ def serve(
     if kv_cache_dtype == "fp8" and not eng.paged:
         raise ConfigError("--kv-cache-dtype fp8 needs a paged engine (--engine vllm or sglang); transformers' "
                           "cache holds the model dtype")
+    layers = ConfigView(config).layers or 1
+    if pp > layers:
+        raise ConfigError(f"--pp {pp} is above {source.name}'s {layers} layers: each pipeline stage holds at least one "
+                          f"(vLLM get_pp_indices); pass at most {layers}")
     trained = layout.max_context
     defaulted = max_model_len is None
     if max_model_len is None:
@@ -336,12 +345,14 @@ def serve(
                               images=images, num_seqs=num_seqs)
     # routed experts (MoE): what expert parallelism and DP attention's MoE group split, and the share of
     # the weights a decode step reads only for the experts its tokens reach
-    expert_bytes = _expert_bytes(source, step, target) if _text_get(config, "num_experts_per_tok") else 0
-    drafter = _drafter(spec, source, config, layout, cost, step, settings, target, dtype, element, expert_bytes,
+    split = _weight_split(source, step, target, config, dtype, quantization, quant_format,
+                          moe=bool(_text_get(config, "num_experts_per_tok")))
+    expert_bytes = split.traced_expert_bytes
+    drafter = _drafter(spec, source, config, layout, cost, step, settings, target, dtype, element, split,
                        profiles, compute_capability=cc) if spec is not None else None
     if drafter is not None:
         cost = dataclasses.replace(cost, extra_token_bytes=drafter.kv_token_bytes)
-    budget = _budget(settings, config, step, rank_step, target, total, dtype, expert_bytes, lora=lora,
+    budget = _budget(settings, config, split, rank_step, target, total, dtype, lora=lora,
                      drafter_bytes=drafter.weights_bytes if drafter is not None else 0)
     assumptions = _assumptions(settings, layout, step, tp, images, rank_step is not step)
     if lora is not None:
@@ -383,7 +394,7 @@ def serve(
         target's verify of K + 1 tokens per sequence, over the tokens a step yields on average."""
         verify = decode_step(shape, target, tp, batch=b * (spec.tokens + 1 if spec else 1), context=decode_context,
                              kv_read_bytes=b * target_cost.sequence_bytes(decode_context) * pp,
-                             weight_quant=quantization, ep=ep, dp=dp, eager=enforce_eager)
+                             weight_quant=quantization, ep=ep, dp=dp, eager=enforce_eager, pp=pp)
         if drafter is None:
             return verify
         draft = drafter.steps(target, tp, batch=b, context=decode_context, ep=ep, dp=dp, eager=enforce_eager)
@@ -394,7 +405,7 @@ def serve(
 
     def first_at(tokens_in: int) -> PhaseTime:
         """The prompt's prefill, and the drafter's over the same prompt."""
-        first_ = prefill(shape, target, tp, tokens=tokens_in, weight_quant=quantization, ep=ep, dp=dp)
+        first_ = prefill(shape, target, tp, tokens=tokens_in, weight_quant=quantization, ep=ep, dp=dp, pp=pp)
         if drafter is None:
             return first_
         extra = drafter.prefill(target, tp, tokens=tokens_in, ep=ep, dp=dp)
@@ -444,22 +455,25 @@ _CHECKPOINT_SCHEMES: dict[str, str] = {"fp8": "fp8", "int8": "int8", "int4": "in
 served as: the engines read the format from the checkpoint, so it takes the flag's path."""
 
 
-def _checkpoint_quantization(source: HFConfigSource, quantization: str) -> tuple[HFConfigSource, str, bool]:
-    """(the source traced, the weight quantization, whether the checkpoint stated it). A checkpoint whose
-    config carries an FP8 / int8 / int4 ``quantization_config`` is served as the same model given with
-    ``--quantization``: its 16-bit config traced, the weights in the scheme's bytes."""
+def _checkpoint_quantization(source: HFConfigSource,
+                             quantization: str) -> tuple[HFConfigSource, str, bool, WeightFormat | None]:
+    """(the source traced, the weight quantization, whether the checkpoint stated it, the FP8 layout). A
+    checkpoint whose config carries an FP8 / int8 / int4 ``quantization_config`` is served as the same model
+    given with ``--quantization``: its 16-bit config traced, the weights in the bytes of the checkpoint's own
+    format (FP8: its block or channel scales; ``--quantization fp8``: vLLM's online per-tensor scales)."""
     from gpuplan.models.sources import HFConfigSource
 
     stated = source.quantization()
     scheme = _CHECKPOINT_SCHEMES.get(stated.scheme) if stated is not None else None
     if stated is None or scheme is None:
-        return source, quantization, False
+        return source, quantization, False, served_fp8_flag_format() if quantization == "fp8" else None
     if quantization not in ("none", scheme):
         raise ConfigError(f"--quantization {quantization} contradicts {source.name}'s own quantization_config "
                           f"({stated.method}, served as {scheme}); drop --quantization")
     config = source.config_dict
     config.pop("quantization_config", None)
-    return HFConfigSource(source.name, config, task=source.task, kind=source.kind), scheme, True
+    fmt = format_from_config(stated) if scheme == "fp8" else None
+    return HFConfigSource(source.name, config, task=source.task, kind=source.kind), scheme, True, fmt
 
 
 def _rank_profile(source: HFConfigSource, settings: engines.EngineSettings, key: tuple[Any, ...],
@@ -510,19 +524,73 @@ def _text_get(config: dict[str, Any], key: str) -> Any:
     return ConfigView(config).get(key)
 
 
-def _expert_bytes(source: HFConfigSource, step: TracedStep, gpu: GPU) -> int:
-    """Bytes of the routed experts' weights in the traced 16-bit model (parallel/profile.py's split of the
-    step by module: the ``experts`` modules of a block × the blocks)."""
+@dataclass(frozen=True, slots=True)
+class WeightSplit:
+    """The model's weights as a serving engine places them, in the bytes it stores them (quantized where
+    ``memory.weight_quant`` says the engine quantizes): what tp, pp and ep split."""
+
+    dense_bytes: int
+    """Linear layers outside the routed experts (attention, dense MLPs, shared experts): split by tp."""
+    expert_bytes: int = 0
+    """Routed experts: split by tp × dp, or whole experts over the ep ranks."""
+    block_kept_bytes: int = 0
+    """One block's parameters kept in 16 bits (norms, the MoE router): replicated on every TP rank."""
+    outer_kept_bytes: int = 0
+    """Embeddings, lm_head and the final norm, in 16 bits: split by tp over the vocabulary; with pp the first
+    stage holds the embedding and the last the head (each stage half, a tied head a full copy)."""
+    layers: int = 1
+    tied: bool = False
+    traced_expert_bytes: int = 0
+    """The routed experts as traced (16-bit): what the decode model's expert share reads."""
+    traced_bytes: int = 0
+    """Every weight as traced (16-bit)."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.dense_bytes + self.expert_bytes + self.block_kept_bytes * self.layers + self.outer_kept_bytes
+
+
+def stage_weights_per_gpu(split: WeightSplit, *, experts: int, tp: int, pp: int, dp: int = 1, ep: int = 1) -> int:
+    """Weights on the most loaded GPU of ``tp × pp`` (× dp for the experts): its stage holds ⌈layers / pp⌉ blocks
+    (vLLM ``get_pp_indices`` gives the remainder to the stages before the last) and the larger of the
+    embedding and the head; within a stage the dense part is split by tp, the experts by
+    :func:`expert_weights_per_gpu`."""
+    stage_layers = -(-split.layers // pp)
+    dense = -(-split.dense_bytes * stage_layers // (split.layers * tp))
+    routed = expert_weights_per_gpu(-(-split.expert_bytes * stage_layers // split.layers), experts=experts, tp=tp,
+                                    dp=dp, ep=ep)
+    outer = split.outer_kept_bytes if pp == 1 or split.tied else -(-split.outer_kept_bytes // 2)
+    return dense + routed + split.block_kept_bytes * stage_layers + -(-outer // tp)
+
+
+def _weight_split(source: HFConfigSource, step: TracedStep, gpu: GPU, config: dict[str, Any], dtype: str,
+                  quantization: str, fmt: WeightFormat | None, *, moe: bool) -> WeightSplit:
+    """The traced 16-bit model split by module (parallel/profile.py: the ``experts`` modules of a block × the
+    blocks, the modules kept in 16 bits), the quantized parts in ``quantization``'s served bytes
+    (``memory.weight_quant.served_quantized_bytes``: the checkpoint's own format ``fmt``, or the flag's)."""
     from gpuplan.parallel.profile import profile_from_step
     from gpuplan.serve.profile import ProfileRunSource
 
+    text = ConfigView(config)
+    per_param = step.param_bytes / max(1, step.params_count)
     work = Workload(mode="infer", batch_size=1, seq_len=1, precision="bf16")
     prof = profile_from_step(step, ProfileRunSource(source), work, gpu)
-    params = prof.block_expert_params * prof.layers
-    return params * step.param_bytes // max(1, step.params_count)
+    expert_params = prof.block_expert_params * prof.layers if moe else 0
+    block_kept = prof.block_unquantized_params
+    outer_kept = prof.outer_unquantized_params
+    dense_params = max(0, step.params_count - expert_params - block_kept * prof.layers - outer_kept)
+
+    def stored(params: int) -> int:
+        if quantization == "none":
+            return int(params * per_param)
+        return served_quantized_bytes(params, quantization, fmt, in_features=text.hidden_size or 0)
+
+    return WeightSplit(stored(dense_params), stored(expert_params), int(block_kept * per_param),
+                       int(outer_kept * per_param), prof.layers, bool(config.get("tie_word_embeddings")),
+                       int(expert_params * per_param), step.param_bytes)
 
 
-def expert_weights_per_gpu(expert_bytes: int, *, experts: int, tp: int, dp: int, pp: int, ep: int) -> int:
+def expert_weights_per_gpu(expert_bytes: int, *, experts: int, tp: int, dp: int, ep: int) -> int:
     """Routed-expert weight bytes on the most loaded GPU. The MoE layers span the whole instance (tp × dp
     GPUs; vLLM docs "Data Parallel Deployment": "expert layers form a tensor parallel group of size DP ×
     TP"; SGLang's --tp-size is tp × dp): each expert split over tp × dp (ep 1), or whole experts over the
@@ -530,33 +598,26 @@ def expert_weights_per_gpu(expert_bytes: int, *, experts: int, tp: int, dp: int,
     ``determine_expert_map``). Whole experts are never fewer bytes than the even split: with ep not
     dividing the experts the heaviest rank holds one expert more than its share."""
     if ep > 1 and experts > 0:
-        return -(-expert_bytes * -(-experts // ep) // (experts * pp))
-    return -(-expert_bytes // (tp * dp * pp))
+        return -(-expert_bytes * -(-experts // ep) // experts)
+    return -(-expert_bytes // (tp * dp))
 
 
-def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, dtype: str,
-                     expert_bytes: int = 0) -> int:
-    """Weights on one GPU: the dense part split by tp × pp, the routed experts by ep × pp with expert
-    parallelism (``expert_bytes`` of the 16-bit model; a quantized scheme scales both parts alike)."""
-    weights = step.param_bytes if settings.quantization == "none" else quantized_weight_bytes(
-        step.params_count, settings.quantization)
-    experts = expert_bytes * weights // max(1, step.param_bytes)
-    dense = -(-(weights - experts) // (settings.tp * settings.pp))
+def _weights_per_gpu(settings: engines.EngineSettings, config: dict[str, Any], split: WeightSplit, dtype: str) -> int:
+    """Weights on one GPU (:func:`stage_weights_per_gpu`) and the engine's rope cache."""
     rope = budgets.rope_cache_bytes(config, DTYPE_BYTES[dtype]) if engines.get_engine(settings.engine).paged else 0
-    count = ConfigView(config).experts
-    return dense + expert_weights_per_gpu(experts, experts=count, tp=settings.tp, dp=settings.dp, pp=settings.pp,
-                                          ep=settings.ep) + rope
+    return stage_weights_per_gpu(split, experts=ConfigView(config).experts, tp=settings.tp, pp=settings.pp,
+                                 dp=settings.dp, ep=settings.ep) + rope
 
 
-def _budget(settings: engines.EngineSettings, config: dict[str, Any], step: TracedStep, rank_step: TracedStep,
-            gpu: GPU, total: int, dtype: str, expert_bytes: int = 0, *, lora: LoRABudget | None = None,
+def _budget(settings: engines.EngineSettings, config: dict[str, Any], split: WeightSplit, rank_step: TracedStep,
+            gpu: GPU, total: int, dtype: str, *, lora: LoRABudget | None = None,
             drafter_bytes: int = 0) -> budgets.Budget:
-    """``step``: the whole model's profile run (its weights); ``rank_step``: one TP rank's (its activations).
+    """``split``: the whole model's weights as placed; ``rank_step``: one TP rank's profile run (its activations).
     LoRA slots, punica buffers and a speculative drafter load with the model: vLLM counts them as weights."""
     from gpuplan.memory.nccl import nccl_buffer_bytes
 
     eng = engines.get_engine(settings.engine)
-    weights = _weights_per_gpu(settings, config, step, dtype, expert_bytes) + drafter_bytes
+    weights = _weights_per_gpu(settings, config, split, dtype) + drafter_bytes
     activation = max(0, rank_step.rounded_peak_bytes - rank_step.param_bytes)
     if lora is not None:
         weights += lora.slot_bytes + lora.punica_bytes
@@ -603,10 +664,10 @@ class Drafter:
 
 def _drafter(spec: Speculation, source: HFConfigSource, config: dict[str, Any], layout: KVLayout, cost: KVCost,
              step: TracedStep, settings: engines.EngineSettings, gpu: GPU, dtype: str, element: int,
-             expert_bytes: int, profiles: dict[tuple[Any, ...], TracedStep] | None, *,
+             split: WeightSplit, profiles: dict[tuple[Any, ...], TracedStep] | None, *,
              compute_capability: tuple[int, int] | None) -> Drafter:
     if spec.method == "mtp":
-        return _mtp_drafter(spec, config, layout, cost, step, settings, dtype, expert_bytes)
+        return _mtp_drafter(spec, config, layout, cost, step, settings, dtype, split)
     draft_source = _decoder_source(spec.model or "")
     draft_config = hf_config_dict_of(draft_source)
     draft_layout = kv_layout(draft_config, draft_source.name)
@@ -636,13 +697,14 @@ def _drafter(spec: Speculation, source: HFConfigSource, config: dict[str, Any], 
 
 
 def _mtp_drafter(spec: Speculation, config: dict[str, Any], layout: KVLayout, cost: KVCost, step: TracedStep,
-                 settings: engines.EngineSettings, dtype: str, expert_bytes: int) -> Drafter:
+                 settings: engines.EngineSettings, dtype: str, split: WeightSplit) -> Drafter:
     """The model's MTP layers: each one more decoder layer (attention + the model's MLP / MoE) plus the
     projection of [embedding; hidden] back to hidden (2·H × H) and its norms; embedding and lm_head shared.
     A decoder layer's size is the model's per-layer average of its non-expert part plus one MoE layer's
     experts (serve/speculative.py)."""
     text = ConfigView(config)
     hidden, layers = text.hidden_size or 0, text.layers or 1
+    expert_bytes = split.traced_expert_bytes
     n = spec.mtp_layers
     per_param = step.param_bytes / max(1, step.params_count)
     vocab = text.vocab_size or 0
@@ -653,11 +715,10 @@ def _mtp_drafter(spec: Speculation, config: dict[str, Any], layout: KVLayout, co
     per_layer = (step.param_bytes - expert_bytes - outer) / layers
     experts_16 = int(n * expert_bytes / moe_layers) if moe_layers else 0
     total_16 = int(n * (per_layer + 2 * hidden * hidden * per_param)) + experts_16
-    scale = 1.0 if settings.quantization == "none" else (
-        quantized_weight_bytes(step.params_count, settings.quantization) / max(1, step.param_bytes))
+    scale = split.total_bytes / max(1, split.traced_bytes)  # the model's served bytes over its traced ones
     dense_gpu = -(-int((total_16 - experts_16) * scale) // settings.tp)
     experts_gpu = expert_weights_per_gpu(int(experts_16 * scale), experts=text.experts, tp=settings.tp,
-                                         dp=settings.dp, pp=1, ep=settings.ep)
+                                         dp=settings.dp, ep=settings.ep)
     kv_token = n * cost.full_layer_token_bytes
     head_dim = layout.head_dim or (layout.latent_dim if layout.kind == "mla" else 0)
     shape = ModelShape(int(total_16 / per_param), total_16, n, n, hidden, layout.attention_heads, head_dim, dtype,

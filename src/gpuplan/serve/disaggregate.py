@@ -71,15 +71,36 @@ class Disaggregation:
         return (self.prefill_instances + self.decode_instances) * self.gpus_per_instance
 
     @property
+    def capacity_requests_per_s(self) -> float:
+        """What the two pools sustain."""
+        return min(self.prefill_instances * self.prefill_requests_per_s_per_instance,
+                   self.decode_instances * self.decode_requests_per_s_per_instance)
+
+    @property
     def requests_per_s(self) -> float:
-        """What the two pools sustain (at most the asked rate)."""
-        capacity = min(self.prefill_instances * self.prefill_requests_per_s_per_instance,
-                       self.decode_instances * self.decode_requests_per_s_per_instance)
+        """What the two pools sustain, at most the asked rate."""
+        capacity = self.capacity_requests_per_s
         return capacity if self.rate_per_s is None else min(capacity, self.rate_per_s)
 
     @property
     def goodput_tokens_per_s_per_gpu(self) -> float:
         return self.requests_per_s * self.output_len / self.gpus if self.gpus else 0.0
+
+    @property
+    def goodput_interval(self) -> tuple[float, float] | None:
+        """80% interval of the goodput per GPU: the pools' request rates are work over the modelled prefill and
+        decode-step times, so their interval is the serving family's time interval inverted (the TTFT and step
+        intervals' rows: ``perf.workload_family.rate_interval``), held at the asked rate like the goodput."""
+        from gpuplan.perf.efficiency import arch_key
+        from gpuplan.perf.workload_family import rate_interval
+        from gpuplan.serve.capacity import SERVE_FAMILY
+
+        if not self.gpus:
+            return None
+        span = rate_interval(self.capacity_requests_per_s, SERVE_FAMILY, arch_key(self.aggregated.gpu),
+                             cap=self.rate_per_s)
+        per = self.output_len / self.gpus
+        return None if span is None else (span[0] * per, span[1] * per)
 
     @property
     def aggregated_goodput_tokens_per_s_per_gpu(self) -> float:
@@ -131,12 +152,12 @@ def parse_split(text: str) -> tuple[int, int] | None:
 def _transfer(gpu: GPU, per_gpu_bytes: int, instance_gpus: int, total_gpus: int) -> tuple[float, str]:
     """Seconds for every rank's KV shard to reach its decode peer, and the link it crosses."""
     from gpuplan.parallel.collectives import group
-    from gpuplan.parallel.topology import make_topology
+    from gpuplan.parallel.topology import DEFAULT_GPUS_PER_NODE, make_topology
     from gpuplan.perf.collectives import p2p_s
 
     if not gpu.intra_node_gb_per_s_per_direction and total_gpus <= 1:
         return 0.0, "none"
-    per_node = 8  # parallel/topology.py's default node
+    per_node = DEFAULT_GPUS_PER_NODE
     topo = make_topology(gpu, max(2, total_gpus if total_gpus <= per_node else -(-total_gpus // per_node) * per_node))
     pair = group(topo, 2, instance_gpus)
     link = "network (one NIC per GPU)" if pair.crosses_nodes else f"{topo.intra_link} inside a node"

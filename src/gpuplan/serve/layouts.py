@@ -1,8 +1,10 @@
 """The layout search of ``gpuplan serve MODEL --gpu G --gpus N``: every way to run one engine instance on N
-GPUs as tensor parallelism × DP attention ranks (tp × dp = N), with the routed experts of a MoE model either
-TP-split over the instance (ep 1) or whole over all of its GPUs (ep = N; vLLM ``--enable-expert-parallel``,
-SGLang ``--ep-size``), each sized by ``capacity.serve`` (weights, KV and all-to-all through the same rules as
-an explicit ``--tp/--dp/--ep``). Pipeline parallelism is not searched (pass --pp to serve one layout).
+GPUs as tensor parallelism × DP attention ranks × pipeline stages (tp × dp × pp = N), with the routed experts of
+a MoE model either TP-split over a stage (ep 1) or whole over all of its GPUs (ep = tp × dp; vLLM
+``--enable-expert-parallel``, SGLang ``--ep-size``), each sized by ``capacity.serve`` (weights and KV per stage,
+all-to-all, the pipeline's micro-batched decode step: ``serve/timing.decode_step``) through the same rules as an
+explicit ``--tp/--pp/--dp/--ep``. Pipeline stages (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``) are
+searched without DP attention (pp > 1 with dp 1) and up to one stage per layer.
 
 A layout qualifies when the engine starts and it meets the target: the asked concurrency spread over its DP
 ranks, the latency targets (``--ttft-slo`` / ``--itl-slo``: the largest concurrency meeting them), or a
@@ -38,10 +40,11 @@ class LayoutOutcome:
     result: ServeResult | None
     meets: bool
     reason: str
+    pp: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.dp * self.pp
 
     @property
     def goodput_tokens_per_s_per_gpu(self) -> float:
@@ -49,7 +52,7 @@ class LayoutOutcome:
         r = self.result
         if r is None or not self.meets or r.time_unknown:
             return 0.0
-        return r.decode_tokens_per_s * self.dp / (self.gpus * r.settings.pp)
+        return r.decode_tokens_per_s * self.dp / self.gpus
 
     @property
     def gpus_for_rate(self) -> int | None:
@@ -60,11 +63,12 @@ class LayoutOutcome:
         itl = self.result.decode.seconds if self.result is not None else 0.0
         gpus = self.gpus_for_rate
         return (0 if self.meets else 1, gpus if gpus is not None else 0, -self.goodput_tokens_per_s_per_gpu, itl,
-                self.ep, self.dp)
+                self.pp, self.ep, self.dp)
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
-        out: dict[str, Any] = {"tp": self.tp, "dp": self.dp, "ep": self.ep, "gpus": self.gpus, "ok": bool(r and r.ok),
+        out: dict[str, Any] = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "gpus": self.gpus,
+                               "ok": bool(r and r.ok),
                                "meets": self.meets, "reason": self.reason,
                                "goodput_tokens_per_s_per_gpu": self.goodput_tokens_per_s_per_gpu}
         if r is not None:
@@ -112,14 +116,24 @@ class LayoutSearch:
         return to_text(self)  # gpuplan/report/registry.py: report.serve.render_layout_search
 
 
-def layouts_for(gpus: int, *, moe: bool) -> list[tuple[int, int, int]]:
-    """(tp, dp, ep) with tp × dp = ``gpus``; a MoE model also with its experts over all of them (ep = gpus)."""
+def layouts_for(gpus: int, *, moe: bool, layers: int | None = None) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, dp, ep) with tp × pp × dp = ``gpus``: pp > 1 only with dp 1 and at most ``layers`` stages, tp
+    within a node once the instance spans nodes (pipeline stages cross the network, tensor parallelism does not);
+    a MoE model also with its experts whole over each stage's tp × dp GPUs (ep = tp × dp)."""
+    from gpuplan.parallel.topology import DEFAULT_GPUS_PER_NODE
+
     out = []
-    for tp in (d for d in range(1, gpus + 1) if gpus % d == 0):
-        dp = gpus // tp
-        out.append((tp, dp, 1))
-        if moe and gpus > 1:
-            out.append((tp, dp, gpus))
+    for pp in (d for d in range(1, gpus + 1) if gpus % d == 0 and (layers is None or d <= layers)):
+        stage = gpus // pp
+        for tp in (d for d in range(1, stage + 1) if stage % d == 0):
+            dp = stage // tp
+            if gpus > DEFAULT_GPUS_PER_NODE and tp > DEFAULT_GPUS_PER_NODE:
+                continue
+            if pp > 1 and dp > 1:
+                continue
+            out.append((tp, pp, dp, 1))
+            if moe and stage > 1:
+                out.append((tp, pp, dp, stage))
     return out
 
 
@@ -146,17 +160,18 @@ def search_layouts(model: str | ModelSource, *, gpu: str | GPU, gpus: int, concu
     source = _decoder_source(model if isinstance(model, SourceType) else resolve_model(model))
     target = resolve_gpu(gpu)
     assert target is not None
-    moe = bool(ConfigView(source.config_dict).get("num_experts_per_tok"))
+    view = ConfigView(source.config_dict)
+    moe = bool(view.get("num_experts_per_tok"))
     cache = profiles if profiles is not None else {}
     outcomes: list[LayoutOutcome] = []
-    for tp, dp, ep in layouts_for(gpus, moe=moe):
+    for tp, pp, dp, ep in layouts_for(gpus, moe=moe, layers=view.layers):
         try:
-            r = serve(source, gpu=target, tp=tp, dp=dp, ep=ep, concurrency=_per_rank(concurrency, dp),
+            r = serve(source, gpu=target, tp=tp, pp=pp, dp=dp, ep=ep, concurrency=_per_rank(concurrency, dp),
                       profiles=cache, **serve_kwargs)
         except GpuplanError as exc:
             if "--gpu-memory-utilization" in str(exc) or "--max-model-len" in str(exc):
                 raise  # the asked settings are wrong for every layout: the user's error, not the layout's
-            outcomes.append(LayoutOutcome(tp, dp, ep, None, False, str(exc)))
+            outcomes.append(LayoutOutcome(tp, dp, ep, None, False, str(exc), pp))
             continue
         rate_ok = r.rate is None or r.rate.replicas > 0
         meets = r.ok and r.concurrency_fits and r.slo_met is not False and rate_ok
@@ -164,13 +179,16 @@ def search_layouts(model: str | ModelSource, *, gpu: str | GPU, gpus: int, concu
             "meets the target" if meets else
             f"holds {r.max_concurrency * dp:,} sequences of {r.context:,} tokens" if not r.concurrency_fits else
             "misses the latency targets")
-        outcomes.append(LayoutOutcome(tp, dp, ep, r, meets, reason))
+        outcomes.append(LayoutOutcome(tp, dp, ep, r, meets, reason, pp))
     outcomes.sort(key=LayoutOutcome.sort_key)
     ranking = ("fewest GPUs for the rate, then goodput per GPU" if serve_kwargs.get("rate") is not None
                else "goodput per GPU (output tokens/s of the instance at the answer's batch ÷ GPUs), then ITL")
-    notes = (f"layouts searched: tp × dp = {gpus} (DP attention ranks with their own KV cache), MoE experts "
-             f"TP-split over the instance (ep 1) or whole over all {gpus} GPUs (ep {gpus}); pipeline parallelism "
-             "not searched",
+    notes = (f"layouts searched: tp × pp × dp = {gpus} (DP attention ranks with their own KV cache; pipeline stages "
+             "holding ⌈layers / pp⌉ layers each, without DP attention), MoE experts TP-split over a stage (ep 1) or "
+             "whole over its tp × dp GPUs",
+             "with pp > 1 the running sequences form pp micro-batches in flight (vLLM V1's batch queue): the "
+             "inter-token latency is the whole model's step at ⌈batch / pp⌉ sequences plus pp − 1 stage-to-stage "
+             "sends (serve/timing.decode_step)",
              "a layout qualifies when the engine starts and it meets the target (--concurrency spread over the DP "
              "ranks, --ttft-slo / --itl-slo, --rate in whole instances)",
              f"ranked by {ranking}")

@@ -23,6 +23,7 @@ from gpuplan.perf.collectives import (
     all_reduce_s,
     all_to_all_s,
     intra_node_group,
+    p2p_s,
     reduce_scatter_s,
 )
 from gpuplan.perf.efficiency import efficiency_for
@@ -165,23 +166,46 @@ def _phase(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, attention_flops
 
 
 def decode_step(shape: ModelShape, gpu: GPU, tp: int, *, batch: int, context: int, kv_read_bytes: int,
-                weight_quant: str = "none", ep: int = 1, dp: int = 1, eager: bool = False) -> PhaseTime:
+                weight_quant: str = "none", ep: int = 1, dp: int = 1, eager: bool = False, pp: int = 1) -> PhaseTime:
     """One decode step (one new token for each of ``batch`` sequences at ``context`` tokens);
-    ``kv_read_bytes``: the KV the batch reads, per GPU; ``eager``: no CUDA graphs (the engine's
-    ``EngineSettings.cuda_graphs`` off), each kernel dispatched from the CPU."""
-    flops = 4.0 * batch * context * shape.attention_heads * shape.head_dim * shape.attention_layers
-    return _phase(shape, gpu, tp, tokens=batch, attention_flops=flops, kv_read_bytes=kv_read_bytes,
-                  phase="decode", weight_quant=weight_quant, ep=ep, dp=dp, eager=eager)
+    ``kv_read_bytes``: the KV the batch reads on one GPU of each stage, summed over the ``pp`` stages;
+    ``eager``: no CUDA graphs (the engine's ``EngineSettings.cuda_graphs`` off), each kernel dispatched from
+    the CPU.
+
+    Pipeline parallelism (``pp`` > 1), as vLLM's V1 engine runs it (a batch queue of ``pp`` batches in flight,
+    each sequence in one of them): the running sequences form ``pp`` micro-batches of ⌈batch / pp⌉ that follow
+    one another through the stages. A sequence gets its next token when its micro-batch has passed every stage,
+    so the step (the inter-token latency) is the whole model's step at ⌈batch / pp⌉ sequences plus the
+    pp − 1 stage-to-stage sends of its hidden states and residual; meanwhile every other micro-batch advances
+    too, so all ``batch`` sequences get a token per step. Fewer sequences than stages leave stages idle (the
+    pipeline bubble): the step never runs faster than one sequence's trip through all the stages."""
+    micro = -(-batch // max(1, pp))
+    flops = 4.0 * micro * context * shape.attention_heads * shape.head_dim * shape.attention_layers
+    step = _phase(shape, gpu, tp, tokens=micro, attention_flops=flops,
+                  kv_read_bytes=kv_read_bytes * micro // max(1, batch), phase="decode", weight_quant=weight_quant,
+                  ep=ep, dp=dp, eager=eager)
+    hops = pipeline_sends_s(shape, gpu, tp, pp, tokens=micro)
+    return PhaseTime(step.seconds + hops, step.compute_s, step.memory_s, step.communication_s + hops)
+
+
+def pipeline_sends_s(shape: ModelShape, gpu: GPU, tp: int, pp: int, *, tokens: int) -> float:
+    """The pp − 1 stage-to-stage sends of a micro-batch of ``tokens`` (vLLM's IntermediateTensors: hidden states
+    and residual in the model dtype) over the instance's links (across the network past a node of 8)."""
+    if pp <= 1:
+        return 0.0
+    return (pp - 1) * p2p_s(_group(gpu, tp * pp, tp * pp), 2 * tokens * shape.hidden_size * shape.dtype_bytes)
 
 
 def prefill(shape: ModelShape, gpu: GPU, tp: int, *, tokens: int, weight_quant: str = "none",
-            ep: int = 1, dp: int = 1, prompts: int = 1) -> PhaseTime:
+            ep: int = 1, dp: int = 1, prompts: int = 1, pp: int = 1) -> PhaseTime:
     """The prompt's forward (time to first token, one request): causal attention is half the square.
     ``prompts`` > 1: that many prompts of ``tokens`` each prefilled in one batch (an offline batch, an RL
     rollout): the matmuls see every token, each prompt attends to itself only."""
     flops = prompts * 2.0 * tokens * tokens * shape.attention_heads * shape.head_dim * shape.attention_layers
-    return _phase(shape, gpu, tp, tokens=prompts * tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
+    step = _phase(shape, gpu, tp, tokens=prompts * tokens, attention_flops=flops, kv_read_bytes=0, phase="prefill",
                   weight_quant=weight_quant, ep=ep, dp=dp)
+    hops = pipeline_sends_s(shape, gpu, tp, pp, tokens=prompts * tokens)  # the prompt passes every stage in turn
+    return PhaseTime(step.seconds + hops, step.compute_s, step.memory_s, step.communication_s + hops)
 
 
 def compute_bound_batch(shape: ModelShape, gpu: GPU) -> int | None:
