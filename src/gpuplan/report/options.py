@@ -520,8 +520,8 @@ def _serve() -> tuple[Option, ...]:
         Option("ep", "int", metavar="N", help="expert parallelism for MoE models: 1 (experts split by TP) or "
                "--tp × --dp", label="Expert parallel", minimum=1),
         Option("gpus", "int", metavar="N", web=False,
-               help="search the layouts of N GPUs (tp × dp = N, MoE experts TP-split or expert-parallel) instead of "
-                    "giving --tp/--dp/--ep; the best one that starts and meets the target is chosen"),
+               help="search the layouts of N GPUs (tp × pp × dp = N, MoE experts TP-split or expert-parallel) "
+                    "instead of giving --tp/--pp/--dp/--ep; the best one that starts and meets the target is chosen"),
         Option("engine", "choice", choices=ENGINES, web_choices=PAGED_ENGINES, default="vllm",
                help="serving engine modelled (default vllm)", label="Engine", unset="default (vllm)"),
         Option("max_model_len", "int", metavar="L",

@@ -378,10 +378,10 @@ def serve(
         shape = dataclasses.replace(shape, adapter_params=lora.params_per_adapter, max_adapters=lora.max_loras)
     if enforce_eager:
         dispatch_s = efficiency_for(target).launch_overhead_s
-        assumptions.append(f"{engines.eager_flag(engine)}: no CUDA graphs captured (no graph pool); each decode step "
-                           f"dispatches the traced forward's {shape.kernels_per_forward:,} kernel launches from the CPU "
-                           f"({dispatch_s * 1e6:.0f} µs each, eager PyTorch's fitted cost; vLLM's fused kernels launch "
-                           "fewer) and takes that or its GPU time, whichever is longer")
+        assumptions.append(f"{engines.eager_flag(engine)}: no CUDA graphs captured (no graph pool); each decode "
+                           f"step dispatches the traced forward's {shape.kernels_per_forward:,} kernel launches from "
+                           f"the CPU ({dispatch_s * 1e6:.0f} µs each, eager PyTorch's fitted cost; vLLM's fused "
+                           "kernels launch fewer) and takes that or its GPU time, whichever is longer")
     if input_len is not None:
         decode_context = input_len + (output_len or 0) // 2
     else:
