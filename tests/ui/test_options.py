@@ -164,3 +164,23 @@ def test_every_paged_engine_flag_is_refused_by_a_local_engine(option: Option,
     assert main(["serve", "gpt2", "--gpu", "L4", "--engine", "llama.cpp", *_a_value(option)]) == 2
     err = capsys.readouterr().err
     assert f"--{option.name.replace('_', '-')}" in err and "flags of the paged engines" in err
+
+
+def test_every_web_option_is_a_parameter_of_the_library_call_the_page_makes() -> None:
+    """ui/jobs.py passes ``Query.values()`` to the CLI's library call by the options' names: a name the call
+    does not take would be an internal error (500) instead of an answer."""
+    import dataclasses
+    import inspect
+
+    from gpuplan.advise.fit import fit
+    from gpuplan.advise.recommend import recommend
+    from gpuplan.estimate import estimate
+    from gpuplan.parallel.plan import plan
+    from gpuplan.rl.settings import RLSettings
+    from gpuplan.serve import serve
+
+    calls = {"estimate": estimate, "fit": fit, "recommend": recommend, "plan": plan, "serve": serve}
+    for verb, call in calls.items():
+        taken = set(inspect.signature(call).parameters)
+        assert {o.name for o in VERB_OPTIONS[verb].values()} <= taken | {"gpu"}, verb
+    assert {o.name for o in VERB_OPTIONS["rl"].values()} <= {f.name for f in dataclasses.fields(RLSettings)}
