@@ -251,3 +251,13 @@ def test_rl_parameters_are_checked_before_any_work(client: TestClient) -> None:
     r = client.get("/api/rl", params={"model": "gpt2", **RL, "algorithm": "reinforce"})
     assert r.status_code == 400 and "algorithm: invalid choice: 'reinforce'" in r.json()["error"]
     assert 'name="prompts_per_step"' in client.get("/").text
+
+
+def test_the_api_refuses_another_verbs_parameter_and_notes_an_unread_one(client: TestClient) -> None:
+    """Issue 18 item 6: every API parameter honoured or refused. Another verb's is refused, as `gpuplan estimate
+    --max-gpus 3` is; the form (which has every verb's fields) leaves it out with a note instead."""
+    r = client.get("/api/estimate", params={"model": "gpt2", "max_gpus": "3"})
+    assert r.status_code == 400 and r.json()["error"] == ("/api/estimate does not take max_gpus (another verb's "
+                                                          "parameters); leave them out")
+    r = client.get("/api/serve", params={"model": "gpt2", "gpu": "L4", "batch_size": "8"})
+    assert r.status_code == 400 and "does not take batch_size" in r.json()["error"]

@@ -184,3 +184,15 @@ def test_every_web_option_is_a_parameter_of_the_library_call_the_page_makes() ->
         taken = set(inspect.signature(call).parameters)
         assert {o.name for o in VERB_OPTIONS[verb].values()} <= taken | {"gpu"}, verb
     assert {o.name for o in VERB_OPTIONS["rl"].values()} <= {f.name for f in dataclasses.fields(RLSettings)}
+
+
+def test_a_field_the_mode_never_reads_is_left_out_with_the_clis_note() -> None:
+    """As `gpuplan estimate gpt2 --mode infer --optimizer sgd` (cli/_workload.ignored_flag_notes): the answer
+    stands, the workload echoed is the one modelled, and the share link leaves the field out."""
+    q = parse_query({"model": "gpt2", "mode": "infer", "optimizer": "sgd", "batch_size": "2"}, CATALOG)
+    assert q is not None and q.mode_ignored == ("optimizer",) and q.ignored == ()
+    assert q.workload.optimizer == "adamw" and "optimizer" not in q.params()
+    args = build_parser("estimate").parse_args(["estimate", "gpt2", "--mode", "infer", "--optimizer", "sgd",
+                                                "--batch-size", "2"])
+    args.notes = []
+    assert workload_from_args(args) == q.workload

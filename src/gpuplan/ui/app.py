@@ -123,6 +123,7 @@ async def page(request: Request) -> Response:
         return HTMLResponse(render_page(values, state.catalog, state.gpus))
     outcome = _logged(request, await state.answer(query))
     notes = [f"left out (not used by {query.verb}): {', '.join(query.ignored)}"] if query.ignored else []
+    notes += _mode_notes(query)
     return HTMLResponse(render_page(values, state.catalog, state.gpus, result_html=render_result(query, outcome),
                                     notes=notes), outcome.status)
 
@@ -138,10 +139,23 @@ async def api(request: Request) -> Response:
         return _json_error(str(exc), 400)
     if query is None:
         return _json_error(f"/api/{verb} needs model=NAME (see /api/models)", 400)
+    if query.ignored:  # as `gpuplan VERB --flag-of-another-verb`: refused, never dropped silently
+        return _json_error(f"/api/{verb} does not take {', '.join(query.ignored)} (another verb's parameters); "
+                           "leave them out", 400)
     outcome = _logged(request, await state.answer(query))
     if outcome.data is None:
         return _json_error(outcome.error or "no answer", outcome.status)
-    return JSONResponse(outcome.data)
+    notes = _mode_notes(query)  # the command line's notes (stderr there): a header, the JSON stays the CLI's
+    return JSONResponse(outcome.data, headers={"X-Gpuplan-Note": " | ".join(notes)} if notes else None)
+
+
+def _mode_notes(query: Query) -> list[str]:
+    """The command line's note for each workload field the mode never reads (cli/_workload.ignored_flag_notes)."""
+    from gpuplan.report.options import MODE_ONLY
+
+    mode = query.workload.mode
+    return [f"{name} applies to mode {' or '.join(MODE_ONLY[name])} only; ignored with mode {mode}"
+            for name in query.mode_ignored]
 
 
 def _logged(request: Request, outcome: Outcome) -> Outcome:

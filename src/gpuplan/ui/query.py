@@ -63,7 +63,11 @@ class Query:
     options: tuple[tuple[str, str], ...]
     """The verb's options the user set (canonical text), sorted by name."""
     ignored: tuple[str, ...] = ()
-    """Fields of other verbs (or modes) that were filled in and are not used by this one."""
+    """Fields of other verbs that were filled in and are not used by this one (the form has every verb's
+    fields: the page leaves them out with a note; the API refuses them, as the command line refuses a flag
+    its verb does not have)."""
+    mode_ignored: tuple[str, ...] = ()
+    """Workload fields the chosen mode never reads: left out with a note, as the command line does."""
 
     @property
     def upload_id(self) -> str | None:
@@ -175,8 +179,8 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
             work[option.name] = parse_value(option, values[param])
             given[param] = option.text(work[option.name])
     default_mode = "infer" if verb == "serve" else "train"
-    for name in mode_ignored(work, str(work.get("mode", default_mode))):  # as the command line: noted, left out
-        ignored.append(name)
+    unread = mode_ignored(work, str(work.get("mode", default_mode)))
+    for name in unread:  # as the command line: noted, left out
         del work[name], given[name]
     fields = workload_fields(work)  # one mapping from options to Workload fields; LoRA settings need a method
     if takes_workload:
@@ -201,7 +205,7 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
     if missing:
         raise ConfigError(f"{verb} needs {' and '.join(missing)}; fill in the field(s) and submit again")
     return Query(verb=verb, model=model, workload=workload, given=tuple(sorted(given.items())),
-                 options=tuple(sorted(options.items())), ignored=tuple(sorted(ignored)))
+                 options=tuple(sorted(options.items())), ignored=tuple(sorted(ignored)), mode_ignored=tuple(unread))
 
 
 _PEFT_NAMES: Final = ("peft", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "train_modules")
