@@ -176,7 +176,7 @@ def test_one_list_of_the_paged_engine_flags_and_their_defaults(tiny_gpt2: str) -
     import argparse
 
     from gpuplan.cli.serve import _engine_flags, _paged_flags, add_parser
-    from gpuplan.report.options import verb_options
+    from gpuplan.report.verb_options import verb_options
 
     parser = argparse.ArgumentParser()
     add_parser(parser)

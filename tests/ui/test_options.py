@@ -14,7 +14,8 @@ from gpuplan.cli._workload import workload_from_args
 from gpuplan.cli.main import build_parser
 from gpuplan.errors import GpuplanError
 from gpuplan.models.catalog import catalog_names
-from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, LOCAL_GROUP, TAKES_WORKLOAD, VERBS, Option, verb_options
+from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, Option
+from gpuplan.report.verb_options import LOCAL_GROUP, TAKES_WORKLOAD, VERBS, verb_options
 from gpuplan.ui.page import FIELDS, field_label, render_form
 from gpuplan.ui.query import VERB_OPTIONS, WORKLOAD_OPTIONS, parse_query
 
@@ -59,7 +60,7 @@ def _web_error(verb: str, option: Option, text: str) -> str:
     with pytest.raises(GpuplanError) as info:
         query = parse_query({"model": "gpt2", "verb": verb, **NEEDS[verb], option.param: text}, CATALOG)
         if verb == "rl" and query is not None:  # rl's settings are checked when they are made (as the CLI's)
-            from gpuplan.report.options import rl_settings_fields
+            from gpuplan.report.verb_options import rl_settings_fields
             from gpuplan.rl.settings import RLSettings
 
             RLSettings(**rl_settings_fields(query.model, query.values()))
@@ -120,7 +121,7 @@ def test_the_form_keeps_what_the_user_typed() -> None:
 
 def test_rl_parameters_reach_its_settings_and_the_cli_reads_the_same() -> None:
     from gpuplan.cli.rl import settings_from_args
-    from gpuplan.report.options import rl_settings_fields
+    from gpuplan.report.verb_options import rl_settings_fields
     from gpuplan.rl.settings import RLSettings
 
     params = {"model": "gpt2", "verb": "rl", **NEEDS["rl"], "algorithm": "ppo", "peft": "lora", "lora_rank": "16",

@@ -17,7 +17,7 @@ from gpuplan.cli._workload import (
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.errors import ConfigError
-from gpuplan.report.options import verb_options
+from gpuplan.report.verb_options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -19,7 +19,7 @@ from gpuplan.cli._workload import (
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.parallel.emit import ALL_EMITTERS
-from gpuplan.report.options import verb_options
+from gpuplan.report.verb_options import verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

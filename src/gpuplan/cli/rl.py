@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import add_cache_argument, add_json_argument, add_model_argument, add_options
-from gpuplan.report.options import rl_settings_fields, verb_options
+from gpuplan.report.verb_options import rl_settings_fields, verb_options
 
 if TYPE_CHECKING:
     from gpuplan.rl.result import RLResult

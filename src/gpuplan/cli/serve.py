@@ -28,7 +28,8 @@ from gpuplan.cli._workload import (
     add_pipeline_arguments,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
-from gpuplan.report.options import LOCAL_GROUP, WORKLOAD_OPTIONS, verb_options
+from gpuplan.report.options import WORKLOAD_OPTIONS
+from gpuplan.report.verb_options import LOCAL_GROUP, verb_options
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:

@@ -99,7 +99,7 @@ def _call(query: Query, source: Any, upload_dir: Path | None = None) -> tuple[di
         assert gpu is not None
         result = serve(source, **{k: v for k, v in kw.items() if v is not None})
     elif query.verb == "rl":
-        from gpuplan.report.options import rl_settings_fields
+        from gpuplan.report.verb_options import rl_settings_fields
         from gpuplan.rl import rl
         from gpuplan.rl.settings import RLSettings
 

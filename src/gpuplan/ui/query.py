@@ -16,16 +16,8 @@ from typing import Any, Final
 from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.support import default_precision_on
-from gpuplan.report.options import (
-    ALL_WORKLOAD_OPTIONS,
-    TAKES_WORKLOAD,
-    VERBS,
-    WORKLOAD_PARAMS,
-    Option,
-    mode_ignored,
-    verb_options,
-    workload_fields,
-)
+from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, WORKLOAD_PARAMS, Option, mode_ignored, workload_fields
+from gpuplan.report.verb_options import TAKES_WORKLOAD, VERBS, verb_options
 from gpuplan.workload import Workload, make_workload
 
 __all__ = ["NO_WORKLOAD", "REQUIRED", "VERBS", "VERB_OPTIONS", "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Query",
