@@ -271,6 +271,7 @@ def test_item5_fit_json_and_picture_agree_with_a_cpu_offload_answer(monkeypatch:
     assert r.ok and r.reason is None and data["fits"] is True and data["reason"] is None
     assert data["answer"]["technique"] == "cpu-offload" and data["answer"]["fits"] is True
     assert data["largest_gpu"] is None and "None" not in str(r) and "0 B" not in str(r)
+    assert data["bytes_per_sample"] is None  # one trace at batch 1: no slope measured (was printed as 0)
     assert fit_headline(data) == "batch 1 fits with cpu offload"
 
 

@@ -138,8 +138,9 @@ class FitResult:
     """The confirming trace at ``max_batch_size``."""
     over_point: Point | None
     """The confirming trace at ``max_batch_size + 1`` (does not fit)."""
-    bytes_per_sample: int
-    """Slope of the affine memory model (bytes per extra sample)."""
+    bytes_per_sample: int | None
+    """Slope of the affine memory model (bytes per extra sample); None when batch 1 does not fit as given (one
+    trace: no slope was measured — it was printed as 0 B, issue 18 item 5)."""
     target_batch_size: int | None
     techniques: tuple[TechniqueStep, ...]
     """The ladder tried for the target batch, in order; the last one fits when ``target_fits``."""
@@ -563,7 +564,7 @@ def fit(
         max_batch_size=search.batch,
         max_point=search.point,
         over_point=search.over,
-        bytes_per_sample=int(search.bytes_per_sample),
+        bytes_per_sample=int(search.bytes_per_sample) if search.batch else None,
         target_batch_size=target_batch_size,
         techniques=tuple(techniques),
         target_fits=target_fits,

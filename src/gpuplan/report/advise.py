@@ -56,7 +56,7 @@ def render_fit(r: FitResult) -> str:
     usable = format_bytes(r.gpu.usable_memory_bytes, "GiB" if digits > 2 else None, digits)
     peft = f", --peft {r.workload.peft} rank {r.workload.lora_rank}" if r.workload.uses_peft else ""
     lines = [f"{r.model} on {r.gpu.id} ({usable} usable) — {r.workload.mode}, {r.workload.precision}{peft}"]
-    if r.max_batch_size >= 1:
+    if r.max_batch_size >= 1 and r.bytes_per_sample is not None:
         lines.append(
             f"largest batch that fits: {r.max_batch_size} (~{format_bytes(r.bytes_per_sample)} per extra sample)"
             + (" — the largest batch size gpuplan accepts; memory is not the limit" if r.over_point is None else "")
