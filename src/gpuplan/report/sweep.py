@@ -72,6 +72,7 @@ def render_sweep(s: Sweep) -> str:
     if skipped:
         lines += ["", "not measured:"] + [f"  {r.position}. {r.layout}: {r.skipped}" for r in skipped]
     if s.store_path:
-        lines += ["", f"stored in {s.store_path} (gpuplan calibrate reads it)"]
+        lines += ["", f"stored in {s.store_path}, as gpuplan measure stores runs (gpuplan calibrate fits "
+                      "single-process GPU runs only)"]
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines) + "\n"
