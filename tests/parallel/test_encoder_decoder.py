@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.fixtures.exact import run_cli
+from tests.fixtures.plans import single_layout_plan
 from tests.fixtures.tiny_models import TINY_T5
 
 from gpuplan.estimate import estimate
 from gpuplan.models.sources import HFConfigSource
+from gpuplan.parallel.emit import megatron_args
 from gpuplan.parallel.layout import DDP, Layout, MegatronDDP, encoder_decoder_stages
 from gpuplan.parallel.plan import plan
 
@@ -96,6 +99,12 @@ def test_megatron_t5_stages_and_tp() -> None:
     tp2 = evaluate(ctx, Layout(dp=1, tp=2, pp=1, micro_batch_size=2, grad_accum=1, sharding=MegatronDDP()))
     one = evaluate(ctx, Layout(dp=1, tp=1, pp=1, micro_batch_size=2, grad_accum=1, sharding=DDP()))
     assert tp2.time_parts_s["tp_comm"] > 0 and tp2.ranks[0].params_bytes < one.ranks[0].params_bytes
+    # T5's d_kv need not be hidden / heads (t5-3b: 32 × 128 on 1024): Megatron is told --kv-channels
+    wide = Context(replace(prof, head_dim=32), ctx.topology, ctx.usable_bytes, 0)
+    args = " ".join(megatron_args(single_layout_plan(wide, Layout(dp=1, tp=1, pp=2, micro_batch_size=2, grad_accum=2,
+                                                                   sharding=MegatronDDP()))))
+    assert "--kv-channels 32" in args and "--encoder-pipeline-model-parallel-size 1" in args
+    assert "--kv-channels" not in " ".join(megatron_args(single_layout_plan(ctx, tp2.layout)))
 
 
 @pytest.mark.slow

@@ -70,7 +70,8 @@ class ConfigView(Mapping[str, Any]):
     @property
     def head_dim(self) -> int | None:
         heads, hidden = self.attention_heads, self.hidden_size
-        return self.positive("head_dim", default=hidden // heads if heads and hidden else None)
+        # T5 states its per-head width as d_kv (t5-3b: 32 heads of 128 on a 1024-wide model)
+        return self.positive("head_dim", "d_kv", default=hidden // heads if heads and hidden else None)
 
     @property
     def vocab_size(self) -> int | None:

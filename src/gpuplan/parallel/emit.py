@@ -320,6 +320,8 @@ def megatron_args(p: Plan) -> list[str]:
             f"--decoder-seq-length {prof.seq_len}",
             f"--max-position-embeddings {prof.seq_len}",
         ]
+        if prof.head_dim and prof.head_dim * prof.heads != prof.hidden:
+            shape.append(f"--kv-channels {prof.head_dim}")  # T5's d_kv (t5-3b: 32 × 128 on 1024)
         if lay.pp > 1:
             shape.append(f"--encoder-pipeline-model-parallel-size {encoder_stages(lay.pp, enc.layers, dec.layers)}")
     else:

@@ -47,6 +47,8 @@ _TRAIN_PHASES = ("forward", "loss", "backward")
 # row-parallel projections (Korthikanti et al. 2022, Sec. 4.2.1: the 10·sbh term).
 _EXPERTS = re.compile(r"(^|\.)experts(\.|$)")
 """Routed experts' modules (transformers' ``mlp.experts``; ``shared_experts`` are dense)."""
+_STACK_OF = re.compile(r"(?:^|\.)(encoder|decoder)(?:\.|$)")
+"""The stack a module of an encoder-decoder model belongs to (its path's ``encoder`` / ``decoder`` segment)."""
 _REPLICATED = re.compile(r"(^$)|((^|\.)[^.]*(ln|norm)[^.]*$)|(resid_dropout$)|(^mlp\.dropout$)|(^dropout$)")
 
 
@@ -203,6 +205,8 @@ class ModelProfile:
     whole-model sum (one stage holding every block) is exact; pipeline stages use the stacks."""
     block_tp_sublayers: float = 2.0
     """Sublayers per block Megatron TP all-reduces after (2: attention and FFN; the mean over the stacks)."""
+    head_dim: int = 0
+    """Width of one attention head as the config states it (0: hidden / heads)."""
     encoder_output_bytes: int = 0
     """Encoder-decoder models: the encoder's output of one micro-batch (tokens × hidden × compute bytes),
     which every decoder pipeline stage receives and keeps for its cross-attention's backward."""
@@ -337,6 +341,7 @@ def profile_from_step(
         stacks=stacks,
         block_tp_sublayers=sum(s.tp_sublayers * s.layers for s in stacks) / sum(blocks.full_layers) if stacks else 2.0,
         encoder_output_bytes=int(workload.batch_size * seq * hidden * times.compute_bytes) if stacks else 0,
+        head_dim=cfg.head_dim or 0,
     )
 
 
@@ -380,9 +385,11 @@ class _Blocks:
     def first_side(self, module: str) -> bool:
         """Outside the blocks, on the first pipeline stage: the embeddings (encoder-decoder: the
         encoder's side, its embeddings, dropout and final norm; the decoder's side sits with the head)."""
-        if self.encoder_decoder:
-            return module.startswith("encoder.") or (("emb" in module or module == "shared")
-                                                     and not module.startswith("decoder."))
+        if self.encoder_decoder:  # T5's ``encoder.*``, a wrapped model's ``model.encoder.*``
+            stack = _STACK_OF.search(module)
+            if stack is not None:
+                return stack.group(1) == "encoder"
+            return "emb" in module or module.split(".")[-1] == "shared"
         return "emb" in module or module.endswith((".drop", "wte", "wpe"))
 
 
