@@ -27,7 +27,7 @@ def test_every_row_is_sourced_and_every_command_fixes_the_published_layout() -> 
     parser = build_parser("plan")
     assert len({r["id"] for r in ROWS}) == len(ROWS) >= 10
     for r in ROWS:
-        assert r["quantity"] in ("tokens_per_s_per_gpu", "per_gpu_peak_gib", "model_tflops_per_gpu"), r["id"]
+        assert r["quantity"] in ("tokens_per_s_per_gpu", "per_gpu_peak_gib", "model_tflops_per_gpu", "mfu"), r["id"]
         assert r["reproducible"] in ("true", "partial", "false") and float(r["value"]) > 0, r["id"]
         assert (r["repo"] and re.fullmatch(r"[0-9a-f]{40}", r["commit"])) or r["file"].startswith("https://"), r["id"]
         assert r["framework"] and r["settings"] and r["gpus"].isdigit(), r["id"]
