@@ -571,6 +571,8 @@ def test_pipeline_vae_flags(flag: str, tiny_flux: str) -> None:
     (["--load-in-8bit", "--quantize-components", "transformer,text_encoder_2"], "text_encoder_2"),
     (["--weight-quant", "int8"], "transformer"),
     (["--weight-quant", "fp8-storage", "--quantize-components", "transformer,vae"], "vae"),
+    (["--weight-quant", "fp8", "--quantize-components", "transformer,text_encoder_2"], "text_encoder_2"),
+    (["--gguf-type", "Q8_0"], "transformer"),
 ])
 def test_pipeline_quantized_components(flags: list[str], component: str, tiny_flux: str,
                                        flux_base: dict[str, Any]) -> None:
@@ -578,6 +580,14 @@ def test_pipeline_quantized_components(flags: list[str], component: str, tiny_fl
     assert _component(result, component)["bytes"] < _component(flux_base, component)["bytes"]
     assert _component(result, "text_encoder")["bytes"] == _component(flux_base, "text_encoder")["bytes"]
     assert _component(result, component)["parameters"] == _component(flux_base, component)["parameters"]
+
+
+@pytest.mark.slow
+def test_pipeline_seq_len_is_the_prompt_length(tiny_flux: str, flux_base: dict[str, Any]) -> None:
+    short = estimate_json(tiny_flux, *PIPE, "--seq-len", "77")  # FluxPipeline max_sequence_length
+    assert short["workload"]["seq_len"] == 77
+    phases, base = short["pipeline"]["phase_peak_bytes"], flux_base["pipeline"]["phase_peak_bytes"]
+    assert phases["encode:text_encoder_2"] < base["encode:text_encoder_2"]
 
 
 @pytest.mark.slow

@@ -404,10 +404,10 @@ def _pipeline_weight_quant(name: str, work: Workload, weight_quant: str) -> tupl
     """A pipeline's ``--weight-quant`` applies to its quantized components in the trace, not to the whole step."""
     if weight_quant == "none":
         return work, weight_quant
-    if weight_quant not in ("int8", "fp8-storage"):
+    if weight_quant not in ("int8", "fp8", "fp8-storage"):
         raise ConfigError(f"--weight-quant {weight_quant}: {name} is a diffusion pipeline, whose components take "
-                          "--weight-quant int8 (torchao weight-only) or fp8-storage (diffusers layerwise casting), "
-                          "or --load-in-4bit / --load-in-8bit")
+                          "--weight-quant int8 or fp8 (torchao weight-only) or fp8-storage (diffusers layerwise "
+                          "casting), --load-in-4bit / --load-in-8bit, or --gguf-type")
     if work.trains:
         raise ConfigError(f"--weight-quant {weight_quant} applies to --mode infer; for training use --load-in-4bit "
                           "with --peft lora (QLoRA)")

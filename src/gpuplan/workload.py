@@ -39,9 +39,10 @@ LoadIn = Literal["none", "4bit", "8bit"]
 PipelineOffload = Literal["none", "model", "sequential", "group"]
 """diffusers' inference offload of a pipeline: none, enable_model_cpu_offload (model),
 enable_sequential_cpu_offload (sequential), block-level group offloading with streams (group)."""
-ComponentQuant = Literal["none", "int8", "fp8-storage"]
-"""Weight format of a pipeline's quantized components besides bitsandbytes (--load-in-4bit/8bit): torchao int8
-weight-only (int8) or diffusers' layerwise casting (fp8-storage: fp8 weights, upcast to 16 bits layer by layer)."""
+ComponentQuant = Literal["none", "int8", "fp8", "fp8-storage"]
+"""Weight format of a pipeline's quantized components besides bitsandbytes (--load-in-4bit/8bit): torchao int8 or
+float8 weight-only (int8, fp8) or diffusers' layerwise casting (fp8-storage: fp8 weights, upcast to 16 bits layer
+by layer)."""
 ModuleLoading = Literal["lazy", "eager"]
 """CUDA module loading: lazy (CUDA >= 11.7, the default) or eager (older stacks)."""
 
@@ -65,7 +66,7 @@ PIPELINE_OFFLOADS: tuple[str, ...] = ("none", "model", "sequential", "group")
 TRAINING_OFFLOADS: tuple[str, ...] = ("params", "optimizer", "activations")
 """Training offload to the host, combined with commas: DeepSpeed ZeRO-3's offload_param / offload_optimizer
 (the planner's layouts) and activation-checkpoint CPU offload (the checkpointed block inputs; trace/runner.py)."""
-COMPONENT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8-storage")
+COMPONENT_QUANTS: tuple[str, ...] = ("none", "int8", "fp8", "fp8-storage")
 MAX_STEPS = 10_000
 MAX_FRAMES = 4096
 ALL_LINEAR = "all-linear"
@@ -161,7 +162,10 @@ class Workload:
     quantize_components: tuple[str, ...] = ()
     """Pipeline components the quantization flags apply to; () is the denoiser alone."""
     component_quant: ComponentQuant = "none"
-    """--weight-quant int8 | fp8-storage of a pipeline's quantized components."""
+    """--weight-quant int8 | fp8 | fp8-storage of a pipeline's quantized components."""
+    gguf_type: str | None = None
+    """--gguf-type of a pipeline's denoiser: loaded from a GGUF file of this llama-quantize type (diffusers
+    GGUFQuantizationConfig); None: not GGUF."""
     cache_latents: bool = False
     """Training: latents were computed beforehand (the VAE is neither run nor resident)."""
     cache_text_embeddings: bool = False

@@ -111,6 +111,11 @@ def test_bad_pipeline_input_is_refused_before_any_trace(model: str, workload: Wo
     ["flux.1-dev", "--mode", "infer", "--offload", "disk"],
     ["flux.1-dev", "--mode", "infer", "--weight-quant", "int4"],
     ["gpt2", "--mode", "infer", "--weight-quant", "fp8-storage"],
+    ["flux.1-dev", "--mode", "infer", "--gguf-type", "Q9_K"],
+    ["flux.1-dev", "--mode", "infer", "--gguf-type", "Q8_0", "--quantize-components", "transformer,text_encoder_2"],
+    ["flux.1-dev", "--mode", "infer", "--gguf-type", "Q8_0", "--load-in-4bit"],
+    ["flux.1-dev", "--mode", "infer", "--seq-len", "600"],
+    ["sdxl", "--mode", "infer", "--seq-len", "77"],
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv: list[str]) -> None:
     out, err = io.StringIO(), io.StringIO()

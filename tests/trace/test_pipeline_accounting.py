@@ -25,6 +25,12 @@ CASES = [
     ("tiny-flux", Workload(mode="train", image_size=64, peft="lora", cache_latents=True, cache_text_embeddings=True,
                            checkpointing="full")),
     ("tiny-wan", Workload(mode="infer", image_size=32, frames=5, steps=2)),
+    # the dequantizing formats (their per-layer transients are real tensors on both sides): a GGUF transformer,
+    # torchao int8 weight-only on the transformer and T5, torchao float8 weight-only
+    ("tiny-flux", Workload(mode="infer", image_size=64, steps=2, precision="bf16", gguf_type="Q4_1")),
+    ("tiny-flux", Workload(mode="infer", image_size=64, steps=2, precision="bf16", component_quant="int8",
+                           quantize_components=("transformer", "text_encoder_2"))),
+    ("tiny-flux", Workload(mode="infer", image_size=64, steps=2, precision="bf16", component_quant="fp8")),
 ]
 
 

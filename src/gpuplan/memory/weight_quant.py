@@ -106,10 +106,12 @@ def quantize_weights(params_count: int, traced_weight_bytes: int, scheme: str) -
 # trace/quantized.py builds these tensors on the fake device (so the trace counts them like any weight), and
 # tests compare their bytes with the real libraries' tensors. One rule: :func:`layer_layout`.
 
-QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "int8", "int4", "mxfp4")
+QUANT_METHODS: tuple[str, ...] = ("bnb-nf4", "bnb-fp4", "bnb-int8", "gptq", "awq", "fp8", "int8", "int4", "mxfp4",
+                                  "gguf")
 """Quantized base-weight formats (``--load-in-4bit`` = bnb-nf4 with double quantization, ``--load-in-8bit`` =
 bnb-int8, or a checkpoint's ``quantization_config``); the names of gpuplan.models.quant_config.SCHEMES, where
-``int8`` / ``int4`` are compressed-tensors integer weights."""
+``int8`` / ``int4`` are compressed-tensors integer weights; ``gguf`` a ggml block type (``ggml_type``) as diffusers'
+``GGUFQuantizationConfig`` loads it."""
 
 BNB_4BIT_BLOCK = 64
 """bitsandbytes Params4bit blocksize (weights per absmax)."""
@@ -156,6 +158,12 @@ class WeightFormat:
     """compressed-tensors integer: False stores a zero point per scale."""
     skip: tuple[str, ...] = _DEFAULT_SKIP
     """Module names left unquantized (``modules_to_not_convert`` / ``llm_int8_skip_modules``; lm_head by default)."""
+    ggml_type: str = ""
+    """gguf: the ggml type of the layer's weight (``Q4_K``, ``Q8_0``...; models/gguf_mix.py has the byte table)."""
+    dequantizes: bool = False
+    """The library's linear dequantizes the whole weight to the compute dtype at every call, then runs a 16-bit
+    matmul (torchao weight-only int8/fp8 without torch.compile, diffusers' GGUFLinear): a transient copy per
+    layer and its write/read time. False: a fused kernel reads the stored weight."""
 
     def __post_init__(self) -> None:
         require_choice("quantization format", self.method, QUANT_METHODS)
@@ -182,19 +190,23 @@ class WeightFormat:
         if self.method in ("int4", "int8"):
             per = f"group {self.group_size}" if self.group_size > 0 else f"per {self.strategy}"
             return f"compressed-tensors {self.method} ({per}, bf16 scales{'' if self.symmetric else ' + zero points'})"
+        if self.method == "gguf":
+            return f"GGUF {self.ggml_type} (ggml blocks, dequantized to the compute dtype per layer)"
         return f"MXFP4 (fp4 blocks of {MXFP4_BLOCK} + uint8 e8m0 scale)"
 
 
 def weight_format(method: str, *, group_size: int | None = None, bits: int = 4, double_quant: bool | None = None,
                   skip: tuple[str, ...] | None = None, fp8_block: tuple[int, int] | None = None,
-                  strategy: str = "channel", symmetric: bool = True) -> WeightFormat:
+                  strategy: str = "channel", symmetric: bool = True, ggml_type: str = "",
+                  dequantizes: bool = False) -> WeightFormat:
     """``method`` with the libraries' defaults for what is not given (bnb 4-bit: blocksize 64; GPTQ/AWQ: group
     128; ``--load-in-4bit``: double quantization on, as QLoRA runs it)."""
     require_choice("quantization format", method, QUANT_METHODS)
     defaults = {"bnb-nf4": BNB_4BIT_BLOCK, "bnb-fp4": BNB_4BIT_BLOCK, "gptq": 128, "awq": 128, "mxfp4": MXFP4_BLOCK}
     return WeightFormat(method, group_size if group_size is not None else defaults.get(method, 0), bits,
                         bool(double_quant) if double_quant is not None else method in ("bnb-nf4", "bnb-fp4"),
-                        fp8_block, strategy, symmetric, skip if skip is not None else _DEFAULT_SKIP)
+                        fp8_block, strategy, symmetric, skip if skip is not None else _DEFAULT_SKIP, ggml_type,
+                        dequantizes or method == "gguf")
 
 
 def format_from_config(qc: QuantizationConfig) -> WeightFormat:
@@ -233,7 +245,9 @@ def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tupl
     * compressed-tensors integer (``pack-quantized`` int4: int32 ``weight_packed`` [n, k/8] + ``weight_shape``;
       ``int-quantized`` int8: int8 [n, k]); scales in the checkpoint dtype (bf16 here) per channel or group,
       packed zero points when asymmetric;
-    * MXFP4 (transformers Mxfp4 for gpt-oss): uint8 blocks [n, k/32, 16] + uint8 e8m0 scales [n, k/32].
+    * MXFP4 (transformers Mxfp4 for gpt-oss): uint8 blocks [n, k/32, 16] + uint8 e8m0 scales [n, k/32];
+    * GGUF (diffusers ``GGUFParameter``): the file's uint8 rows, ``ggml_row_size(type, k)`` bytes each
+      (models/gguf_mix.py ``row_bytes``: scales live inside the blocks).
     """
     n, k = out_features, in_features
     m = fmt.method
@@ -284,6 +298,10 @@ def layer_layout(fmt: WeightFormat, out_features: int, in_features: int) -> tupl
             if not fmt.symmetric:
                 tensors.append(StoredTensor("weight_zero_point", (scale_rows, scale_cols), "int8"))
         return tuple(tensors)
+    if m == "gguf":
+        from gpuplan.models.gguf_mix import row_bytes
+
+        return (StoredTensor("weight", (n, row_bytes(fmt.ggml_type, k)), "uint8"),)
     blocks32 = -(-k // MXFP4_BLOCK)
     return (StoredTensor("weight_blocks", (n, blocks32, MXFP4_BLOCK // 2), "uint8"),
             StoredTensor("weight_scales", (n, blocks32), "uint8"))

@@ -309,3 +309,46 @@ def gguf_from_config(config: Mapping[str, Any], gguf_type: str, name: str = "mod
             elements *= d
         tensors.append(GGUFTensor(tensor_name, kind, shape, row_bytes(kind, elements)))
     return GGUFModel(tuple(tensors), _metadata(s), s.arch)
+
+
+# -- diffusion denoisers: city96's image-model rule ------------------------------------------------------------
+# The FLUX / SD GGUF files diffusers loads (``GGUFQuantizationConfig``, ``from_single_file``) are written by
+# llama-quantize patched with ``img_tensor_get_type`` (city96/ComfyUI-GGUF tools/lcpp.patch @ df6f1ab3): the
+# embedders and the final layer are kept 16/32-bit, the rest takes the file type's base type with a few bumps,
+# and rows that are not whole K-quant blocks fall back to F16. diffusers splits the original fused tensors
+# (FLUX ``img_attn.qkv`` → ``to_q``/``to_k``/``to_v``) row-wise, so each diffusers linear keeps its row type.
+# Kept tensors are loaded in the pipeline's torch_dtype: they are not quantized here (None).
+
+DIFFUSERS_KEPT: Final[tuple[str, ...]] = ("x_embedder", "context_embedder", "time_text_embed", "norm_out", "proj_out",
+                                          "conv_in", "conv_out", "time_embedding", "add_embedding")
+"""Top-level diffusers modules whose tensors the patch keeps in F32/F16 (FLUX ``img_in``, ``txt_in``, ``time_in``,
+``vector_in``, ``guidance_in``, ``final_layer``; SD/SDXL ``conv_in``/``conv_out``, time/add embeddings). FLUX's
+single blocks have a ``proj_out`` of their own (``linear2``): quantized, hence top level only."""
+_UNET_KEPT: Final = ("proj_in", "proj_out")
+"""Kept at any depth in a UNet (its transformer blocks' ``proj_in``/``proj_out``)."""
+_FUSED_QKV: Final = {"Q3_K_M": "Q4_K", "Q3_K_L": "Q4_K", "Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}
+"""The patch's ``attn.qkv`` rule (FLUX double blocks' fused q/k/v)."""
+_TO_V: Final = {"Q2_K": "Q3_K", "Q3_K_L": "Q5_K", "Q4_K_M": "Q6_K", "Q5_K_M": "Q6_K"}
+"""The patch's ``.to_v.weight`` rule (separate value projections; Q3_K_M and Q4_K_S depend on the layer index)."""
+_K_QUANTS: Final = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+
+def denoiser_tensor_type(path: str, in_features: int, gguf_type: str, *, fused_qkv: bool,
+                         unet: bool = False, separate_v: bool = True) -> str | None:
+    """The ggml type of a diffusers denoiser's linear weight (module ``path``) in a ``gguf_type`` file; None: kept
+    16/32-bit (loaded in the torch dtype). ``fused_qkv``: the original checkpoint fuses this layer into a
+    ``qkv`` tensor (FLUX double blocks); ``separate_v``: the original names its value projections ``.to_v``
+    (FLUX's do not: fused into ``qkv`` or ``linear1``)."""
+    check_gguf_type(gguf_type)
+    parts = path.split(".")
+    if parts[0] in DIFFUSERS_KEPT or (unet and any(p in _UNET_KEPT for p in parts)) or gguf_type in _UNQUANTIZED:
+        return None
+    new = BASE_TYPE[gguf_type]
+    leaf = path.rsplit(".", 1)[-1]
+    if fused_qkv:
+        new = _FUSED_QKV.get(gguf_type, new)
+    elif leaf == "to_v" and separate_v:
+        new = _TO_V.get(gguf_type, new)
+    if new in _K_QUANTS and in_features % block_layout(new)[0]:
+        return None  # the patch's fallback: F16, loaded in the torch dtype
+    return new

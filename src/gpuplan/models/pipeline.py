@@ -84,6 +84,10 @@ FAMILIES: Final[Mapping[str, Family]] = {
     )
 }
 
+T5_MAX_TOKENS: Final[Mapping[str, int]] = {"FluxPipeline": 512, "StableDiffusion3Pipeline": 512}
+"""The pipelines' own refusal: ``max_sequence_length`` cannot be greater than 512 (diffusers 0.42)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Component:
     name: str
@@ -275,6 +279,15 @@ class PipelineSource(ModelSource):
         if unknown:
             raise ConfigError(f"--quantize-components {','.join(unknown)}: {self.name} has no such component "
                               f"(components: {', '.join(self.spec.names)})")
+        cls = self.spec.pipeline_class
+        if workload.seq_len is not None and cls == "StableDiffusionXLPipeline":
+            raise ConfigError(f"--seq-len sets a T5 / Llama prompt length (max_sequence_length); {self.name}'s CLIP "
+                              "encoders take 77 tokens: drop --seq-len")
+        if workload.seq_len is not None and cls in T5_MAX_TOKENS and workload.seq_len > T5_MAX_TOKENS[cls]:
+            raise ConfigError(f"--seq-len {workload.seq_len}: {cls} takes max_sequence_length up to "
+                              f"{T5_MAX_TOKENS[cls]}; use {T5_MAX_TOKENS[cls]} or less")
+        if workload.gguf_type is not None:
+            self._check_gguf(workload, workload.gguf_type)
         if workload.mode == "generate":
             raise ConfigError(f"{self.name} is a diffusion pipeline: use --mode infer (a generation of --steps "
                               "denoising steps) or --mode train")
@@ -282,6 +295,24 @@ class PipelineSource(ModelSource):
             raise ConfigError(f"--offload {workload.offload} is diffusers' inference offload; with --mode train use "
                               "--offload none")
         return shape
+
+    def _check_gguf(self, workload: Workload, gguf_type: str) -> None:
+        from gpuplan.models.gguf_mix import GGUF_TYPES
+
+        if gguf_type not in GGUF_TYPES:
+            raise ConfigError(f"unknown --gguf-type {gguf_type!r} (allowed: {', '.join(GGUF_TYPES)}): the "
+                              "llama-quantize type in the GGUF file's name, e.g. flux1-dev-Q4_K_S.gguf is Q4_K_S")
+        names = workload.quantize_components or (self.denoiser,)
+        other = [n for n in names if n in self.spec.names and self.spec.component(n).library != "diffusers"]
+        if other:
+            raise ConfigError(f"--gguf-type {gguf_type} with --quantize-components {','.join(other)}: transformers "
+                              "dequantizes a GGUF checkpoint when it loads it (nothing stays quantized); name the "
+                              f"diffusers {self.denoiser} only")
+        if workload.load_in != "none" or workload.component_quant != "none":
+            other_flag = f"--load-in-{workload.load_in}" if workload.load_in != "none" else \
+                f"--weight-quant {workload.component_quant}"
+            raise ConfigError(f"--gguf-type {gguf_type} and {other_flag} are two formats for the same weights; "
+                              "keep one")
 
     def op_repeats(self, workload: Workload) -> dict[str, int]:
         """Ops of the denoiser run once per step (twice with sequential guidance): module prefix -> count."""

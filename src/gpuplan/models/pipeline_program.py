@@ -72,6 +72,8 @@ class PipelineModule(nn.Module):
         self.trains = workload.trains
         self.cache_text = workload.trains and workload.cache_text_embeddings
         self.cache_latents = workload.trains and workload.cache_latents
+        self.seq_len = workload.seq_len
+        """--seq-len: the pipeline's ``max_sequence_length`` (T5 / Llama prompt tokens); None: its default."""
         self._dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(workload.param_dtype, torch.float32)
         for name, module in modules.items():
             self.add_module(name, module)
@@ -117,18 +119,27 @@ class PipelineModule(nn.Module):
         vocab = int(self.spec.component(name).config.get("vocab_size", 32000))
         return torch.randint(0, vocab, (self.shape.batch, tokens))
 
+    @property
+    def prompt_tokens(self) -> int:
+        """The long encoder's tokens (``max_sequence_length``: T5, or HunyuanVideo's Llama after its template)."""
+        if self.seq_len is not None:
+            return self.seq_len
+        cls = self.family.pipeline_class
+        if cls == "FluxPipeline":
+            return FLUX_T5_TOKENS[bool(self.spec.component("transformer").config.get("guidance_embeds", False))]
+        return {"StableDiffusion3Pipeline": SD3_T5_TOKENS, "WanPipeline": WAN_T5_TOKENS}.get(cls, HUNYUAN_TOKENS)
+
     def _tokens(self) -> dict[str, int]:
         cls = self.family.pipeline_class
         if cls == "FluxPipeline":
-            guided = bool(self.spec.component("transformer").config.get("guidance_embeds", False))
-            return {"text_encoder": CLIP_TOKENS, "text_encoder_2": FLUX_T5_TOKENS[guided]}
+            return {"text_encoder": CLIP_TOKENS, "text_encoder_2": self.prompt_tokens}
         if cls == "StableDiffusion3Pipeline":
-            return {"text_encoder": CLIP_TOKENS, "text_encoder_2": CLIP_TOKENS, "text_encoder_3": SD3_T5_TOKENS}
+            return {"text_encoder": CLIP_TOKENS, "text_encoder_2": CLIP_TOKENS, "text_encoder_3": self.prompt_tokens}
         if cls == "StableDiffusionXLPipeline":
             return {"text_encoder": CLIP_TOKENS, "text_encoder_2": CLIP_TOKENS}
         if cls == "WanPipeline":
-            return {"text_encoder": WAN_T5_TOKENS}
-        return {"text_encoder": HUNYUAN_TOKENS + HUNYUAN_TEMPLATE_TOKENS, "text_encoder_2": CLIP_TOKENS}
+            return {"text_encoder": self.prompt_tokens}
+        return {"text_encoder": self.prompt_tokens + HUNYUAN_TEMPLATE_TOKENS, "text_encoder_2": CLIP_TOKENS}
 
     def _latent_shape(self) -> tuple[int, ...]:
         s = self.shape
@@ -167,14 +178,15 @@ class PipelineModule(nn.Module):
             t5 = self._tokens()["text_encoder_2"]
             return {"prompt": randn(t5, cfg["joint_attention_dim"]), "pooled": randn(cfg["pooled_projection_dim"])}
         if cls == "StableDiffusion3Pipeline":
-            return {"prompt": randn(CLIP_TOKENS + SD3_T5_TOKENS, cfg["joint_attention_dim"]),
+            return {"prompt": randn(CLIP_TOKENS + self.prompt_tokens, cfg["joint_attention_dim"]),
                     "pooled": randn(cfg["pooled_projection_dim"])}
         if cls == "StableDiffusionXLPipeline":
             pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
             return {"prompt": randn(CLIP_TOKENS, cfg["cross_attention_dim"]), "pooled": randn(pooled)}
         if cls == "WanPipeline":
-            return {"prompt": randn(WAN_T5_TOKENS, cfg["text_dim"])}
-        return {"prompt": randn(HUNYUAN_TOKENS, cfg["text_embed_dim"]), "pooled": randn(cfg["pooled_projection_dim"])}
+            return {"prompt": randn(self.prompt_tokens, cfg["text_dim"])}
+        return {"prompt": randn(self.prompt_tokens, cfg["text_embed_dim"]),
+                "pooled": randn(cfg["pooled_projection_dim"])}
 
     # -- encoders -------------------------------------------------------------------------------
     def _clip(self, name: str, ids: torch.Tensor, hidden_index: int | None) -> tuple[torch.Tensor | None, torch.Tensor]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gpuplan.models.gguf_mix import GGUF_TYPES
 from gpuplan.workload import (
     ATTENTIONS,
     CHECKPOINTING,
@@ -342,11 +343,15 @@ PIPELINE_OPTIONS: Final[tuple[Option, ...]] = (
     Option("vae_slicing", "switch", help="VAE decodes one sample at a time (vae.enable_slicing)",
            label="VAE slicing", group=PIPELINE),
     Option("quantize_components", "names", metavar="NAMES",
-           help="components --load-in-4bit/8bit and --weight-quant int8|fp8-storage apply to "
+           help="components --load-in-4bit/8bit, --weight-quant int8|fp8|fp8-storage and --gguf-type apply to "
                 "(default: the denoiser), e.g. transformer,text_encoder_2",
            label="Quantized components (comma-separated)", group=PIPELINE),
     Option("component_quant", "choice", choices=COMPONENT_QUANTS, library_checks=True,
            label="Component weight format", unset="default (none)", group=PIPELINE, cli=False),
+    Option("gguf_type", "choice", choices=GGUF_TYPES, metavar="T",
+           help="the denoiser loaded from a GGUF file of this llama-quantize type (Q8_0, Q4_K_M, Q2_K...: diffusers "
+                "GGUFQuantizationConfig; ggml blocks dequantized to the compute dtype per layer)",
+           label="Denoiser GGUF file type", unset="default (not GGUF)", group=PIPELINE),
     Option("cache_latents", "switch", help="training: latents precomputed (the VAE is not resident)",
            label="Training: latents cached", group=PIPELINE),
     Option("cache_text_embeddings", "switch",
@@ -355,8 +360,8 @@ PIPELINE_OPTIONS: Final[tuple[Option, ...]] = (
 )
 """Flags of diffusion and video pipelines (models/pipeline.py): steps, frames, offload, VAE, components."""
 
-PIPELINE_TRAINING_ONLY: Final = ("cache_latents", "cache_text_embeddings")
-"""Pipeline flags serve leaves out (it answers generations only)."""
+PIPELINE_TRAINING_ONLY: Final = ("cache_latents", "cache_text_embeddings", "gguf_type")
+"""Pipeline flags serve leaves out (it answers generations only; its --gguf-type is llama.cpp's)."""
 
 ALL_WORKLOAD_OPTIONS: Final[tuple[Option, ...]] = (*WORKLOAD_OPTIONS, *PEFT_OPTIONS, LOAD_IN, *PIPELINE_OPTIONS)
 

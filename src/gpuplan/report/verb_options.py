@@ -29,8 +29,8 @@ def _estimate() -> tuple[Option, ...]:
                label="CUDA module loading", unset="default (lazy)"),
         Option("weight_quant", "choice", choices=(*WEIGHT_QUANTS, "fp8-storage"), default="none",
                help="weight-only quantized weights (--mode infer|generate): counted in the memory figures and the "
-                    "fit, and in the matmuls' weight reads (time with --gpu); pipelines: int8 (torchao weight-only) "
-                    "or fp8-storage (diffusers layerwise casting) on --quantize-components",
+                    "fit, and in the matmuls' weight reads (time with --gpu); pipelines: int8 / fp8 (torchao int8 / "
+                    "float8 weight-only) or fp8-storage (diffusers layerwise casting) on --quantize-components",
                label="Weight-only quantization (inference)", unset="default (none)"),
     )
 

@@ -53,8 +53,10 @@ def _format(workload: Workload) -> Any:
         return weight_format("bnb-nf4", double_quant=False)
     if workload.load_in == "8bit":
         return weight_format("bnb-int8")
-    if workload.component_quant == "int8":
-        return weight_format("int8", group_size=-1)
+    if workload.component_quant == "int8":  # torchao int8_weight_only: int8ᵀ widened to 16 bits at each call
+        return weight_format("int8", group_size=-1, dequantizes=True)
+    if workload.component_quant == "fp8":  # torchao float8_weight_only: e4m3 + fp32 scale per row, dequantized
+        return weight_format("fp8", dequantizes=True)
     return None
 
 
@@ -76,6 +78,9 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
             component = getattr(model, name)
             keep = _kept_in_fp32(component) if fmt.method.startswith("bnb") else ()
             quantize_linears(component, fmt, compute_dtype=compute_dtype_of(workload), skip=keep)
+    if workload.gguf_type is not None:  # the source refused other formats and transformers components beforehand
+        for name in names:
+            gguf_linears(getattr(model, name), source, workload)
     if workload.component_quant == "fp8-storage":
         for name in names:
             layerwise_fp8(getattr(model, name), compute_dtype=_compute_dtype(workload))
@@ -88,6 +93,44 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
     if workload.uses_peft:
         inject_lora(denoiser, source, workload)
     return model
+
+
+def gguf_linears(component: nn.Module, source: ModelSource, workload: Workload) -> int:
+    """The component loaded from a GGUF file of ``--gguf-type`` (diffusers ``GGUFQuantizationConfig``): each linear
+    weight in the ggml type city96's quantizer gives it (models/gguf_mix.py ``denoiser_tensor_type``), stored as
+    ggml blocks and dequantized to the compute dtype at each call; kept layers stay in the torch dtype. Returns
+    the linears stored in GGUF. Only diffusers components get here: transformers dequantizes a GGUF checkpoint
+    when it loads it (PipelineSource.check_workload refuses a CLIP or T5)."""
+    from gpuplan.memory.weight_quant import weight_format
+    from gpuplan.models.gguf_mix import denoiser_tensor_type
+    from gpuplan.trace.quantized import QuantizedLinear, compute_dtype_of
+
+    gguf_type = workload.gguf_type
+    assert gguf_type is not None
+    spec = getattr(source, "spec", None)
+    flux = spec is not None and spec.pipeline_class == "FluxPipeline"
+    unet = spec is not None and spec.family.denoiser == "unet"
+    count = 0
+    for path, module in list(component.named_modules()):
+        if not isinstance(module, nn.Linear) or isinstance(module, QuantizedLinear):
+            continue
+        leaf = path.rsplit(".", 1)[-1]
+        fused = flux and path.startswith("transformer_blocks.") and leaf in _FLUX_FUSED_QKV
+        ggml_type = denoiser_tensor_type(path, module.in_features, gguf_type, fused_qkv=fused, unet=unet,
+                                         separate_v=not flux)
+        if ggml_type is None:
+            continue
+        parent_name, _, child = path.rpartition(".")
+        parent = component.get_submodule(parent_name) if parent_name else component
+        setattr(parent, child, QuantizedLinear(module, weight_format("gguf", ggml_type=ggml_type),
+                                               compute_dtype_of(workload)))
+        count += 1
+    return count
+
+
+_FLUX_FUSED_QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
+"""FLUX double-block projections stored fused in the original checkpoint (``img_attn.qkv`` / ``txt_attn.qkv``): the
+quantizer saw them as one ``attn.qkv`` tensor (its ``.to_v`` rule never sees a FLUX name)."""
 
 
 def _kept_in_fp32(component: nn.Module) -> tuple[str, ...]:

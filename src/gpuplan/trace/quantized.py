@@ -103,22 +103,56 @@ class QuantizedLinear(nn.Linear):
         assert value is not None
         return value
 
+    def from_stored(self, dtype: torch.dtype) -> torch.Tensor:
+        """A real ``[n, k]`` tensor in ``dtype`` computed by one kernel from the stored weight: it reads the stored
+        bytes (the zero-stride source tells the recorder how many: ``stored_bytes``) and writes ``n·k`` values, so
+        the trace times the dequantizing pass and holds its output."""
+        source = torch.zeros((), dtype=dtype).expand(self.out_features, self.in_features)
+        source.stored_bytes = self.stored_bytes  # type: ignore[attr-defined]
+        return source.clone(memory_format=torch.contiguous_format)
+
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        """A real ``[n, k]`` copy of the weight in ``dtype`` (bnb's dequantize, CB·SCB/127, AWQ's dequant)."""
-        if self.fmt.method in ("bnb-nf4", "bnb-fp4") and self.fmt.double_quant:
+        """A real ``[n, k]`` copy of the weight in ``dtype`` (bnb's dequantize, CB·SCB/127, AWQ's dequant, torchao's
+        ``dequantize()``, diffusers' ``dequantize_gguf_tensor``)."""
+        method = self.fmt.method
+        if method in ("bnb-nf4", "bnb-fp4") and self.fmt.double_quant:
             absmax = torch.empty(self._stat("weight_absmax").shape, dtype=torch.float32)  # dequantized absmax
             absmax = absmax + self._stat("weight_nested_offset")
-            weight = torch.empty((self.out_features, self.in_features), dtype=dtype)
+            weight = self.from_stored(dtype)
             del absmax
             return weight
-        if self.fmt.method == "bnb-int8":
+        if method == "bnb-int8":
             scale = self._stat("SCB").unsqueeze(1).mul(1.0 / 127.0)
             return self.weight.to(dtype, copy=True).mul_(scale)
-        return torch.empty((self.out_features, self.in_features), dtype=dtype)
+        if method == "fp8" and self.fmt.dequantizes:  # torchao Float8 dequantize: fp32 values × scale, then cast
+            wide = self.weight.to(torch.float32) * self._stat("weight_scale")
+            return wide.to(dtype)
+        if method == "gguf":
+            return self._gguf_dequantized(dtype)
+        return self.from_stored(dtype)
+
+    def _gguf_dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """diffusers ``dequantize_gguf_tensor`` (quantizers/gguf/utils.py, torch ops, no fused CUDA kernel) then
+        ``.to(compute_dtype)``: Q8_0 is one pass (fp16 ``d · int8``); the sub-byte types shift the packed values out
+        to one uint8 each, mask them, scale them in fp16 and add the block minimum (or offset): four passes over
+        ``n·k`` values, the intermediates live while the next is made."""
+        if self.fmt.ggml_type == "Q8_0":
+            wide = self.from_stored(torch.float16)
+        else:
+            shifted = self.from_stored(torch.uint8)
+            values = shifted & 0x0F
+            del shifted
+            scaled = values * torch.ones((), dtype=torch.float16)
+            del values
+            wide = scaled + torch.zeros((), dtype=torch.float16)
+            del scaled
+        return wide if dtype == torch.float16 else wide.to(dtype)
 
     def kernel_forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         rows = x.numel() // max(self.in_features, 1)
         method = self.fmt.method
+        if self.fmt.dequantizes:
+            return self._dequantizing_linear(x, bias)
         if method in ("bnb-nf4", "bnb-fp4"):
             if rows <= BNB_FUSED_MAX_ROWS:
                 return self.fused_linear(x, bias)
@@ -142,6 +176,27 @@ class QuantizedLinear(nn.Linear):
             del x_fp8, x_scale
             return out
         return self.fused_linear(x, bias)
+
+
+    def _dequantizing_linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The libraries whose linear dequantizes the whole weight at each call (``WeightFormat.dequantizes``).
+        torchao int8 weight-only (``_linear_fp_act_int8_weight_impl``): ``mm(x, int8ᵀ.to(x.dtype)) * scale``;
+        torchao float8 weight-only: ``F.linear(x, weight.dequantize())``; diffusers GGUFLinear
+        (``forward_native``): ``F.linear(x, dequantize_gguf_tensor(w).to(compute_dtype), bias)``."""
+        if self.fmt.method == "int8":
+            widened = self.weight.to(x.dtype)
+            product = torch.mm(x.reshape(-1, self.in_features), widened.t())
+            del widened
+            out = product * self._stat("weight_scale").reshape(-1).to(product.dtype)
+            del product
+            if bias is not None:
+                out = out + bias
+            return out.reshape(*x.shape[:-1], self.out_features)
+        dtype = self.compute_dtype if self.fmt.method == "gguf" else x.dtype
+        weight = self.dequantized(dtype)
+        if bias is not None and bias.dtype != dtype:
+            bias = bias.to(dtype)
+        return nn.functional.linear(x, weight, bias)
 
 
 class _QuantizedMatmul(torch.autograd.Function):
