@@ -89,3 +89,31 @@ def test_sweep_local_end_to_end(tiny_gpt2: str, tmp_path: Path) -> None:
 
     line = next(x for x in out.splitlines() if x.startswith("2  dp=2 tp=1 pp=1 fsdp2 mbs=2"))
     assert format_bytes(peak) in line and line.rstrip().endswith("cpu")
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_submits_one_array(tiny_gpt2: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweep --launcher slurm`` with its Slurm flags: the measurable layouts go out as one job array (a stand-in
+    sbatch; sacct reports both tasks FAILED), each failure is a row's reason, nothing measured: exit 1."""
+    import stat
+
+    from tests.measure.test_executor import _fake_slurm
+
+    path = _fake_slurm(tmp_path / "bin")
+    sacct = tmp_path / "bin" / "sacct"
+    sacct.write_text("#!/bin/sh\nprintf 'JobID|State|NodeList\\n4242_0|FAILED|n1\\n4242_1|FAILED|n2\\n'\n")
+    sacct.chmod(sacct.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", path)
+    jobs = tmp_path / "jobs"
+    code, out, err = _run(["sweep", tiny_gpt2, "--gpus", "16", "--nodes", "2", "--gpu", "H100-SXM", "--dp", "16",
+                           "--batch-size", "2", "--seq-len", "32", "--precision", "fp32", "--top", "2", "--steps", "1",
+                           "--launcher", "slurm", "--partition", "h100", "--time-min", "10", "--account", "team",
+                           "--job-dir", str(jobs), "--no-store"])
+    assert code == 1, err
+    assert "top 2 planned layouts" in out and "; 0 measured" in out
+    assert out.count("run failed: job 4242_") == 2 and "did not finish (Slurm state FAILED)" in out
+    (sbatch,) = jobs.glob("*_submission.sh")
+    text = sbatch.read_text()
+    for flag in ("--array=0-1%2", "--partition=h100", "--nodes=2", "--gpus-per-node=8", "--time=10",
+                 "--account=team"):
+        assert f"#SBATCH {flag}" in text, flag
