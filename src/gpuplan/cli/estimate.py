@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
     check_output_paths(args)
     with Progress(f"tracing {args.model}", enabled=wanted(args.json)):
-        est = estimate(args.model, workload=workload, gpu=args.gpu, cuda_module_loading=args.cuda_module_loading,
-                       weight_quant=args.weight_quant, calibration=calibration_for_gpu(args.gpu))
+        options = {o.name: getattr(args, o.name) for o in verb_options("estimate")}  # as the web page's call
+        est = estimate(args.model, workload=workload, calibration=calibration_for_gpu(args.gpu), **options)
     data = est.to_dict()
     write_outputs(args, title=f"gpuplan estimate {est.model}", data=data, text=str(est),
                   figure=lambda: _figure(est, data), sections=lambda: estimate_sections(data))
