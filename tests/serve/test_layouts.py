@@ -167,3 +167,26 @@ def test_deepseek_v3_wide_ep_decode_on_gb200_against_vllm_s_blog() -> None:
               quantization="fp8", input_len=2000, output_len=2000)
     assert r.ok
     assert 10_100 * 0.6 <= r.decode_tokens_per_s <= 10_100 * 1.1
+
+
+def test_pipeline_decode_runs_pp_micro_batches(tiny_llama: str) -> None:
+    # serve/timing.decode_step with pp: the running sequences form pp micro-batches in flight (vLLM V1's batch
+    # queue); the step is the whole model's at ⌈batch / pp⌉ sequences plus pp − 1 stage-to-stage sends, and every
+    # sequence advances once a step; one sequence cannot fill the pipeline (the bubble)
+    from gpuplan.hardware import resolve_gpu
+    from gpuplan.serve.timing import decode_step, pipeline_sends_s
+
+    r = serve(tiny_llama, gpu="H100-SXM", **SMALL)
+    gpu = resolve_gpu("H100-SXM")
+    assert r.shape is not None and gpu is not None
+    seq = r.kv.sequence_bytes(200)
+    for batch, pp in ((8, 2), (9, 2), (1, 2), (16, 4)):
+        micro = -(-batch // pp)
+        piped = decode_step(r.shape, gpu, 1, batch=batch, context=200, kv_read_bytes=batch * seq, pp=pp)
+        whole = decode_step(r.shape, gpu, 1, batch=micro, context=200, kv_read_bytes=micro * seq)
+        sends = pipeline_sends_s(r.shape, gpu, 1, pp, tokens=micro)
+        assert sends > 0 and piped.seconds == pytest.approx(whole.seconds + sends)
+    assert decode_step(r.shape, gpu, 1, batch=1, context=200, kv_read_bytes=seq, pp=2).seconds > \
+        decode_step(r.shape, gpu, 1, batch=1, context=200, kv_read_bytes=seq).seconds
+    pp2 = serve(tiny_llama, gpu="H100-SXM", pp=2, concurrency=8, context=200, **SMALL)
+    assert pp2.decode_tokens_per_s == pytest.approx(8 / pp2.decode.seconds)  # all 8 sequences advance a step
