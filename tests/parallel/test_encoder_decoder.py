@@ -138,3 +138,32 @@ def test_the_trace_serves_the_plan(t5_config: str, tmp_path: Path) -> None:
     data = json.loads(out)
     assert data["parallelism"]["pp"] == 1 and data["fits"]
     assert any("encoder-decoder" in a for a in data["assumptions"])
+
+
+TINY_BART: dict[str, Any] = dict(model_type="bart", d_model=64, encoder_layers=4, decoder_layers=4,
+                                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                 decoder_ffn_dim=128, vocab_size=300, max_position_embeddings=128,
+                                 architectures=["BartForConditionalGeneration"])
+
+
+@pytest.mark.slow
+def test_bart_two_stacks_one_gpu_is_estimates_step_and_megatron_is_refused(tmp_path: Path) -> None:
+    """BART counts its stacks as encoder_layers + decoder_layers (its num_hidden_layers is the encoder's alone): both
+    are scaled from 3 and 2 traced blocks (exactly: the scaled trace equals the whole one) and planned apart."""
+    from gpuplan.trace.step import trace_step
+
+    src = HFConfigSource("tiny-bart", TINY_BART, default_seq_len=64)
+    assert src.layer_counts() == {"encoder_layers": 4, "decoder_layers": 4}
+    from gpuplan.workload import make_workload
+
+    w = make_workload(**WORKLOAD)
+    scaled, whole = trace_step(src, w), trace_step(src, w, scale=False)
+    assert scaled.block_counts and (scaled.tensor_peak_bytes, scaled.flops) == (whole.tensor_peak_bytes, whole.flops)
+    est = estimate(src, gpu="H100-SXM", **WORKLOAD)
+    p = plan(src, gpus=1, gpu="H100-SXM", **WORKLOAD)
+    assert [s.name for s in p.profile.stacks] == ["encoder", "decoder"] and p.profile.params_count == est.params_count
+    assert p.step_time_s == pytest.approx(est.step_time_s, rel=0.01)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_BART))
+    code, _, err = run_cli("plan", str(path), "--gpus", "2", "--pp", "2", "--megatron", "--emit", "torchrun", *FLAGS)
+    assert code == 2 and "Megatron-LM's encoder-decoder model is T5, not bart" in err, err

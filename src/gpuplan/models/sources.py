@@ -83,6 +83,10 @@ def _require_transformers() -> Any:
     return transformers
 
 
+_BART_LIKE = ("bart", "mbart", "pegasus", "marian")
+"""Encoder-decoder model types whose configs count each stack (``encoder_layers``, ``decoder_layers``)."""
+
+
 class HFConfigSource(ModelSource):
     """A transformers architecture from a config dict (catalog entry or the user's config.json)."""
 
@@ -175,6 +179,9 @@ class HFConfigSource(ModelSource):
         counts: dict[str, int] = {}
         if cfg.model_type in ("t5", "mt5", "umt5") and hasattr(cfg, "num_decoder_layers"):
             counts = {"num_layers": cfg.num_layers, "num_decoder_layers": cfg.num_decoder_layers}
+        elif cfg.model_type in _BART_LIKE and isinstance(getattr(cfg, "decoder_layers", None), int):
+            # two stacks (num_hidden_layers is an alias of encoder_layers only): each traced at 3 and 2 blocks
+            counts = {"encoder_layers": cfg.encoder_layers, "decoder_layers": cfg.decoder_layers}
         elif isinstance(getattr(cfg, "num_hidden_layers", None), int):
             counts = {"num_hidden_layers": cfg.num_hidden_layers}
         return counts

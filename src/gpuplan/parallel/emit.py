@@ -13,7 +13,15 @@ from gpuplan.errors import ConfigError
 from gpuplan.parallel.emit_cluster import CLUSTER_EMITTERS, cluster_manifest
 from gpuplan.parallel.emit_torchtitan import torchtitan_limit, torchtitan_toml
 from gpuplan.parallel.evaluate import bucket_elements, zero3_buckets
-from gpuplan.parallel.layout import DDP, FSDP2, MegatronDDP, Zero, encoder_decoder_refusal, encoder_stages
+from gpuplan.parallel.layout import (
+    DDP,
+    FSDP2,
+    MEGATRON_ENCODER_DECODER,
+    MegatronDDP,
+    Zero,
+    encoder_decoder_refusal,
+    encoder_stages,
+)
 
 if TYPE_CHECKING:
     from gpuplan.parallel.layout import Layout
@@ -468,8 +476,11 @@ def emit(p: Plan, kind: str, *, queue: str | None = None) -> str:
         raise ConfigError(f"unknown --emit {kind!r} (allowed: {', '.join(ALL_EMITTERS)})")
     refused = refusal(p.best.layout, kind)
     lay = p.best.layout
-    if p.profile.stacks and (kind == "torchtitan" or (kind == "torchrun" and lay.engine == "torch" and lay.pp > 1)):
-        refused = encoder_decoder_refusal(kind, p.model)
+    prof = p.profile
+    meg_missing = lay.engine == "megatron" and prof.model_type not in MEGATRON_ENCODER_DECODER
+    if prof.stacks and (kind == "torchtitan" or (kind == "torchrun" and (meg_missing or (
+            lay.engine == "torch" and lay.pp > 1)))):
+        refused = encoder_decoder_refusal(kind, p.model, prof.model_type, megatron=meg_missing)
     if refused is not None:
         raise ConfigError(refused)
     if kind == "torchrun":

@@ -354,13 +354,23 @@ def encoder_decoder_stages(pp: int, encoder_layers: int, decoder_layers: int) ->
             + [(0, n) for n in stack_stage_blocks(decoder_layers, pp - enc)])
 
 
-def encoder_decoder_refusal(kind: str, model: str) -> str:
+MEGATRON_ENCODER_DECODER = ("t5", "mt5", "umt5")
+"""Encoder-decoder model types Megatron-LM runs (``pretrain_t5.py``); BART-style models it has not."""
+
+
+def encoder_decoder_refusal(kind: str, model: str, model_type: str = "t5", megatron: bool = False) -> str:
     """One line: ``--emit kind`` has no encoder-decoder program for ``model`` (torchtitan has no such model; the
-    torch snippet's pipeline passes one hidden state between stages, not the encoder's output as well)."""
+    torch snippet's pipeline passes one hidden state between stages, not the encoder's output as well; Megatron-LM's
+    only encoder-decoder model is T5)."""
+    t5 = model_type in MEGATRON_ENCODER_DECODER
+    if megatron and not t5:
+        return (f"--emit {kind} cannot implement it for {model}: Megatron-LM's encoder-decoder model is T5, not "
+                f"{model_type or 'this one'}; drop --megatron (--emit deepspeed for ZeRO, --pp 1)")
     what = ("torchtitan has no encoder-decoder model" if kind == "torchtitan"
             else "its pipeline passes one hidden state between stages, not the encoder's output too")
-    return (f"--emit {kind} cannot implement it for {model}: {what}; use --emit deepspeed (ZeRO, --pp 1) or "
-            "--megatron with --emit torchrun (Megatron-LM's pretrain_t5.py)")
+    other = ("or --megatron with --emit torchrun (Megatron-LM's pretrain_t5.py)" if t5
+             else "(no engine it emits pipelines it)")
+    return f"--emit {kind} cannot implement it for {model}: {what}; use --emit deepspeed (ZeRO, --pp 1) {other}"
 
 
 def check_context(cp: int, cp_comm: str, *, seq_len: int, heads: int, tp: int) -> None:

@@ -16,7 +16,7 @@ from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.models.config_view import ConfigView
 from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
-from gpuplan.parallel.layout import MegatronDDP, Zero, encoder_decoder_refusal
+from gpuplan.parallel.layout import MEGATRON_ENCODER_DECODER, MegatronDDP, Zero, encoder_decoder_refusal
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
@@ -198,7 +198,7 @@ def plan(
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
     if emit is not None and encoder_layers:
-        emit = _encoder_decoder_filter(emit, source.name)
+        emit = _encoder_decoder_filter(emit, source.name, str(getattr(source, "config_dict", {}).get("model_type", "")))
     if emit is not None:
         _check_emittable(base, emit, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts,
                          gpus_per_node=topo.gpus_per_node)
@@ -313,15 +313,16 @@ class EngineFilter:
     refusal: Callable[[Layout, bool], str | None]
 
 
-def _encoder_decoder_filter(emit: EngineFilter, model: str) -> EngineFilter:
-    """``emit`` for an encoder-decoder model: torchtitan has none, and the torch snippet's pipeline cannot pass the
-    encoder's output along (Megatron-LM's pretrain_t5.py and DeepSpeed ZeRO run it)."""
+def _encoder_decoder_filter(emit: EngineFilter, model: str, model_type: str) -> EngineFilter:
+    """``emit`` for an encoder-decoder model: torchtitan has none, the torch snippet's pipeline cannot pass the
+    encoder's output along, and Megatron-LM runs T5 only (its pretrain_t5.py; DeepSpeed ZeRO runs any)."""
     if emit.name == "torchtitan":
-        raise LayoutError(encoder_decoder_refusal("torchtitan", model))
+        raise LayoutError(encoder_decoder_refusal("torchtitan", model, model_type))
 
     def refusal(lay: Layout, before_search: bool) -> str | None:
-        if emit.name == "torchrun" and lay.engine == "torch" and lay.pp > 1:
-            return encoder_decoder_refusal(emit.name, model)
+        megatron = lay.engine == "megatron" and model_type not in MEGATRON_ENCODER_DECODER
+        if emit.name == "torchrun" and (megatron or (lay.engine == "torch" and lay.pp > 1)):
+            return encoder_decoder_refusal(emit.name, model, model_type, megatron=megatron)
         return emit.refusal(lay, before_search)
 
     return EngineFilter(emit.name, refusal)

@@ -207,6 +207,8 @@ class ModelProfile:
     """Sublayers per block Megatron TP all-reduces after (2: attention and FFN; the mean over the stacks)."""
     head_dim: int = 0
     """Width of one attention head as the config states it (0: hidden / heads)."""
+    model_type: str = ""
+    """The config's ``model_type`` (``t5``, ``bart``...; empty when it has none): which engines have the model."""
     encoder_output_bytes: int = 0
     """Encoder-decoder models: the encoder's output of one micro-batch (tokens × hidden × compute bytes),
     which every decoder pipeline stage receives and keeps for its cross-attention's backward."""
@@ -342,6 +344,7 @@ def profile_from_step(
         block_tp_sublayers=sum(s.tp_sublayers * s.layers for s in stacks) / sum(blocks.full_layers) if stacks else 2.0,
         encoder_output_bytes=int(workload.batch_size * seq * hidden * times.compute_bytes) if stacks else 0,
         head_dim=cfg.head_dim or 0,
+        model_type=str(getattr(source, "config_dict", {}).get("model_type", "")),
     )
 
 
