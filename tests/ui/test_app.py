@@ -261,3 +261,15 @@ def test_the_api_refuses_another_verbs_parameter_and_notes_an_unread_one(client:
                                                           "parameters); leave them out")
     r = client.get("/api/serve", params={"model": "gpt2", "gpu": "L4", "batch_size": "8"})
     assert r.status_code == 400 and "does not take batch_size" in r.json()["error"]
+
+
+@pytest.mark.slow
+def test_fit_axis_seq_len_answers_the_cli_json(client: TestClient, tiny_id: str, tmp_path: Path,
+                                                tiny_config_bytes: bytes) -> None:
+    """fit --axis was a command-line-only flag; the page runs the same call (advise/fit.largest_seq_len)."""
+    r = client.get("/api/fit", params={"model": tiny_id, "gpu": "H100-SXM", "axis": "seq-len", "batch_size": "2"})
+    assert r.status_code == 200, r.text
+    config = tmp_path / "config.json"
+    config.write_bytes(tiny_config_bytes)
+    cli = cli_json("fit", str(config), "--gpu", "H100-SXM", "--axis", "seq-len", "--batch-size", "2")
+    assert json.dumps(r.json()).replace(tiny_id, "M") == json.dumps(cli).replace(str(config), "M")

@@ -183,7 +183,7 @@ def test_every_web_option_is_a_parameter_of_the_library_call_the_page_makes() ->
     calls = {"estimate": estimate, "fit": fit, "recommend": recommend, "plan": plan, "serve": serve}
     for verb, call in calls.items():
         taken = set(inspect.signature(call).parameters)
-        assert {o.name for o in VERB_OPTIONS[verb].values()} <= taken | {"gpu"}, verb
+        assert {o.name for o in VERB_OPTIONS[verb].values()} <= taken | {"gpu", "axis"}, verb  # axis: which call
     assert {o.name for o in VERB_OPTIONS["rl"].values()} <= {f.name for f in dataclasses.fields(RLSettings)}
 
 
@@ -197,3 +197,25 @@ def test_a_field_the_mode_never_reads_is_left_out_with_the_clis_note() -> None:
                                                 "--batch-size", "2"])
     args.notes = []
     assert workload_from_args(args) == q.workload
+
+
+def test_fits_axis_rule_is_the_same_on_both_front_ends() -> None:
+    """fit --axis on the web page: report/verb_options.check_fit_axis, the command line's rule, each in its
+    own spelling of the option names."""
+    from gpuplan.cli.main import main
+
+    cases = (({"axis": "seq-len", "seq_len": "64"}, "axis seq-len searches the sequence length: drop seq_len (the "
+              "batch is batch_size)", "--axis seq-len searches the sequence length: drop --seq-len (the batch is "
+              "--batch-size)"),
+             ({"axis": "resolution", "target_batch_size": "8"}, "target_batch_size applies to axis batch; axis "
+              "resolution answers the largest image size only", "--target-batch-size applies to --axis batch; "
+              "--axis resolution answers the largest image size only"))
+    for extra, web, cli in cases:
+        with pytest.raises(GpuplanError) as info:
+            parse_query({"model": "gpt2", "verb": "fit", "gpu": "H100-SXM", **extra}, CATALOG)
+        assert str(info.value) == web
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(["fit", "gpt2", "--gpu", "H100-SXM", *(f"--{k.replace('_', '-')}={v}"
+                                                               for k, v in extra.items())]) == 2
+        assert err.getvalue().strip() == f"gpuplan fit: error: {cli}"

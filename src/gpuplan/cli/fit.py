@@ -17,7 +17,7 @@ from gpuplan.cli._workload import (
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.errors import ConfigError
-from gpuplan.report.verb_options import verb_options
+from gpuplan.report.verb_options import check_fit_axis, verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
     if args.exact_batch and args.target_batch_size is None:
         raise ConfigError("--exact-batch applies with --target-batch-size N only; add the target batch or drop it")
+    check_fit_axis(vars(args), seq_len_given=args.seq_len is not None,  # the web page's rule too
+                   spell=lambda name: "--" + name.replace("_", "-"))
     if args.axis == "seq-len":
         return _run_seq_len(args, gpu)
     if args.axis == "resolution":
@@ -77,13 +79,9 @@ def _run_seq_len(args: argparse.Namespace, gpu: Any) -> int:
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.measure.calibration import calibration_for_gpu
 
-    batch_only = (("--target-batch-size", args.target_batch_size is not None), ("--exact-batch", args.exact_batch),
-                  ("--plot", getattr(args, "plot", None)), ("--html", getattr(args, "html", None)))
-    for flag, given in batch_only:
-        if given:
+    for flag, given in (("--plot", getattr(args, "plot", None)), ("--html", getattr(args, "html", None))):
+        if given:  # the batch options: check_fit_axis
             raise ConfigError(f"{flag} applies to --axis batch; --axis seq-len answers the largest --seq-len only")
-    if args.seq_len is not None:
-        raise ConfigError("--axis seq-len searches the sequence length: drop --seq-len (the batch is --batch-size)")
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = largest_seq_len(args.model, gpu, workload_from_args(args),
                                  calibration=calibration_for_gpu(gpu.id), progress=progress, ladder=True)
@@ -105,10 +103,6 @@ def _run_resolution(args: argparse.Namespace, gpu: Any) -> int:
     from gpuplan.measure.calibration import calibration_for_gpu
     from gpuplan.report.verbs import resolution_fit_sections
 
-    for flag, given in (("--target-batch-size", args.target_batch_size is not None),
-                        ("--exact-batch", args.exact_batch)):
-        if given:
-            raise ConfigError(f"{flag} applies to --axis batch; --axis resolution answers the largest image size only")
     check_output_paths(args)
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = largest_resolution(args.model, gpu, workload_from_args(args),

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from gpuplan.errors import ConfigError
 from gpuplan.report.options import PEFT_OPTIONS, Option, positive_number, shares, whole_number, workload_fields
 from gpuplan.workload import CHECKPOINTING, MODULE_LOADINGS, OPTIMIZERS, PEFT_SETTINGS, PRECISIONS, WEIGHT_QUANTS
 
@@ -44,11 +45,28 @@ def _fit() -> tuple[Option, ...]:
         Option("exact_batch", "switch", default=False, label="Fit: exactly the target batch",
                help="with --target-batch-size: gradient accumulation keeps micro-batch × steps equal to the target "
                     "(default: at least the target, with the fewest accumulation steps)"),
-        Option("axis", "choice", choices=("batch", "seq-len", "resolution"), default="batch", web=False,
+        Option("axis", "choice", choices=("batch", "seq-len", "resolution"), default="batch",
+               label="Fit: what to grow until the GPU is full", unset="default (batch)",
                help="what to grow until the GPU is full: the batch (default), the sequence length at the given "
                     "--batch-size (the context-length frontier of fine-tuning tables; steps of 64 tokens), or a "
                     "diffusion pipeline's square image size (steps of its VAE factor × patch size)"),
     )
+
+
+def check_fit_axis(values: Mapping[str, Any], *, seq_len_given: bool, spell: Callable[[str], str] = str) -> None:
+    """fit's rule for its axis, one copy for both front ends: the batch options apply to the batch axis
+    only, and the sequence-length axis searches the sequence length (a ConfigError naming the option)."""
+    axis = str(values.get("axis") or "batch")
+    if axis == "batch":
+        return
+    answers = {"seq-len": f"the largest {spell('seq_len')} only", "resolution": "the largest image size only"}[axis]
+    for name in ("target_batch_size", "exact_batch"):
+        if values.get(name) not in (None, False):
+            raise ConfigError(f"{spell(name)} applies to {spell('axis')} batch; {spell('axis')} {axis} answers "
+                              f"{answers}")
+    if axis == "seq-len" and seq_len_given:
+        raise ConfigError(f"{spell('axis')} seq-len searches the sequence length: drop {spell('seq_len')} (the batch "
+                          f"is {spell('batch_size')})")
 
 
 def _recommend() -> tuple[Option, ...]:
@@ -325,4 +343,4 @@ def rl_settings_fields(model: str, values: Mapping[str, Any], *, spell: Callable
     return {**{k: v for k, v in fields.items() if k not in PEFT_SETTINGS}, **peft}
 
 
-__all__ = ["LOCAL_GROUP", "TAKES_WORKLOAD", "VERBS", "rl_settings_fields", "verb_options"]
+__all__ = ["LOCAL_GROUP", "TAKES_WORKLOAD", "VERBS", "check_fit_axis", "rl_settings_fields", "verb_options"]

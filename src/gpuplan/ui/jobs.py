@@ -81,8 +81,17 @@ def _call(query: Query, source: Any, upload_dir: Path | None = None) -> tuple[di
         from gpuplan.advise.fit import fit
 
         assert gpu is not None  # parse_query requires it
-        kw.pop("axis", None)
-        result = fit(source, kw.pop("gpu"), w, calibration=calibration_for_gpu(gpu), **kw)
+        axis = kw.pop("axis", "batch")
+        if axis == "seq-len":  # the command line's calls of each axis (cli/fit.py)
+            from gpuplan.advise.fit import largest_seq_len
+
+            result = largest_seq_len(source, gpu, w, calibration=calibration_for_gpu(gpu), ladder=True)
+        elif axis == "resolution":
+            from gpuplan.advise.fit import largest_resolution
+
+            result = largest_resolution(source, gpu, w, calibration=calibration_for_gpu(gpu))
+        else:
+            result = fit(source, kw.pop("gpu"), w, calibration=calibration_for_gpu(gpu), **kw)
     elif query.verb == "recommend":
         from gpuplan.advise.recommend import recommend
 
@@ -138,6 +147,8 @@ def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
     from gpuplan.report.plot import figure_svg
     from gpuplan.report.verbs import VIEWS
 
+    if query.verb == "fit" and query.option("axis") not in (None, "batch"):
+        return None  # the fit picture is the batch search's (the command line draws no seq-len picture either)
     view = VIEWS.get(query.verb)
     return figure_svg(view.figure(data, result)) if view is not None else None
 

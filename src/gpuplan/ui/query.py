@@ -17,7 +17,7 @@ from gpuplan.errors import ConfigError, UnknownModelError, did_you_mean
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.support import default_precision_on
 from gpuplan.report.options import ALL_WORKLOAD_OPTIONS, WORKLOAD_PARAMS, Option, mode_ignored, workload_fields
-from gpuplan.report.verb_options import TAKES_WORKLOAD, VERBS, verb_options
+from gpuplan.report.verb_options import TAKES_WORKLOAD, VERBS, check_fit_axis, verb_options
 from gpuplan.workload import Workload, make_workload
 
 __all__ = ["NO_WORKLOAD", "REQUIRED", "VERBS", "VERB_OPTIONS", "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Query",
@@ -191,6 +191,8 @@ def parse_query(params: Mapping[str, str], catalog: tuple[str, ...]) -> Query | 
             other = chosen.setdefault(option.exclusive, param)
             if other != param:
                 raise ConfigError(f"{param}: not allowed with {other} (give one of them)")
+    if verb == "fit":  # the command line's rule for the axis (report/verb_options.check_fit_axis)
+        check_fit_axis({spec[p].name: spec[p].value(t) for p, t in options.items()}, seq_len_given="seq_len" in given)
     if verb == "rl":  # rl's PEFT settings: the same rule as the workload's
         workload_fields({spec[p].name: v for p, v in options.items() if spec[p].name in _PEFT_NAMES})
     missing = [n for n in REQUIRED[verb] if n not in options]
