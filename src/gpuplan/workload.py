@@ -292,6 +292,14 @@ class Workload:
         return {"amp-bf16": "bfloat16", "amp-fp16": "float16"}.get(self.precision)
 
     @property
+    def module_dtype_precision(self) -> Precision | None:
+        """The precision of the same step with the model itself held in autocast's 16-bit dtype (None without
+        autocast): how FSDP2's ``MixedPrecisionPolicy(param_dtype=...)``, DeepSpeed bf16/fp16 and Megatron-LM's
+        Float16Module run an AMP step — residual stream, norms and every saved activation in 16 bits, the fp32
+        master weights and optimizer state beside the modules."""
+        return {"amp-bf16": "bf16", "amp-fp16": "fp16"}.get(self.precision)  # type: ignore[return-value]
+
+    @property
     def param_dtype(self) -> str:
         """dtype of the parameters as the model holds them."""
         if self.scaled_training:

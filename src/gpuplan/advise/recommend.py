@@ -201,6 +201,7 @@ class _Sharded:
         self.traced = traced
         self.cls = cls
         self._fb_step: TracedStep | None = None
+        self._module_step: tuple[TracedStep | None] | None = None
         self.traces = 0
 
     def _profile_step(self) -> TracedStep:
@@ -213,6 +214,15 @@ class _Sharded:
             self._fb_step = trace_step(self.source, self.traced.with_(grad_accum=1), compute_capability=self.cls)
             self.traces += 1
         return self._fb_step
+
+    def _module_dtype_step(self) -> TracedStep | None:
+        """The same micro-batch with the model in 16 bits, whose activations ZeRO-3 holds (parallel/profile.py)."""
+        if self._module_step is None:
+            from gpuplan.parallel.profile import module_dtype_step
+
+            self._module_step = (module_dtype_step(self.source, self.traced.with_(grad_accum=1), self.cls),)
+            self.traces += self._module_step[0] is not None
+        return self._module_step[0]
 
     def why_not(self) -> str | None:
         """Why sharding over several GPUs is not modelled for this model (None: it is)."""
@@ -235,7 +245,8 @@ class _Sharded:
             forwards = workload.new_tokens if workload.mode == "generate" else 1
             shard = sharded_forward(self.step, topo, n, forwards=forwards)
             return shard.bytes_per_gpu + fixed_bytes, shard.gather_s
-        prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu)
+        prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu,
+                                 module_dtype_step=self._module_dtype_step())
         lay = Layout(dp=n, tp=1, pp=1, micro_batch_size=workload.batch_size, grad_accum=workload.grad_accum,
                      sharding=Zero(3), checkpointing=workload.checkpointing)
         ev = evaluate(Context(prof, topo, gpu.usable_memory_bytes, fixed_bytes), lay)

@@ -267,39 +267,41 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
     scale = layout.micro_batch_size / p.micro_batch / layout.cp
     tp = layout.tp
     sp = layout.sequence_parallel and tp > 1
-    rep = p.block_act_replicated_bytes
-    blk = (p.block_act_bytes - rep) / tp + rep / (tp if sp else 1)
+    # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
+    # AMP); FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron hold the compute copy in 16 bits already
+    # and run the modules in 16 bits: their activations are the 16-bit-module trace's (one predicate).
+    casts = layout.fp32_weights_with_autocast
+    a = p.activations(not casts)
+    rep = a.block_replicated_bytes
+    blk = (a.block_bytes - rep) / tp + rep / (tp if sp else 1)
     first_l, mid_l, last_l = layout.stage_layers(p.layers)
     first_p, mid_p, last_p = _stage_params(p, layout)
-    transient = p.transient_bytes / tp
+    transient = a.transient_bytes / tp
     p2p = 0.0
     if layout.pp > 1:
         p2p = 2 * layout.micro_batch_size * p.seq_len * p.hidden * p.compute_bytes / (tp if sp else 1) / layout.cp
         if p.stacks:  # Megatron's T5 pipeline: decoder stages send and receive the encoder's output too
             p2p *= 2
     p2p += _cp_buffer_bytes(p, layout)
-    # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
-    # AMP); FSDP2's MixedPrecisionPolicy and DeepSpeed hold the compute copy in 16 bits already.
-    casts = layout.fp32_weights_with_autocast
     cast_per_block = p.block_weight_cast_bytes / tp if casts else 0.0
     outer_cast = p.outer_weight_cast_bytes / tp if casts else 0.0
     # (kind, parameters, activations, autocast copies, blocks held)
     kinds: list[_Kind] = []
     if layout.pp == 1:
-        act = blk * p.layers + p.first_act_bytes / tp + p.last_act_bytes / tp
+        act = blk * p.layers + a.first_bytes / tp + a.last_bytes / tp
         kinds.append(("every rank", first_p / tp, act, cast_per_block * p.layers + outer_cast, float(p.layers)))
     elif p.stacks:
         kinds = _encoder_decoder_kinds(p, layout, outer_cast)
     else:
         n = _inflight(layout)
-        first_act = (blk * first_l + p.first_act_bytes / tp) * n
+        first_act = (blk * first_l + a.first_bytes / tp) * n
         kinds.append(("first stage", first_p / tp, first_act, cast_per_block * first_l, first_l))
         if layout.first_stage_layers and layout.pp > 2:
             # uneven stages: the second stage holds the most blocks of the middle ones and, in 1F1B,
             # pp−1 micro-batches in flight
             n_mid = float(min(layout.pp - 1, layout.grad_accum))
             kinds.append(("middle stage", mid_p / tp, blk * mid_l * n_mid, cast_per_block * mid_l, mid_l))
-        last_act = blk * last_l + p.last_act_bytes / tp
+        last_act = blk * last_l + a.last_bytes / tp
         kinds.append(("last stage", last_p / tp, last_act, cast_per_block * last_l + outer_cast, last_l))
     out = []
     a2a = _a2a_message_bytes(p, layout)
@@ -345,16 +347,17 @@ def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, outer_cast: float) -
     head = p.outer_params - p.embedding_params
     tied = head < p.vocab * p.hidden / 2
     casts = layout.fp32_weights_with_autocast
+    a = p.activations(not casts)
     rows: list[tuple[str, float, float, float, float, float]] = []  # + the stage's bytes, to pick the fullest
     for i, counts in enumerate(stages):
         blocks = float(sum(counts))
         params = sum(n * st.params for n, st in zip(counts, p.stacks, strict=True))
-        act = sum(n * ((st.act_bytes - st.act_replicated_bytes) / tp + st.act_replicated_bytes / (tp if sp else 1))
-                  for n, st in zip(counts, p.stacks, strict=True))
+        act = sum(n * ((st_act - st_rep) / tp + st_rep / (tp if sp else 1))
+                  for n, (st_act, st_rep) in zip(counts, a.stacks, strict=True))
         cast = sum(n * st.weight_cast_bytes / tp for n, st in zip(counts, p.stacks, strict=True)) if casts else 0.0
         if i == 0:
             params += p.embedding_params
-            act += p.first_act_bytes / tp
+            act += a.first_bytes / tp
         if counts[1]:
             act += p.encoder_output_bytes / (tp if sp else 1)
         if i == first_decoder and i != last:
@@ -362,7 +365,7 @@ def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, outer_cast: float) -
         act *= min(layout.pp - i, layout.grad_accum)  # 1F1B: micro-batches stage i holds in flight
         if i == last:
             params += head + (p.vocab * p.hidden if tied else 0)
-            act += p.last_act_bytes / tp
+            act += a.last_bytes / tp
             cast += outer_cast
         kind = ("first stage" if i == 0 else "last stage" if i == last else "first decoder stage"
                 if i == first_decoder else "decoder stage" if counts[1] else "encoder stage")
@@ -774,13 +777,14 @@ def _activation_offload_s(ctx: Context, layout: Layout) -> float:
     loaded stage (memory/offload.py; the residual stream is split by sequence parallelism and context
     parallelism only)."""
     p = ctx.profile
-    if not p.block_host_copy_bytes:
+    host_copy = p.activations(not layout.fp32_weights_with_autocast).block_host_copy_bytes
+    if not host_copy:
         return 0.0
     blocks = max(layout.stage_layers(p.layers))
     sp = layout.sequence_parallel and layout.tp > 1
     scale = layout.micro_batch_size / p.micro_batch / layout.cp / (layout.tp if sp else 1)
     host_gb_per_s = ctx.topology.intra_gb_per_s if ctx.topology.intra_link == "pcie" else None
-    return activation_offload_time_s(p.block_host_copy_bytes * blocks * scale, host_gb_per_s)
+    return activation_offload_time_s(host_copy * blocks * scale, host_gb_per_s)
 
 
 @lru_cache(maxsize=256)

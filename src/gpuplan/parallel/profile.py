@@ -100,6 +100,21 @@ class StackBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class Activations:
+    """Activation bytes of one micro-batch as one program holds them (the ``ModelProfile`` fields of the same
+    meaning): the traced program's own, or the 16-bit-module program's (``ModelProfile.module_dtype_activations``)."""
+
+    block_bytes: int
+    block_replicated_bytes: int
+    first_bytes: int
+    last_bytes: int
+    transient_bytes: int
+    block_host_copy_bytes: float
+    stacks: tuple[tuple[int, int], ...] = ()
+    """Encoder-decoder models: (activation, replicated) bytes of each stack's block."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelProfile:
     """Per-block and outside-block quantities of one traced step (micro-batch ``micro_batch``)."""
 
@@ -212,6 +227,20 @@ class ModelProfile:
     encoder_output_bytes: int = 0
     """Encoder-decoder models: the encoder's output of one micro-batch (tokens × hidden × compute bytes),
     which every decoder pipeline stage receives and keeps for its cross-attention's backward."""
+    module_dtype_activations: Activations | None = None
+    """Under AMP: the activations of the same step traced with the model itself in the 16-bit compute dtype
+    (``Workload.module_dtype_precision``), as engines that hold the 16-bit compute copy run it (FSDP2's
+    MixedPrecisionPolicy, DeepSpeed, Megatron-LM: residual stream, norms, embeddings' output and checkpointed
+    block inputs in 16 bits, where autocast leaves them fp32). None: the traced program's stand for every engine."""
+
+    def activations(self, sixteen_bit_modules: bool) -> Activations:
+        """The activations of the program an engine runs: ``sixteen_bit_modules`` (the engine holds the 16-bit
+        compute copy: ``not Layout.fp32_weights_with_autocast``) the 16-bit-module trace's, else the traced one's."""
+        if sixteen_bit_modules and self.module_dtype_activations is not None:
+            return self.module_dtype_activations
+        return Activations(self.block_act_bytes, self.block_act_replicated_bytes, self.first_act_bytes,
+                           self.last_act_bytes, self.transient_bytes, self.block_host_copy_bytes,
+                           tuple((st.act_bytes, st.act_replicated_bytes) for st in self.stacks))
 
     @property
     def encoder_layers(self) -> int:
@@ -254,17 +283,32 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: Trace
             f"{source.name} has {len(counts)} stacks of blocks ({', '.join(counts)}); "
             "the planner splits single-stack and encoder-decoder (two-stack) models only"
         )
+    cc = gpu.compute_capability or (9, 0)
     if step is None:
-        step = trace_step(source, workload, compute_capability=gpu.compute_capability or (9, 0))
-    return profile_from_step(step, source, workload, gpu)
+        step = trace_step(source, workload, compute_capability=cc)
+    return profile_from_step(step, source, workload, gpu, module_dtype_step=module_dtype_step(source, workload, cc))
+
+
+def module_dtype_step(source: ModelSource, workload: Workload, cc: tuple[int, int]) -> TracedStep | None:
+    """The training step of ``workload`` traced with the model itself in autocast's 16-bit dtype (None without
+    autocast, or for a model the planner cannot split): the program of the engines that hold the 16-bit compute
+    copy. The same 3-block trace through the same cache; only its activations are read."""
+    from gpuplan.trace.step import trace_step
+
+    if workload.module_dtype_precision is None or not workload.trains or len(layer_counts_of(source)) > 2:
+        return None
+    return trace_step(source, _module_dtype_workload(workload), compute_capability=cc)
 
 
 def profile_from_step(
-    step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU, *, megatron_gemm_scale: float | None = None
+    step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU, *, megatron_gemm_scale: float | None = None,
+    module_dtype_step: TracedStep | None = None,
 ) -> ModelProfile:
     """Per-block quantities of one traced step, timed on ``gpu`` (arithmetic only: the record's
     run at 3 repeated blocks is split by module, nothing is traced or built again).
-    ``megatron_gemm_scale`` overrides the fitted engine factor (scripts/fit_engine_factors.py)."""
+    ``megatron_gemm_scale`` overrides the fitted engine factor (scripts/fit_engine_factors.py);
+    ``module_dtype_step``: the same step with the model in 16 bits (``module_dtype_step()``), whose activations
+    the engines that hold the 16-bit compute copy take."""
     run = step.run
     if run is None:
         raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
@@ -272,6 +316,13 @@ def profile_from_step(
     blocks = _blocks_of(run, counts)
     params = _param_split(step, run, blocks)
     acts = _activation_split(run, blocks, workload, source.name)
+    module_acts = None
+    if module_dtype_step is not None and module_dtype_step.run is not None:
+        half_run, half_w = module_dtype_step.run, _module_dtype_workload(workload)
+        half_blocks = _blocks_of(half_run, counts)
+        module_acts = _activations(_activation_split(half_run, half_blocks, half_w, source.name), half_blocks,
+                                   module_dtype_step)
+    own = _activations(acts, blocks, step)
     times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
     stacks = _stacks(blocks, params, acts, times)
     cfg = ConfigView(getattr(source, "config_dict", None))
@@ -303,13 +354,13 @@ def profile_from_step(
         grad_bytes_per_param=params.per_param["gradients"],
         optimizer_bytes_per_param=params.per_param["optimizer_state"],
         compute_bytes=times.compute_bytes,
-        block_act_bytes=mean.of(acts.block_act),
+        block_act_bytes=own.block_bytes,
         block_weight_cast_bytes=mean.of(acts.block_cast),
         outer_weight_cast_bytes=acts.outer_cast,
-        block_act_replicated_bytes=mean.of(acts.block_rep),
-        first_act_bytes=acts.first_act,
-        last_act_bytes=acts.outer_act - acts.first_act,
-        transient_bytes=max(0, acts.transient),
+        block_act_replicated_bytes=own.block_replicated_bytes,
+        first_act_bytes=own.first_bytes,
+        last_act_bytes=own.last_bytes,
+        transient_bytes=own.transient_bytes,
         optimizer_temp_bytes_per_param=acts.opt_temp / max(run.params_count, 1),
         allocator_slack_fraction=max(0.0, acts.slack),
         block_time=mean.time(times.block),
@@ -339,12 +390,32 @@ def profile_from_step(
         frozen_float_bytes_per_param=params.frozen_float_bytes_per_param,
         frozen_packed_bytes_per_param=params.frozen_packed_bytes_per_param,
         kind=workload_kind(str(getattr(source, "task", "custom")), run.trace.ops),
-        block_host_copy_bytes=step.host_copy_bytes / max(sum(blocks.full_layers), 1),
+        block_host_copy_bytes=own.block_host_copy_bytes,
         stacks=stacks,
         block_tp_sublayers=sum(s.tp_sublayers * s.layers for s in stacks) / sum(blocks.full_layers) if stacks else 2.0,
         encoder_output_bytes=int(workload.batch_size * seq * hidden * times.compute_bytes) if stacks else 0,
         head_dim=cfg.head_dim or 0,
         model_type=str(getattr(source, "config_dict", {}).get("model_type", "")),
+        module_dtype_activations=module_acts,
+    )
+
+
+def _module_dtype_workload(workload: Workload) -> Workload:
+    """The workload ``module_dtype_step`` traces."""
+    return workload.with_(precision=workload.module_dtype_precision or workload.precision)
+
+
+def _activations(acts: _ActSplit, b: _Blocks, step: TracedStep) -> Activations:
+    """The ``Activations`` of one split trace (the same rules as ``ModelProfile``'s fields)."""
+    mean = _Mean(b.full_layers)
+    return Activations(
+        block_bytes=mean.of(acts.block_act),
+        block_replicated_bytes=mean.of(acts.block_rep),
+        first_bytes=acts.first_act,
+        last_bytes=acts.outer_act - acts.first_act,
+        transient_bytes=max(0, acts.transient),
+        block_host_copy_bytes=step.host_copy_bytes / max(sum(b.full_layers), 1),
+        stacks=tuple(zip(acts.block_act, acts.block_rep, strict=True)) if b.encoder_decoder else (),
     )
 
 

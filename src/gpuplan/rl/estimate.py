@@ -136,7 +136,7 @@ def _forward_precision(precision: str, gpu: GPU) -> str:
     NVFP4) are training recipes, so their forward is in 16 bits too."""
     if precision in SCALED_PRECISIONS:
         return frozen_precision(gpu)
-    return {"amp-bf16": "bf16", "amp-fp16": "fp16"}.get(precision, precision)
+    return Workload(mode="train", precision=precision).module_dtype_precision or precision  # type: ignore[arg-type]
 
 
 def _trainer_topology(settings: RLSettings, gpu: GPU) -> Topology:
