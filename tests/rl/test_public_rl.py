@@ -63,19 +63,20 @@ def test_held_out_grpo_step_time_on_16_h100() -> None:
 def test_held_out_grpo_lora_fit_boundary_on_8_h100() -> None:
     """verl's GRPO-LoRA tuning run, Qwen2.5-72B-Instruct on 8 H100 (volcengine/verl examples/tuning/70b/
     qwen2-72b_grpo-lora_8_h100_fsdp_vllm.sh @b178a3cd): 22 prompts per GPU ran, 23 ran out of memory. gpuplan
-    says neither fits (2026-12-02: peak / usable 2.32 and 2.52, in the policy update; the log-prob passes, 2.7x
-    while traced under autocast, now need 18.3 GiB per GPU): it is given the 1,024-token maximum response
-    (GSM8K's mean is not published) and pads every sequence to it where verl removes padding, and its trainer
-    trace runs amp-bf16 as autocast on fp32 weights (an fp32 residual stream: fp32 checkpoints) where verl's FSDP
-    mixed precision computes in bf16, with the LM cross entropy's fp32 logits where verl uses flash-attn's fused
-    kernel. A documented miss: the check pins it (both out of memory, by more than 2x, in the update) until the
-    trainer's accounting changes."""
+    says neither fits (2026-12-02: peak / usable 1.68 and 1.82, in the policy update — 2.32 and 2.52 while the
+    update's activations came from the autocast trace, whose fp32 residual stream made the 80 checkpointed block
+    inputs fp32; they now come from the step traced with the model in bf16, as verl's FSDP mixed precision runs
+    it; the log-prob passes, 2.7x while traced under autocast, now need 18.3 GiB per GPU): it is given the
+    1,024-token maximum response (GSM8K's mean is not published) and pads every sequence to it where verl removes
+    padding, with the LM cross entropy's fp32 logits where verl uses flash-attn's fused kernel. A documented
+    miss: the check pins it (both out of memory, by more than 1.5x, in the update) until the trainer's
+    accounting changes."""
     script = load_script("accuracy_rl")
     for row_id in (
         "verl-tuning-qwen25-72b-grpo-lora-8xh100-176-fits",
         "verl-tuning-qwen25-72b-grpo-lora-8xh100-184-oom",
     ):
         got = script.run_row(_row(row_id))
-        assert not got["fits"] and got["peak_over_usable"] > 2.0, (row_id, got)
+        assert not got["fits"] and got["peak_over_usable"] > 1.5, (row_id, got)
         assert got["limiting_phase"] == "train", (row_id, got)
         assert got["phases_s"]["old_log_prob"] > 0, (row_id, got)
