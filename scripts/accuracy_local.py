@@ -3,7 +3,7 @@ generated section of ``docs/accuracy-serving.md``.
 
     PYTHONPATH=src .venv/bin/python scripts/accuracy_local.py [--check]
 
-A developer script, not part of the installed package. Each row of ``src/gpuplan/perf/data/public/llama_bench.csv``
+A developer script, not part of the installed package. Each row of ``src/gpuplan/serve/data/llama_bench.csv``
 (with its source URL) is predicted by factors fitted without its GPU (leave-one-GPU-out) and, for comparison,
 by the rule before the per-type fits ("before": every byte at the datasheet bandwidth × the architecture's
 bandwidth factor, no fixed per-token time; prefill was not modelled). ``--check`` exits 1 when the document is
@@ -39,7 +39,7 @@ def render() -> str:
     lines = [
         BEGIN,
         "",
-        f"{len(rows)} rows with a bandwidth (src/gpuplan/perf/data/public/llama_bench.csv, each with "
+        f"{len(rows)} rows with a bandwidth (src/gpuplan/serve/data/llama_bench.csv, each with "
         "its source URL; rows whose GPU is neither in the catalog nor given a bandwidth by its source are kept "
         "there with the reason and not used). Held-out: predicted by factors fitted without that GPU's rows. "
         "Residual = gpuplan / measured − 1.",

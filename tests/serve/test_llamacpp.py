@@ -175,7 +175,7 @@ def test_tensor_types_match_the_llama_3_2_3b_q4_k_m_file() -> None:
 @pytest.mark.parametrize(
     "gpu, ftype, phase, measured",
     [
-        # llama-bench -ngl 99, tg 128 / pp 512 (rows of perf/data/public/llama_bench.csv, each with its URL):
+        # llama-bench -ngl 99, tg 128 / pp 512 (rows of serve/data/llama_bench.csv, each with its URL):
         ("RTX-4090", "F16", "decode", 61.03),  # codellama-7b, ggml-org/llama.cpp PR #4766
         ("RTX-4090", "Q8_0", "decode", 98.13),  # same
         ("M2-Ultra", "Q4_0", "decode", 94.27),  # 76-core, discussion #4167

@@ -1,6 +1,6 @@
 """llama.cpp speed per ggml type: decode (``tg``) and prefill (``pp``) rates fitted on public llama-bench rows.
 
-The rows (``perf/data/public/llama_bench.csv``: GPU / chip, backend, file type, ``pp512`` and ``tg128`` t/s,
+The rows (``serve/data/llama_bench.csv``: GPU / chip, backend, file type, ``pp512`` and ``tg128`` t/s,
 build and source URL) come from llama.cpp's own scoreboards (discussions #4167 Apple Metal, #15013 CUDA,
 #10879 Vulkan) and llama-bench tables in its pull requests. Two rules, each with one fitted number per
 backend and ggml type:
@@ -73,7 +73,7 @@ class Placement(Protocol):
     def host_weights_bytes(self) -> int: ...
 
 
-BENCH_FILE: Final = Path(__file__).resolve().parents[1] / "perf" / "data" / "public" / "llama_bench.csv"
+BENCH_FILE: Final = Path(__file__).resolve().parent / "data" / "llama_bench.csv"
 BENCH_MODELS: Final = {"llama 7B": "llama-2-7b", "codellama 7B": "llama-2-7b", "llama 3B": "llama-3.2-3b"}
 """The catalog config of each model a row ran (LLaMA 1/2 7B and CodeLlama 7B share their layers)."""
 BENCH_PROMPT_TOKENS: Final = 512
