@@ -817,6 +817,12 @@ def _assumptions(settings: engines.EngineSettings, layout: KVLayout, step: Trace
             notes.append(f"--tp {tp} > {layout.kv_heads} KV heads: vLLM replicates each KV head on "
                          f"{tp // layout.kv_heads} ranks (every rank caches one head)")
     notes.extend(engines.get_engine(settings.engine).notes(settings))
+    if settings.pp > 1:
+        notes.append(f"--pp {settings.pp}: each stage holds ⌈layers / {settings.pp}⌉ layers and the embedding or the "
+                     "head (weights and KV per GPU are the heaviest stage's); decode runs the sequences as "
+                     f"{settings.pp} micro-batches in flight (vLLM V1's batch queue): the step is the whole model's at "
+                     "⌈batch / pp⌉ sequences plus the stage-to-stage sends; the PP group's NCCL buffers are not "
+                     "counted")
     if settings.dp > 1:
         notes.append(f"--dp {settings.dp}: each data-parallel rank runs attention on {settings.tp} GPU(s) with its own "
                      "KV cache; concurrency, the time line and a --rate answer's replicas are per DP rank")
