@@ -256,7 +256,7 @@ class OpTable:
 def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
     import numpy as np
 
-    from gpuplan.perf.roofline import launches_kernel, op_time, rate_key
+    from gpuplan.perf.roofline import launches_kernel, op_time, rate_key, streams_at_copy_rate
 
     unit = eff.with_(**dict.fromkeys(GEN_FACTORS, 1.0))
     phases: dict[str, int] = {}
@@ -270,7 +270,7 @@ def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
         p = phases.setdefault(op.phase, len(phases))
         e = [0.0] * len(GEN_FACTORS)
         if op.op_class == "other":
-            e[ELEMENTWISE] = 1.0
+            e[ELEMENTWISE] = 0.0 if streams_at_copy_rate(op) else 1.0
         elif op.flops > 0 and op.op_class in ("matmul", "conv", "attention"):
             _, tensor = rate_key(op, workload.precision, gpu)
             if op.op_class == "attention":

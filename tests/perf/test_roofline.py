@@ -89,6 +89,20 @@ def test_elementwise_is_memory_bound() -> None:
     assert t.memory_s == pytest.approx((12 << 20) / (gpu.memory_bandwidth_bytes_per_s * EFF.bandwidth))
 
 
+def test_fitted_elementwise_share_slows_normalizations_not_pointwise_kernels() -> None:
+    """Issue 17: the fitted ``elementwise`` share is for softmax / norms / dropout / reductions; a pointwise
+    add, a cast and a fused optimizer update stream at the copy bandwidth whatever the share."""
+    gpu = get_gpu("A100-80GB-SXM")
+    slow = EFF.with_(elementwise=0.5)
+    copy_s = (12 << 20) / (gpu.memory_bandwidth_bytes_per_s * EFF.bandwidth)
+    for name in ("aten.add.Tensor", "aten._to_copy.default", "aten._fused_adamw_.default", "aten._foreach_mul_.Scalar"):
+        op = OpRecord(name, "forward", "m", "other", "float32", 0, 8 << 20, 4 << 20)
+        assert op_time(op, gpu, "fp32", slow).memory_s == pytest.approx(copy_s), name
+    for name in ("aten._softmax.default", "aten.native_layer_norm.default", "aten.native_dropout.default"):
+        op = OpRecord(name, "forward", "m", "other", "float32", 0, 8 << 20, 4 << 20)
+        assert op_time(op, gpu, "fp32", slow).memory_s == pytest.approx(copy_s / 0.5), name
+
+
 def test_non_kernel_ops_cost_nothing() -> None:
     op = OpRecord("aten.empty_like.default", "forward", "m", "other", "float32", 0, 0, 4 << 20)
     assert not launches_kernel(op)

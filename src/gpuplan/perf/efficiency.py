@@ -64,11 +64,13 @@ class Efficiency:
     row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
     inference row's."""
     elementwise: float = 1.0
-    """Memory-bound kernels that are not GEMMs (norms, activations, softmax, dropout, adds, batch norm,
-    optimizer updates, as eager PyTorch launches them): share of ``bandwidth`` (what a streaming copy
-    reaches) they reach. FITTED per generation (scripts/accuracy.py on the public matrices); never above
-    1, the streaming rate. Row-wise reductions over short rows, dropout's random numbers and the
-    two-pass backward of normalizations read and write at less than a copy does."""
+    """Memory-bound kernels that are neither GEMMs nor pointwise (softmax, layer/batch/group norms,
+    dropout, reductions, pooling, losses, as eager PyTorch launches them): share of ``bandwidth`` (what a
+    streaming copy reaches) they reach. FITTED per generation (scripts/accuracy.py on the public
+    matrices); never above 1, the streaming rate. Row-wise reductions over short rows, dropout's random
+    numbers and the two-pass backward of normalizations read and write at less than a copy does.
+    Pointwise kernels (adds, casts, activations) and fused optimizer updates stream at ``bandwidth``
+    itself (perf/roofline.STREAMING_OPS)."""
     tiles: tuple[Tile, ...] = DEFAULT_TILES
     """Candidate GEMM tiles of this architecture (gemm_shape.shape_efficiency)."""
     gemm_k_half: float = 32.0

@@ -70,6 +70,33 @@ TENSOR_OP_CLASSES: frozenset[str] = frozenset({"matmul", "conv", "attention"})
 # so they are costed as reading what they write, plus the indices.
 GATHER_OPS: frozenset[str] = frozenset({"embedding", "index_select", "gather", "take"})
 
+# Pointwise kernels (one read and one write per element, PyTorch's vectorized TensorIterator loops) and
+# the fused multi-tensor optimizer updates stream at what a copy reaches (``Efficiency.bandwidth``).
+# The other memory-bound kernels (softmax, norms, batch norm, dropout with its random numbers,
+# reductions, pooling, losses, embedding backward) read and write at less: two passes, row-wise
+# reductions over short rows, Philox generation; the fitted ``Efficiency.elementwise`` share is theirs
+# alone. Splitting them keeps the fitted share from taxing the casts and adds of an LLM step (issue 17:
+# one share over both pulled the single-GPU LLM rows 10-20% slow once it was fitted on CNN and BERT rows).
+STREAMING_OPS: frozenset[str] = frozenset(
+    {
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "pow", "sqrt", "rsqrt", "exp",
+        "_to_copy", "copy_", "clone", "cat", "stack", "constant_pad_nd", "roll", "where", "masked_fill",
+        "masked_fill_", "fill_", "zero_", "ones_like", "zeros_like", "new_zeros", "slice_backward",
+        "select_backward", "relu", "relu_", "threshold_backward", "gelu", "gelu_backward", "silu", "silu_",
+        "silu_backward", "tanh", "tanh_backward", "sigmoid", "sigmoid_backward", "hardswish", "hardswish_",
+        "hardswish_backward", "hardsigmoid", "hardsigmoid_", "hardsigmoid_backward", "addcmul_", "addcdiv_",
+        "lerp_", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
+    }
+)
+
+
+def streams_at_copy_rate(op: OpRecord) -> bool:
+    """Whether a memory-bound op is a pointwise / fused-optimizer kernel that runs at the streaming
+    bandwidth (not divided by the fitted ``elementwise`` share); ``_foreach_*`` ops are."""
+    name = short_name(op.name)
+    return name in STREAMING_OPS or name.startswith("_foreach_")
+
+
 _DTYPE_RATE = {
     "float16": "fp16",
     "bfloat16": "bf16",
@@ -200,8 +227,8 @@ def op_time(
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
     memory_s = memory_bound_s(moved, gpu, eff)
-    if op.op_class == "other":
-        memory_s /= eff.elementwise  # eager elementwise/normalization kernels: below a streaming copy
+    if op.op_class == "other" and not streams_at_copy_rate(op):
+        memory_s /= eff.elementwise  # eager normalization/reduction/dropout kernels: below a streaming copy
     compute_s = 0.0
     if op.flops > 0:
         key, tensor = rate_key(op, precision, gpu)
