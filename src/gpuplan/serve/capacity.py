@@ -574,7 +574,15 @@ def _weight_split(source: HFConfigSource, step: TracedStep, gpu: GPU, config: di
     text = ConfigView(config)
     per_param = step.param_bytes / max(1, step.params_count)
     work = Workload(mode="infer", batch_size=1, seq_len=1, precision="bf16")
-    prof = profile_from_step(step, ProfileRunSource(source), work, gpu)
+    try:
+        prof = profile_from_step(step, ProfileRunSource(source), work, gpu)
+    except NoRateError:
+        # only the profile's parameter split is read here, never its times: a GPU whose catalog entry has
+        # no rate for the dtype (Apple, some Gaudi parts) still gets its memory answer (issue 17 item 7),
+        # the split taken from a profile priced on a GPU that has the rate
+        from gpuplan.hardware import get_gpu
+
+        prof = profile_from_step(step, ProfileRunSource(source), work, get_gpu("A100-80GB-SXM"))
     expert_params = prof.block_expert_params * prof.layers if moe else 0
     block_kept = prof.block_unquantized_params
     outer_kept = prof.outer_unquantized_params
