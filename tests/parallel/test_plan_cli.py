@@ -91,8 +91,21 @@ def test_fixed_3d_layout_with_zero1_and_pipeline_ranks(capsys: pytest.CaptureFix
     assert (par["dp"], par["tp"], par["pp"], par["zero"], par["grad_accum"]) == (2, 2, 4, 1, 16)
     kinds = {r["kind"]: r for r in d["ranks"]}
     assert set(kinds) == {"first stage", "last stage"}
-    # the first stage holds pp micro-batches of activations; the last one (1F1B)
-    assert kinds["first stage"]["activations"] > kinds["last stage"]["activations"]
+
+    def stage_acts(global_batch: int) -> tuple[int, int]:
+        argv = ["gpt2", "--gpus", "16", "--gpu", "A100-80GB-SXM", "--dp", "2", "--tp", "2", "--pp", "4", "--zero", "1",
+                "--global-batch-size", str(global_batch), "--micro-batch-size", "2", "--seq-len", "1024",
+                "--precision", "amp-bf16"]
+        ranks = {r["kind"]: r["activations"] for r in _json(capsys, *argv)[1]["ranks"]}
+        return ranks["first stage"], ranks["last stage"]
+
+    # 1F1B: the first stage holds min(pp, grad_accum) micro-batches of activations, the last stage one
+    # (grad_accum 16, 2 and 1 at global batch 64, 8 and 4): each micro-batch in flight adds the same bytes
+    (first16, last16), (first2, last2), (first1, last1) = (kinds["first stage"]["activations"],
+                                                           kinds["last stage"]["activations"]), *map(stage_acts, (8, 4))
+    one = first2 - first1
+    assert one > 0 and first16 - first2 == pytest.approx(2 * one, abs=4)
+    assert last16 == last2 == last1
 
 
 def test_text_output_and_emit(capsys: pytest.CaptureFixture[str]) -> None:
