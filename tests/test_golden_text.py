@@ -242,9 +242,10 @@ def test_every_verb_has_a_golden_case() -> None:
     from gpuplan.cli.main import VERBS
 
     covered = {c.argv[0] for c in CASES}
-    # measure runs the workload for real on this machine: its output is a measurement, not a rendering;
+    # measure and sweep run the workload for real (sweep: measure for each of a plan's top layouts): their
+    # output is a measurement, not a rendering (tests/measure checks both against the per-rank accounting);
     # ui serves pages (tests/ui renders and checks them in a browser)
-    assert set(VERBS) - covered == {"measure", "ui"}
+    assert set(VERBS) - covered == {"measure", "sweep", "ui"}
 
 
 def test_no_stray_golden_files() -> None:
