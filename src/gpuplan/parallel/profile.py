@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gpuplan.errors import ConfigError
+from gpuplan.errors import ConfigError, TraceError
 from gpuplan.models.config_view import ConfigView
 from gpuplan.perf.workload_family import workload_kind
 from gpuplan.trace.cache import layer_counts_of
@@ -297,7 +297,12 @@ def module_dtype_step(source: ModelSource, workload: Workload, cc: tuple[int, in
 
     if workload.module_dtype_precision is None or not workload.trains or len(layer_counts_of(source)) > 2:
         return None
-    return trace_step(source, _module_dtype_workload(workload), compute_capability=cc)
+    try:
+        return trace_step(source, _module_dtype_workload(workload), compute_capability=cc)
+    except (TraceError, ConfigError):
+        # a program that does not run with its weights in 16 bits (a vision model's fp32 images into fp16
+        # convolutions): the autocast trace's activations stand for every engine, as ModelProfile says
+        return None
 
 
 def profile_from_step(
