@@ -170,19 +170,22 @@ def layerwise_fp8(module: nn.Module, *, compute_dtype: torch.dtype) -> int:
 
 def _cast_around_forward(layer: nn.Module, compute_dtype: torch.dtype) -> None:
     """The layer's weights in ``compute_dtype`` during its forward only, as diffusers' LayerwiseCastingHook
-    does with ``module.to(compute_dtype)`` before and ``module.to(storage_dtype)`` after."""
+    does with ``module.to(compute_dtype)`` before and ``module.to(storage_dtype)`` after. The stored fp8 tensors
+    are kept and put back after the forward (the downcast kernel still runs, and is timed): the weights stay the
+    load-time storages, so they count as parameters (``Memory after loading``), not as tensors the step made."""
     original = layer.forward
 
     def forward(*args: Any, __orig: Any = original, __layer: nn.Module = layer, **kwargs: Any) -> Any:
         params = __layer._parameters
-        names = [n for n, p in params.items() if p is not None]
-        for n in names:
-            params[n] = nn.Parameter(params[n].to(compute_dtype), requires_grad=False)  # type: ignore[union-attr]
+        stored = {n: p for n, p in params.items() if p is not None}
+        for n, p in stored.items():
+            params[n] = nn.Parameter(p.to(compute_dtype), requires_grad=False)
         try:
             return __orig(*args, **kwargs)
         finally:
-            for n in names:
-                params[n] = nn.Parameter(params[n].to(torch.float8_e4m3fn), requires_grad=False)  # type: ignore[union-attr]
+            for n, p in stored.items():
+                params[n].to(torch.float8_e4m3fn)  # type: ignore[union-attr]  # the downcast's pass (same values)
+                params[n] = p
 
     layer.forward = forward  # type: ignore[method-assign]
 
