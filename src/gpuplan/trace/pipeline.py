@@ -76,7 +76,7 @@ def adapt_pipeline(model: nn.Module, source: ModelSource, workload: Workload) ->
                               "gradient): add --peft lora (QLoRA), or quantize other components only")
         for name in names:
             component = getattr(model, name)
-            keep = _kept_in_fp32(component) if fmt.method.startswith("bnb") else ()
+            keep = _kept_in_fp32(component) if fmt.method.startswith("bnb") else _keep_in_fp32_names(component)
             quantize_linears(component, fmt, compute_dtype=compute_dtype_of(workload), skip=keep)
     if workload.gguf_type is not None:  # the source refused other formats and transformers components beforehand
         for name in names:
@@ -133,11 +133,18 @@ _FLUX_FUSED_QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_pr
 quantizer saw them as one ``attn.qkv`` tensor (its ``.to_v`` rule never sees a FLUX name)."""
 
 
+def _keep_in_fp32_names(component: nn.Module) -> tuple[str, ...]:
+    """transformers' ``_keep_in_fp32_modules`` of a component (T5's ``wo``): every transformers quantizer leaves them
+    unquantized (``get_modules_to_not_convert`` adds them: torchao, Quanto, bitsandbytes); with a bf16 pipeline
+    they stay bf16 (transformers upcasts them only for fp16). diffusers components have none."""
+    return tuple(getattr(type(component), "_keep_in_fp32_modules", None) or ())
+
+
 def _kept_in_fp32(component: nn.Module) -> tuple[str, ...]:
     """transformers' ``_keep_in_fp32_modules`` of a component loaded with bitsandbytes: those modules are not
     quantized and are held in float32 (T5's ``wo``: a quarter of the T5-XXL encoder's weights). Converted here,
     returned as names for ``quantize_linears`` to skip."""
-    names = tuple(getattr(type(component), "_keep_in_fp32_modules", None) or ())
+    names = _keep_in_fp32_names(component)
     if not names:
         return ()
     for path, module in component.named_modules():
