@@ -152,7 +152,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--render-only", action="store_true", help="rewrite the doc from the JSON")
     parser.add_argument("--only", default="", help="comma-separated row ids to (re)run; the others keep their JSON")
+    parser.add_argument("--residuals", type=Path, default=None,
+                        help="read and write the residuals here instead (a second run beside a running one)")
     args = parser.parse_args()
+    global RESIDUALS
+    RESIDUALS = args.residuals or RESIDUALS
     previous = json.loads(RESIDUALS.read_text()) if RESIDUALS.exists() else {}
     if args.render_only:
         results = previous

@@ -43,8 +43,8 @@ activations 4.24 at the loss; with the q/v/output + MLP targets this test used b
   a different peak statistic; QLoRA's 7.4 GiB equals that least (5.39 + 1.0 + 0.98 + 0.16 = 7.5).
 
 Throughput (``tune-8b-lora-4090-tps`` 3083, ``tune-8b-qlora-4090-tps`` 2413 tokens/s), reported,
-not fitted: gpuplan's eager step gives 2,279 (-26%; 1,595 with the earlier targets) and 1,567 (-35%)
-tokens/s. 3083 tokens/s of
+not fitted: gpuplan's eager step gives 2,279 (-26%; 1,595 with the earlier targets) and 1,535 (-36%;
+1,567 before bitsandbytes' dequantization was timed) tokens/s. 3083 tokens/s of
 ~200 TFLOP per 4096-token step (forward, recompute, input-gradient backward) would be ~150 TFLOP/s,
 91% of the 4090's dense bf16 peak: compiled kernels and fusion, which the eager model does not see.
 """
