@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "src" / "gpuplan" / "models" / "data"
 ROWS = list(csv.DictReader((DATA / "public_pipelines.csv").open(encoding="utf-8")))
-QUANTITIES = ("after_load_gib", "peak_gib", "time_s", "step_time_s", "denoise_phase_peak_gib")
+QUANTITIES = ("after_load_gib", "peak_gib", "time_s", "step_time_s", "peak_without_text_encoders_gib")
 
 
 def test_every_row_is_sourced_and_every_command_is_accepted() -> None:
