@@ -282,3 +282,18 @@ def test_adafactor_scales_like_the_model_traced_whole() -> None:
     assert scaled.block_counts == {"num_hidden_layers": TINY_LLAMA["num_hidden_layers"]}
     assert (scaled.tensor_peak_bytes, scaled.optimizer_state_bytes, scaled.flops) == (
         whole.tensor_peak_bytes, whole.optimizer_state_bytes, whole.flops)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_pure_16_bit_training_of_a_cnn_feeds_16_bit_images(precision: str) -> None:
+    """``estimate resnet18 --precision fp16`` failed: the images were made in float32 and met fp16 weights. A
+    training loop in pure 16 bits feeds ``x.half()``; the fake trace equals a real CPU run of that step."""
+    source = FactorySource(f"{Path(__file__).parent.parent / 'fixtures' / 'tiny_models.py'}:small_cnn")
+    workload = Workload(mode="train", batch_size=2, image_size=16, precision=precision, optimizer="sgd")
+    fake = trace_step(source, workload, cuda=False, fake=True)
+    real = trace_step(source, workload, cuda=False, fake=False)
+    assert fake.tensor_peak_bytes == real.tensor_peak_bytes and fake.params_count == real.params_count
+    # every saved tensor, the images included, in 2 bytes: half the fp32 step's activations (the 0-dim loss aside)
+    fp32 = trace_step(source, workload.with_(precision="fp32"), cuda=False, fake=True)
+    half, full = fake.tensor_components["activations"], fp32.tensor_components["activations"]
+    assert abs(2 * half - full) <= 16, (half, full)
