@@ -7,6 +7,7 @@ of its own program (parallel/profile.py ``module_dtype_step``; one predicate, ``
 from __future__ import annotations
 
 import pytest
+from tests.fixtures.tiny_models import TINY_LLAMA
 
 from gpuplan.hardware import get_gpu
 from gpuplan.models.sources import HFConfigSource
@@ -17,7 +18,6 @@ from gpuplan.parallel.profile import profile_from_step, profile_model
 from gpuplan.parallel.topology import make_topology
 from gpuplan.trace.step import trace_step
 from gpuplan.workload import Workload
-from tests.fixtures.tiny_models import TINY_LLAMA
 
 BATCH, SEQ = 2, 32
 HIDDEN = TINY_LLAMA["hidden_size"]
