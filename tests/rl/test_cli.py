@@ -138,6 +138,8 @@ def test_a_trainer_phase_that_does_not_fit_is_exit_1_and_limits_the_step() -> No
         (["--lora-rank", "4"], "--lora-rank configures PEFT adapters"),
         (["--gpus", "3", "--nodes", "2"], "not a multiple of --nodes 2"),
         (["--algorithm", "dpo", "--samples-per-prompt", "3"], "does not apply to DPO"),
+        (["--framework", "verl", "--emit", "trl"], "--framework verl conflicts with --emit trl"),
+        (["--framework", "deepspeed-chat"], "unknown RL framework 'deepspeed-chat'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tiny_gpt2: str, argv: list[str], message: str) -> None:
@@ -173,12 +175,22 @@ FAST_CASES: list[tuple[list[str], Any]] = [
     (["--rollout-engine", "vllm"], lambda d: d["rollout"]["engine"]["name"] == "vllm"),
     (
         ["--rollout-enforce-eager"],
-        lambda d: d["rollout"]["engine"]["cuda_graphs"] is False
-        and d["rollout"]["engine_command"].endswith("--enforce-eager"),
+        lambda d: (
+            d["rollout"]["engine"]["cuda_graphs"] is False
+            and d["rollout"]["engine_command"].endswith("--enforce-eager")
+        ),
     ),
     (["--no-ref"], lambda d: "ref_log_prob" not in _phases(d)),
     (["--offload", "params,optimizer"], lambda d: d["phases"]["generate"]["parts_bytes"]["policy"] == 0),
     (["--offload", "ref"], lambda d: "ref" not in d["phases"]["generate"]["parts_bytes"]),
+    *(
+        (
+            ["--framework", fw],
+            lambda d, fw=fw, way=way: d["settings"]["framework"] == fw and any(way in a for a in d["assumptions"]),
+        )
+        for fw, way in (("verl", "verl's way"), ("trl", "TRL's way"), ("openrlhf", "OpenRLHF's way"))
+    ),
+    (["--emit", "openrlhf"], lambda d: d["settings"]["framework"] == "openrlhf" and d["command"] is not None),
 ]
 
 

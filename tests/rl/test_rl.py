@@ -109,6 +109,26 @@ def test_log_prob_phase_is_the_forward_trace_sharded(tiny_gpt2: str) -> None:
     assert result.phase_map["ref_log_prob"].parts_bytes["this_phase"] == ref.bytes_per_gpu
 
 
+def test_log_prob_pass_is_each_frameworks_traced_forward(tiny_gpt2: str) -> None:
+    """TRL keeps only the completion's logits, verl the whole 16-bit logits, OpenRLHF adds an fp32 copy of them:
+    at micro-batch 8 (logits of 1.5 MB in 16 bits, a 20 MB allocator segment) the peaks order TRL < verl <
+    OpenRLHF, and each phase is the direct trace of that framework's pass (rl/logprobs.py) sharded as the
+    trainer holds it."""
+    from gpuplan.models.sources import resolve_model
+    from gpuplan.rl.logprobs import log_prob_source
+
+    peaks = {}
+    for fw in ("trl", "verl", "openrlhf"):
+        s = make(tiny_gpt2, framework=fw, train_micro_batch=8)
+        result = rl(s)
+        w = Workload(mode="infer", batch_size=8, seq_len=96, precision="bf16")
+        step = estimate(log_prob_source(resolve_model(tiny_gpt2), fw, 32), gpu=GPU, workload=w).step
+        ref = sharded_forward(step, make_topology(result.gpu, 2), 2)
+        assert result.phase_map["ref_log_prob"].parts_bytes["this_phase"] == ref.bytes_per_gpu
+        peaks[fw] = result.phase_map["old_log_prob"].peak_bytes_per_gpu
+    assert peaks["trl"] < peaks["verl"] < peaks["openrlhf"], peaks
+
+
 def test_colocated_phases_carry_the_sleeping_engine_and_the_resident_trainer(tiny_gpt2: str) -> None:
     result = rl(make(tiny_gpt2))
     assert result.rollout is not None

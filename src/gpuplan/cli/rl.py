@@ -3,6 +3,7 @@
 [--peft lora|qlora ...] [--no-ref] [--critic MODEL] [--reward-model MODEL] [--placement colocate|split
 --rollout-gpus K] [--rollout-engine vllm|sglang] [--rollout-tp T] [--rollout-memory-utilization U]
 [--rollout-enforce-eager]
+[--framework verl|trl|openrlhf]
 [--offload params,optimizer,ref] [--checkpointing C] [--precision P] [--emit trl|verl|openrlhf] [--json]``.
 
 Exit 0 when every phase of the step fits, 1 when one does not (or the rollout engine would not start),
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from gpuplan.rl.settings import RLSettings
 
 EMIT_FRAMEWORKS: tuple[str, ...] = ("trl", "verl", "openrlhf")
+"""The same names as RLSettings' ``framework`` (rl/settings.py FRAMEWORKS)."""
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -37,9 +39,19 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> RLSettings:
     """The RLSettings the flags describe (every bad value one ConfigError line)."""
+    from gpuplan.errors import ConfigError
     from gpuplan.rl.settings import RLSettings
 
-    return RLSettings(**rl_settings_fields(args.model, vars(args), spell=lambda n: "--" + n.replace("_", "-")))
+    fields = rl_settings_fields(args.model, vars(args), spell=lambda n: "--" + n.replace("_", "-"))
+    emit = getattr(args, "emit", None)
+    if emit and fields.get("framework", emit) != emit:
+        raise ConfigError(
+            f"--framework {fields['framework']} conflicts with --emit {emit}: the log-probs are sized the way the "
+            f"emitted framework computes them; drop --framework or pass --framework {emit}"
+        )
+    if emit:
+        fields["framework"] = emit  # the emitted framework's log-prob pass
+    return RLSettings(**fields)
 
 
 def with_emitted(result: RLResult, framework: str) -> RLResult:

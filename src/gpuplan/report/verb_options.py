@@ -240,7 +240,7 @@ def _local() -> tuple[Option, ...]:
 
 
 def _rl() -> tuple[Option, ...]:
-    from gpuplan.rl.settings import ALGORITHMS, OFFLOADS, PLACEMENTS, ROLLOUT_ENGINES
+    from gpuplan.rl.settings import ALGORITHMS, FRAMEWORKS, OFFLOADS, PLACEMENTS, ROLLOUT_ENGINES
 
     batch, models, place, trainer = ("the batch (sequences = prompt + response)", "the models",
                                      "placement and the rollout engine", "trainer")
@@ -301,6 +301,10 @@ def _rl() -> tuple[Option, ...]:
                help="no CUDA graphs in the engine (verl rollout.enforce_eager, vLLM --enforce-eager, SGLang "
                     "--disable-cuda-graph): no graph pool, eager decode steps",
                label="Rollout: no CUDA graphs (enforce eager)", group=place),
+        Option("framework", "choice", choices=FRAMEWORKS, library_checks=True, metavar="F",
+               help="whose log-prob pass is sized: verl (16-bit full-vocabulary logits), trl (the completion's "
+                    "logits only) or openrlhf (logits upcast to fp32) (default verl, or the --emit framework)",
+               label="Log-prob pass as computed by", unset="default (verl)", group=trainer),
         Option("offload", "names", metavar="WHAT", choices=OFFLOADS,
                help="params,optimizer,ref: held on the host between uses (FSDP / ZeRO-3 CPU offload)",
                group=trainer),

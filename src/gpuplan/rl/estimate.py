@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpuplan.hardware import resolve_gpu
 from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.parallel.topology import make_topology
+from gpuplan.rl.logprobs import log_prob_source
 from gpuplan.rl.models import VALUE_HEAD_NOTE, Forward, Trained, forward, trained, value_model
 from gpuplan.rl.phases import Residents, compose
 from gpuplan.rl.result import RLResult
@@ -59,13 +60,17 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
         load_in="4bit" if settings.peft == "qlora" else "none",
     )
     frozen_w = fwd_w.with_(precision=frozen_precision(gpu), load_in="none")
+    # the log-prob passes: the forward and the framework's own ops on its logits (verl: the plain forward)
+    log_probs = log_prob_source(source, settings.framework, settings.prompt_len)
     old: Forward | None = None
     if settings.generates or (settings.ref and settings.peft != "none"):
-        say("rl: tracing the policy's log-prob forward")
-        old = forward(source, fwd_w, seqs, gpu, topology, n, time_seq_len=mean, held_by=policy)
+        say(f"rl: tracing the policy's log-prob forward ({settings.framework}'s)")
+        old = forward(log_probs, fwd_w, seqs, gpu, topology, n, time_seq_len=mean, held_by=policy)
     ref: Forward | None = None
     if settings.ref:  # under PEFT the reference is the policy with its adapters off: the same forward
-        ref = old if settings.peft != "none" else forward(source, frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
+        ref = (
+            old if settings.peft != "none" else forward(log_probs, frozen_w, seqs, gpu, topology, n, time_seq_len=mean)
+        )
     if not settings.generates:
         old = None  # DPO: no old-policy pass
     reward = critic = critic_values = None
@@ -114,18 +119,30 @@ def rl(settings: RLSettings, *, progress: Callable[[str], None] | None = None) -
     )
 
 
-LOG_PROB_NOTE = (
-    "log-prob passes (old policy, reference): the forward traced in the 16-bit compute dtype the trainer gathers "
-    "each block in (FSDP mixed precision, DeepSpeed bf16; no autocast copy of every weight) beside the weight "
-    "shards the trainer holds, its full-vocabulary logits [micro-batch × (prompt + longest response), vocab] in "
-    "16 bits and nothing larger after them: verl's way — remove-padding logits [tokens, vocab], log-probs by "
+LOG_PROB_NOTES: dict[str, str] = {
+    "verl": "verl's way (--framework verl): its full-vocabulary logits [micro-batch × (prompt + longest response), "
+    "vocab] in 16 bits and nothing larger after them — remove-padding logits [tokens, vocab], log-probs by "
     "flash-attn's fused cross-entropy or a row-by-row log_softmax, entropy through torch.compile "
-    "(volcengine/verl verl/workers/actor/dp_actor.py @0081137b, verl/utils/torch_functional.py @03c8cca1). TRL "
-    "needs less: logits of the completion's positions only (logits_to_keep) plus one temperature-scaled copy, "
-    "selective_log_softmax row by row, and no old-policy pass when num_iterations is 1 (huggingface/trl "
-    "trl/trainer/grpo_trainer.py @000bb3db); OpenRLHF's actor upcasts the logits to float32 first, one fp32 copy "
-    "more (OpenRLHF/OpenRLHF openrlhf/models/actor.py, OpenRLHF PR #634); neither is sized here"
-)
+    "(volcengine/verl verl/workers/actor/dp_actor.py @0081137b, verl/utils/torch_functional.py @03c8cca1)",
+    "trl": "TRL's way (--framework trl): logits of the completion's positions only (transformers' logits_to_keep = "
+    "longest response + 1, the last dropped), one temperature-scaled copy, selective_log_softmax row by row in 16 "
+    "bits, all traced (huggingface/trl trl/trainer/grpo_trainer.py @000bb3db); the old-policy pass is counted "
+    "although TRL skips it when num_iterations is 1 and each generation feeds one optimizer step",
+    "openrlhf": "OpenRLHF's way (--framework openrlhf): the actor upcasts the full-vocabulary logits to float32 "
+    "(one fp32 copy beside the 16-bit logits until it replaces them), then gathers the labels' logits and takes "
+    "the logsumexp 1024 rows at a time, all traced (OpenRLHF/OpenRLHF openrlhf/models/actor.py, "
+    "openrlhf/models/utils.py, OpenRLHF PR #634)",
+}
+
+
+def log_prob_note(framework: str) -> str:
+    """The assumption line of the log-prob passes, sized ``framework``'s way."""
+    return (
+        "log-prob passes (old policy, reference): the forward traced in the 16-bit compute dtype the trainer "
+        "gathers each block in (FSDP mixed precision, DeepSpeed bf16; no autocast copy of every weight) beside the "
+        "weight shards the trainer holds, sized " + LOG_PROB_NOTES[framework] + " (rl --framework verl|trl|"
+        "openrlhf, default verl or the --emit framework)"
+    )
 
 
 def _forward_precision(precision: str, gpu: GPU) -> str:
@@ -177,7 +194,7 @@ def _assumptions(settings: RLSettings, policy: Trained, gen: Rollout | None) -> 
         "RL step: the planner's evaluator on the exact traced step",
         "the policy loss is traced as the causal LM's cross entropy over the full vocabulary (the same logits, "
         "log-softmax and gather a token-level RL loss computes)",
-        LOG_PROB_NOTE,
+        log_prob_note(settings.framework),
         *policy.profile.assumptions,
     ]
     if settings.critic is not None or settings.reward_model is not None:

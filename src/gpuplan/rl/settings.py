@@ -35,6 +35,8 @@ RolloutEngine = Literal["vllm", "sglang"]
 ALGORITHMS: Final[tuple[str, ...]] = ("grpo", "ppo", "dapo", "dpo")
 PLACEMENTS: Final[tuple[str, ...]] = ("colocate", "split")
 ROLLOUT_ENGINES: Final[tuple[str, ...]] = ("vllm", "sglang")
+FRAMEWORKS: Final[tuple[str, ...]] = ("verl", "trl", "openrlhf")
+"""The frameworks whose log-prob pass is sized their way (rl/logprobs.py); the names of ``rl --emit``."""
 OFFLOADS: Final[tuple[str, ...]] = ("params", "optimizer", "ref")
 """FSDP CPU offload as verl (``actor.fsdp_config.param_offload`` / ``optimizer_offload``,
 ``ref.fsdp_config.param_offload``) and TRL/accelerate do it: the tensors live on the host between uses."""
@@ -117,6 +119,8 @@ class RLSettings:
     rollout_enforce_eager: bool = False
     """No CUDA graphs in the engine (verl ``rollout.enforce_eager``, OpenRLHF ``--vllm.enforce_eager``, ``trl
     vllm-serve --enforce_eager``): no graph pool, each decode step dispatched kernel by kernel (serve/timing.py)."""
+    framework: str = "verl"
+    """Whose log-prob pass is sized (rl/logprobs.py: the logits as verl, TRL or OpenRLHF compute them)."""
     # -- trainer techniques --
     offload: frozenset[str] = frozenset()
     checkpointing: Checkpointing = DEFAULT_CHECKPOINTING
@@ -127,6 +131,7 @@ class RLSettings:
         require_choice("RL algorithm", self.algorithm, ALGORITHMS)
         require_choice("placement", self.placement, PLACEMENTS)
         require_choice("rollout engine", self.rollout_engine, ROLLOUT_ENGINES)
+        require_choice("RL framework", self.framework, FRAMEWORKS)
         require_choice("precision", self.precision, PRECISIONS)
         require_choice("checkpointing mode", self.checkpointing, CHECKPOINTING)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
