@@ -34,7 +34,7 @@ def test_factors_file_has_every_architecture_with_source_and_residuals() -> None
     """Issue 10: factors are data per architecture, each with its source, the fit and residuals."""
     data = load_factors()
     assert set(data["architectures"]) == {
-        "volta", "turing", "ampere", "ada", "hopper", "blackwell-gb20x", "blackwell", "cdna"
+        "volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper", "blackwell-gb20x", "blackwell", "cdna"
     }
     assert data["fitted"]["method"] and data["fitted"]["fitted_on"]
     for key, arch in data["architectures"].items():
