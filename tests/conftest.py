@@ -27,7 +27,7 @@ from tests.fixtures.tiny_models import TINY_GPT2_LM
 # GPUPLAN_* variables of the test harness itself (scripts/test, the fuzz driver's knobs): kept; every
 # other GPUPLAN_* is dropped, so a developer's own settings cannot change a test's answer
 HARNESS_VARIABLES = frozenset({"GPUPLAN_CPU_PYTHON", "GPUPLAN_FUZZ_SEED", "GPUPLAN_FUZZ_CALLS", "GPUPLAN_UI_FUZZ_SEED",
-                               "GPUPLAN_UI_FUZZ_CALLS"})
+                               "GPUPLAN_UI_FUZZ_CALLS", "GPUPLAN_NEWCOMER"})
 
 _SANDBOX: dict[str, str] = {}
 _SAVED: dict[str, str | None] = {}
