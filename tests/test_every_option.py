@@ -440,6 +440,14 @@ def test_sweep_local_json(tiny_gpt2: str) -> None:
     assert row["measured_layout"] == "ddp" and [r["rank"] for r in ranks] == [0, 1]
     assert row["measured"]["peak_bytes"] == max(r["tracked_peak_bytes"] for r in ranks)
     assert row["measured"]["step_time_s"] == max(r["step_time_s"] for r in ranks) and row["comparison"] == []
+    # the predicted step carries the plan's own 80% interval for that layout
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["plan", tiny_gpt2, "--gpus", "2", "--gpu", "H100-SXM", "--dp", "2", "--zero", "0",
+                     "--batch-size", "2", "--seq-len", "32", "--precision", "fp32", "--json"]) == 0
+    planned = json.loads(out.getvalue())
+    assert row["predicted"]["step_time_s"] == planned["step_time_s"]
+    assert row["predicted"]["step_time_interval_s"] == planned["step_time_interval_s"] is not None
 
 
 @pytest.mark.slow

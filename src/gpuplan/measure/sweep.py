@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpuplan.measure.results import Measurement
     from gpuplan.parallel.layout import Layout
     from gpuplan.parallel.plan import Plan
+    from gpuplan.perf.workload_family import TimeInterval
 
 MAX_TOP = 16
 """More layouts than a plan's distinct alternatives would only repeat the tail."""
@@ -69,6 +70,8 @@ class SweepRow:
     micro_batch_size: int
     predicted_step_time_s: float
     predicted_per_gpu_bytes: int
+    predicted_interval: TimeInterval | None = None
+    """The 80% interval of ``predicted_step_time_s``: the plan's own (``Plan.interval``) for that layout."""
     measurement: Measurement | None = None
     skipped: str | None = None
     """Why the layout was not measured (no measured layout runs it, or its run failed)."""
@@ -147,7 +150,7 @@ def sweep(model: str, p: Plan, *, top: int, steps: int, executor: Executor | Non
         name, why = measured_layout(lay)
         row = SweepRow(position=position, layout=lay.describe(), measured_layout=name, gpus=lay.gpus,
                        micro_batch_size=lay.micro_batch_size, predicted_step_time_s=e.step_time_s,
-                       predicted_per_gpu_bytes=e.per_gpu_peak_bytes, skipped=why)
+                       predicted_per_gpu_bytes=e.per_gpu_peak_bytes, predicted_interval=p.interval(e), skipped=why)
         workload = replace(p.workload, batch_size=lay.micro_batch_size, checkpointing=lay.checkpointing)
         if name is not None:
             try:

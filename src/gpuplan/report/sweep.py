@@ -22,7 +22,9 @@ def _row_to_dict(r: SweepRow) -> dict[str, Any]:
         "measured_layout": r.measured_layout,
         "gpus": r.gpus,
         "micro_batch_size": r.micro_batch_size,
-        "predicted": {"step_time_s": r.predicted_step_time_s, "per_gpu_bytes": r.predicted_per_gpu_bytes},
+        "predicted": {"step_time_s": r.predicted_step_time_s,
+                      "step_time_interval_s": r.predicted_interval.to_list() if r.predicted_interval else None,
+                      "per_gpu_bytes": r.predicted_per_gpu_bytes},
         "measured": None if m is None else {
             "device": device,
             "step_time_s": r.measured_step_time_s,
@@ -59,6 +61,7 @@ def render_sweep(s: Sweep) -> str:
         device = r.measurement.environment.device if r.measurement is not None else None
         step_err = r.comparisons[0].error if r.comparisons else None
         rows.append((str(r.position), r.layout, format_seconds(r.predicted_step_time_s),
+                     r.predicted_interval.span() if r.predicted_interval else "-",
                      _cell(r.measured_step_time_s, format_seconds),
                      "n/a" if step_err is None else f"{step_err:+.1%}",
                      format_bytes(r.predicted_per_gpu_bytes), _cell(r.measured_peak_bytes, format_bytes),
@@ -66,8 +69,11 @@ def render_sweep(s: Sweep) -> str:
     lines = [f"{s.model} on {s.rows[0].gpus if s.rows else 0}× {s.gpu}: top {len(s.rows)} planned layouts, "
              f"{s.steps} timed steps each ({s.launcher} launcher); {s.measured} measured",
              "",
-             table(rows, ("#", "layout", "predicted step", "measured step", "error", "predicted/GPU",
-                          "measured/GPU", "ran on"), "llrrrrrl")]
+             table(rows, ("#", "layout", "predicted step", "80%", "measured step", "error", "predicted/GPU",
+                          "measured/GPU", "ran on"), "llrrrrrrl")]
+    basis = next((r.predicted_interval for r in s.rows if r.predicted_interval), None)
+    if basis is not None:
+        lines.append(f"80%: prediction interval of the predicted step, from {basis.basis}")
     skipped = [r for r in s.rows if r.skipped]
     if skipped:
         lines += ["", "not measured:"] + [f"  {r.position}. {r.layout}: {r.skipped}" for r in skipped]
