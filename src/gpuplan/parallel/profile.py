@@ -305,6 +305,29 @@ def module_dtype_step(source: ModelSource, workload: Workload, cc: tuple[int, in
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ParamProfile:
+    """Where one traced step's parameters sit, untimed: the part of :class:`ModelProfile` a caller that reads
+    only parameters needs (serve's weight split), so a GPU with no catalog rate still gets its answer."""
+
+    layers: int
+    block_expert_params: int
+    block_unquantized_params: int
+    outer_unquantized_params: int
+
+
+def param_profile(step: TracedStep, source: ModelSource) -> ParamProfile:
+    """The parameter split :func:`profile_from_step` makes (same blocks, same ``_param_split``), without
+    pricing anything on a GPU."""
+    run = step.run
+    if run is None:
+        raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
+    blocks = _blocks_of(run, layer_counts_of(source))
+    params = _param_split(step, run, blocks)
+    return ParamProfile(sum(blocks.full_layers), params.expert_params, params.block_unquantized_params,
+                        params.outer_unquantized_params)
+
+
 def profile_from_step(
     step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU, *, megatron_gemm_scale: float | None = None,
     module_dtype_step: TracedStep | None = None,

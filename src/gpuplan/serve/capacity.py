@@ -345,7 +345,7 @@ def serve(
                               images=images, num_seqs=num_seqs)
     # routed experts (MoE): what expert parallelism and DP attention's MoE group split, and the share of
     # the weights a decode step reads only for the experts its tokens reach
-    split = _weight_split(source, step, target, config, dtype, quantization, quant_format,
+    split = _weight_split(source, step, config, dtype, quantization, quant_format,
                           moe=bool(_text_get(config, "num_experts_per_tok")))
     expert_bytes = split.traced_expert_bytes
     drafter = _drafter(spec, source, config, layout, cost, step, settings, target, dtype, element, split,
@@ -563,26 +563,19 @@ def stage_weights_per_gpu(split: WeightSplit, *, experts: int, tp: int, pp: int,
     return dense + routed + split.block_kept_bytes * stage_layers + -(-outer // tp)
 
 
-def _weight_split(source: HFConfigSource, step: TracedStep, gpu: GPU, config: dict[str, Any], dtype: str,
+def _weight_split(source: HFConfigSource, step: TracedStep, config: dict[str, Any], dtype: str,
                   quantization: str, fmt: WeightFormat | None, *, moe: bool) -> WeightSplit:
     """The traced 16-bit model split by module (parallel/profile.py: the ``experts`` modules of a block × the
     blocks, the modules kept in 16 bits), the quantized parts in ``quantization``'s served bytes
     (``memory.weight_quant.served_quantized_bytes``: the checkpoint's own format ``fmt``, or the flag's)."""
-    from gpuplan.parallel.profile import profile_from_step
+    from gpuplan.parallel.profile import param_profile
     from gpuplan.serve.profile import ProfileRunSource
 
     text = ConfigView(config)
     per_param = step.param_bytes / max(1, step.params_count)
-    work = Workload(mode="infer", batch_size=1, seq_len=1, precision="bf16")
-    try:
-        prof = profile_from_step(step, ProfileRunSource(source), work, gpu)
-    except NoRateError:
-        # only the profile's parameter split is read here, never its times: a GPU whose catalog entry has
-        # no rate for the dtype (Apple, some Gaudi parts) still gets its memory answer (issue 17 item 7),
-        # the split taken from a profile priced on a GPU that has the rate
-        from gpuplan.hardware import get_gpu
-
-        prof = profile_from_step(step, ProfileRunSource(source), work, get_gpu("A100-80GB-SXM"))
+    # the parameter split only, never timed: a GPU with no rate for the dtype (Apple, some Gaudi parts) still
+    # gets its memory answer (issue 17 item 7)
+    prof = param_profile(step, ProfileRunSource(source))
     expert_params = prof.block_expert_params * prof.layers if moe else 0
     block_kept = prof.block_unquantized_params
     outer_kept = prof.outer_unquantized_params
