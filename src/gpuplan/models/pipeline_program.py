@@ -26,7 +26,7 @@ from gpuplan.models.base import Inputs
 from gpuplan.workload import Workload
 
 if TYPE_CHECKING:
-    from gpuplan.models.pipeline import PipelineSpec, Shape
+    from gpuplan.models.pipeline_spec import PipelineSpec, Shape
 
 FLUX_T5_TOKENS: Final = {True: 512, False: 256}
 """FluxPipeline max_sequence_length: 512 (dev, guidance-distilled) / 256 (schnell's model card)."""
