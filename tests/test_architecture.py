@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rl",),           # RL post-training: the trainer through estimate/parallel, the rollout through serve
     ("measure",),
     ("report",),
-    ("cli", "ui"),
+    ("cli", "ui", "__main__"),  # __main__: `python -m gpuplan`, the command line
 )
 
 # --- allow-lists: today's violations, each to be deleted when fixed -----------------------------

@@ -297,3 +297,15 @@ def test_user_text_reader_errors_are_one_line(tmp_path: Path) -> None:
     assert read_user_text(tmp_path / "t.txt", what="t", limit_bytes=6) == "café\n"
     with pytest.raises(ConfigError, match="t is larger than 5 B, the most gpuplan reads; hint"):
         read_user_text(tmp_path / "t.txt", what="t", limit_bytes=5, hint="; hint")
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    """`python -m gpuplan` is the `gpuplan` script: same output, same exit code (here a "no": exit 0 for
+    a verb that answers, 2 for an unknown flag, with the one-line refusal)."""
+    env_run = [sys.executable, "-m", "gpuplan"]
+    ok = subprocess.run([*env_run, "gpus", "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert any(g["id"] == "H100-SXM" for g in json.loads(ok.stdout)["gpus"])
+    bad = subprocess.run([*env_run, "gpus", "--no-such-flag"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
