@@ -219,3 +219,78 @@ def test_fits_axis_rule_is_the_same_on_both_front_ends() -> None:
             assert main(["fit", "gpt2", "--gpu", "H100-SXM", *(f"--{k.replace('_', '-')}={v}"
                                                                for k, v in extra.items())]) == 2
         assert err.getvalue().strip() == f"gpuplan fit: error: {cli}"
+
+
+# --- every flag of the verbs that take options is described (issue 19 item 1: measure, sweep, --emit) ----------
+
+DESCRIBED_VERBS = ("estimate", "fit", "recommend", "plan", "serve", "rl", "measure", "sweep")
+
+
+def _described(verb: str) -> tuple[Option, ...]:
+    """Every option the description gives ``verb``: the workload's where it takes one, its own, the ones it
+    shares (sweep: plan's; recommend --mode serve: serve's), --emit, and how the answer is given."""
+    from gpuplan.report.options import JSON_OUTPUT, NO_CACHE, PICTURE_OPTIONS
+    from gpuplan.report.verb_options import emit_options
+
+    shared = {"sweep": verb_options("plan"), "recommend": verb_options("serve")}.get(verb, ())
+    emit = emit_options(verb) if verb in ("plan", "rl") else ()
+    pictures = PICTURE_OPTIONS if verb in ("estimate", "fit", "recommend", "plan", "serve") else ()
+    workload = ALL_WORKLOAD_OPTIONS if verb in (*TAKES_WORKLOAD, "measure", "sweep", "serve") else ()
+    return (*workload, *verb_options(verb), *shared, *emit, *pictures, JSON_OUTPUT, NO_CACHE)
+
+
+def _sub(verb: str) -> argparse.ArgumentParser:
+    parser = build_parser(verb)
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+
+
+@pytest.mark.parametrize("verb", DESCRIBED_VERBS)
+def test_every_flag_of_the_verb_is_described_once(verb: str) -> None:
+    """measure's flags, sweep's, the launcher's, plan's and rl's --emit and --plot/--html/--json/--no-cache were
+    argparse calls beside the description; now each flag comes from an Option, with its default and help."""
+    described = _described(verb)
+    spellings = {s for o in described for s in (*o.cli_flags, *(f for f, _, _ in o.spellings))}
+    for action in _sub(verb)._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        assert set(action.option_strings) <= spellings, (verb, action.option_strings)
+    from gpuplan.report.options import JSON_OUTPUT, NO_CACHE, PICTURE_OPTIONS
+    from gpuplan.report.verb_options import emit_options
+
+    # the verb's own options: argparse's default and help are the description's (shared ones: the tests above)
+    own = (*verb_options(verb), *(emit_options(verb) if verb in ("plan", "rl") else ()), *PICTURE_OPTIONS,
+           JSON_OUTPUT, NO_CACHE)
+    by_name = {o.name: o for o in own if o.cli and not o.spellings}
+    checked = 0
+    for action in _sub(verb)._actions:
+        option = by_name.get(action.dest)
+        if option is None or action.help is None and not option.help:
+            continue
+        assert action.default == option.default, (verb, option.name, action.default, option.default)
+        assert action.help == option.help, (verb, option.name)
+        checked += 1
+    assert checked >= 3, verb
+
+
+def test_measure_and_rl_choices_are_the_librarys() -> None:
+    """The described --layout and rl --emit values are the library's lists (which import torch / rl)."""
+    from gpuplan.measure.layouts import LAYOUTS
+    from gpuplan.report.verb_options import MEASURE_LAYOUTS, RL_EMIT_FRAMEWORKS
+    from gpuplan.rl.settings import FRAMEWORKS
+
+    assert MEASURE_LAYOUTS == LAYOUTS
+    assert sorted(RL_EMIT_FRAMEWORKS) == sorted(FRAMEWORKS)
+
+
+def test_measure_and_sweep_flags_reach_their_runs() -> None:
+    """The described flags parse to the values measure / sweep / plan --emit read (dests and defaults)."""
+    args = build_parser("measure").parse_args(["measure", "gpt2", "--steps", "3", "--no-record", "--layout", "fsdp",
+                                               "--launcher", "slurm", "--partition", "p", "--gpus-per-node", "4"])
+    assert (args.steps, args.warmup, args.no_record, args.force, args.layout) == (3, 2, True, False, "fsdp")
+    assert (args.launcher, args.partition, args.gpus_per_node, args.nodes, args.no_store) == ("slurm", "p", 4, None,
+                                                                                               False)
+    args = build_parser("sweep").parse_args(["sweep", "gpt2", "--gpus", "2", "--gpu", "H100-SXM", "--no-store"])
+    assert (args.top, args.steps, args.no_store, args.store, args.launcher) == (3, 3, True, None, "local")
+    args = build_parser("plan").parse_args(["plan", "gpt2", "--gpus", "2", "--gpu", "H100-SXM", "--emit", "jobset",
+                                            "--queue", "q", "--json"])
+    assert (args.emit, args.queue, args.json, args.no_cache, args.plot) == ("jobset", "q", True, False, None)

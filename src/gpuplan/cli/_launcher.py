@@ -1,9 +1,10 @@
-"""The ``--launcher local|slurm`` flags that ``measure`` and ``sweep`` share, and the executor they name.
+"""The executor that ``measure``'s and ``sweep``'s ``--launcher local|slurm`` flags name (the flags themselves are
+described in report/verb_options.launcher_options).
 
 ``--launcher slurm`` submits through submitit (``pip install 'gpuplan[cluster]'``); every refusal
 (submitit missing, no ``--partition``, no sbatch here, a Slurm-only flag without ``--launcher slurm``)
 is one line before any tracing. The node shape (``--nodes``, ``--gpus-per-node``) is the verb's own:
-``measure`` adds it here, ``sweep`` takes plan's cluster flags.
+``measure`` has its own, ``sweep`` takes plan's cluster flags.
 """
 
 from __future__ import annotations
@@ -11,30 +12,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from gpuplan.cli._workload import _int
 from gpuplan.errors import ConfigError
-from gpuplan.measure.executor import LAUNCHERS  # torch-free: parsing flags imports no torch
 
 if TYPE_CHECKING:
     from gpuplan.measure.executor import Executor
 
 _SLURM_ONLY = ("partition", "time_min", "account", "job_dir")
-
-
-def add_launcher_arguments(parser: argparse.ArgumentParser, *, node_shape: bool) -> None:
-    g = parser.add_argument_group("where the ranks run")
-    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                   help="local: torchrun on this host (default); slurm: jobs through submitit (a job array when "
-                        "several), pip install 'gpuplan[cluster]'")
-    g.add_argument("--partition", default=None, metavar="P", help="Slurm partition (needed with --launcher slurm)")
-    if node_shape:
-        g.add_argument("--nodes", type=_int, default=None, metavar="N", help="Slurm nodes (default 1)")
-        g.add_argument("--gpus-per-node", type=_int, default=None, metavar="G",
-                       help="GPUs (ranks) per Slurm node (default: --nproc / --nodes)")
-    g.add_argument("--time-min", type=_int, default=None, metavar="T", help="Slurm time limit in minutes (default 30)")
-    g.add_argument("--account", default=None, metavar="A", help="Slurm account to charge")
-    g.add_argument("--job-dir", default=None, metavar="DIR",
-                   help="submitit's folder, shared with the nodes (default ./gpuplan-jobs)")
 
 
 def _flag(dest: str) -> str:

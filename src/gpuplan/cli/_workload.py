@@ -10,8 +10,10 @@ from typing import Any
 from gpuplan.extras import require_workload
 from gpuplan.report.options import (
     ALL_WORKLOAD_OPTIONS,
+    JSON_OUTPUT,
     LOAD_IN,
     MODE_ONLY,
+    NO_CACHE,
     PEFT_OPTIONS,
     PIPELINE,
     PIPELINE_OPTIONS,
@@ -211,10 +213,9 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_option(parser, JSON_OUTPUT)
 
 
 def add_cache_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-cache``: trace again instead of reading (or writing) the on-disk trace cache."""
-    parser.add_argument("--no-cache", action="store_true",
-                        help="trace again; don't read or write the trace cache (also: GPUPLAN_CACHE=off)")
+    add_option(parser, NO_CACHE)

@@ -9,46 +9,28 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from gpuplan.cli._launcher import add_launcher_arguments, executor_from_args
+from gpuplan.cli._launcher import executor_from_args
 from gpuplan.cli._workload import (
-    _int,
     add_cache_argument,
     add_json_argument,
     add_model_argument,
+    add_options,
     add_workload_arguments,
     workload_from_args,
 )
+from gpuplan.report.verb_options import MEASURE_LAYOUTS, verb_options
 
 if TYPE_CHECKING:
     from gpuplan.measure.executor import Executor
     from gpuplan.measure.store import Store
 
-LAYOUTS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
-
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_workload_arguments(parser, pipelines=False)
-    g = parser.add_argument_group("measurement")
-    g.add_argument("--steps", type=_int, default=5, metavar="N", help="timed steps (default 5)")
-    g.add_argument("--warmup", type=_int, default=2, metavar="N", help="untimed warm-up steps (default 2)")
-    g.add_argument("--force", action="store_true", help="run even if the estimate says it will not fit")
-    g.add_argument("--no-record", action="store_true",
-                   help="skip the extra recorded step that gives the storage-tracked bytes")
-    g.add_argument("--nproc", type=_int, default=1, metavar="N",
-                   help="processes (GPUs, or CPU processes with gloo) launched through torchrun")
-    g.add_argument("--layout", default=None, metavar="L", help="|".join(LAYOUTS) + " (with --nproc > 1)")
-    add_store_arguments(g)
-    add_launcher_arguments(parser, node_shape=True)
+    add_options(parser, verb_options("measure"))  # described once (report/verb_options.py)
     add_json_argument(parser)
     add_cache_argument(parser)
-
-
-def add_store_arguments(g: argparse._ArgumentGroup) -> None:
-    """``--store PATH`` / ``--no-store``: where measure and sweep keep their runs."""
-    g.add_argument("--store", default=None, metavar="PATH",
-                   help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)")
-    g.add_argument("--no-store", action="store_true", help="do not keep the measurements")
 
 
 def check_store_arguments(args: argparse.Namespace) -> None:
@@ -113,7 +95,8 @@ def _executor(args: argparse.Namespace) -> tuple[Executor | None, int]:
         if shape:
             raise ConfigError(f"{shape} applies to --launcher slurm only (locally, --nproc gives the ranks)")
     elif args.layout is None and args.partition is not None:
-        raise ConfigError(f"--launcher slurm runs the multi-process path: give --layout L ({', '.join(LAYOUTS)})")
+        raise ConfigError("--launcher slurm runs the multi-process path: give --layout L "
+                          f"({', '.join(MEASURE_LAYOUTS)})")
     executor, nproc = executor_from_args(args, nproc=args.nproc if args.nproc != 1 else None, nodes=args.nodes,
                                          gpus_per_node=args.gpus_per_node)
     return executor, nproc if nproc is not None else args.nproc

@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.cli._workload import add_options
 from gpuplan.errors import ConfigError
+from gpuplan.report.options import PICTURE_OPTIONS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -18,10 +20,7 @@ if TYPE_CHECKING:
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("pictures (optional extra: pip install 'gpuplan[plot]')")
-    g.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg", help="draw the result to this picture")
-    g.add_argument("--html", default=None, metavar="FILE",
-                   help="write one self-contained HTML report (tables, pictures, assumptions)")
+    add_options(parser, PICTURE_OPTIONS)  # described once (report/options.py)
 
 
 def check_output_paths(args: argparse.Namespace) -> None:

@@ -18,8 +18,7 @@ from gpuplan.cli._workload import (
     workload_from_args,
 )
 from gpuplan.cli.pictures import add_output_arguments, check_output_paths
-from gpuplan.parallel.emit import ALL_EMITTERS
-from gpuplan.report.verb_options import verb_options
+from gpuplan.report.verb_options import emit_options, verb_options
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -30,19 +29,7 @@ if TYPE_CHECKING:
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument(
-        "--emit",
-        choices=ALL_EMITTERS,
-        default=None,
-        help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train; "
-        "jobset: a Kubernetes JobSet around the torchrun line; skypilot: a SkyPilot task YAML)",
-    )
-    parser.add_argument(
-        "--queue",
-        default=None,
-        metavar="NAME",
-        help="with --emit jobset: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)",
-    )
+    add_options(parser, emit_options("plan"))  # --emit, --queue
     add_output_arguments(parser)
     add_json_argument(parser)
     add_cache_argument(parser)

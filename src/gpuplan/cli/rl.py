@@ -17,22 +17,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.cli._workload import add_cache_argument, add_json_argument, add_model_argument, add_options
-from gpuplan.report.verb_options import rl_settings_fields, verb_options
+from gpuplan.report.verb_options import emit_options, rl_settings_fields, verb_options
 
 if TYPE_CHECKING:
     from gpuplan.rl.result import RLResult
     from gpuplan.rl.settings import RLSettings
 
-EMIT_FRAMEWORKS: tuple[str, ...] = ("trl", "verl", "openrlhf")
-"""The same names as RLSettings' ``framework`` (rl/settings.py FRAMEWORKS)."""
-
-
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_options(parser, verb_options("rl"))  # described once (report/options.py): the web page's rl too
-    parser.add_argument(
-        "--emit", default=None, choices=EMIT_FRAMEWORKS, help="print the framework's configuration for this step"
-    )
+    add_options(parser, emit_options("rl"))
     add_json_argument(parser)
     add_cache_argument(parser)
 

@@ -8,22 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuplan.cli._launcher import add_launcher_arguments, executor_from_args
-from gpuplan.cli._workload import _int, add_cache_argument, add_json_argument, workload_from_args
-from gpuplan.cli.measure import add_store_arguments, check_store_arguments, open_store
+from gpuplan.cli._launcher import executor_from_args
+from gpuplan.cli._workload import add_cache_argument, add_json_argument, add_options, workload_from_args
+from gpuplan.cli.measure import check_store_arguments, open_store
 from gpuplan.cli.plan import add_plan_arguments, plan_from_args
 from gpuplan.errors import ConfigError
+from gpuplan.report.verb_options import verb_options
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser, pipelines=False)
-    g = parser.add_argument_group("sweep")
-    g.add_argument("--top", type=_int, default=3, metavar="K", help="the plan's best K layouts to measure (default 3)")
-    g.add_argument("--steps", type=_int, default=3, metavar="S",
-                   help="timed steps per layout, after one warm-up step (default 3)")
-    add_store_arguments(g)
-    # --nodes / --gpus-per-node are plan's cluster flags: the Slurm job asks for that node shape
-    add_launcher_arguments(parser, node_shape=False)
+    add_options(parser, verb_options("sweep"))  # --top, --steps, the store, the launcher (report/verb_options.py)
     add_json_argument(parser)
     add_cache_argument(parser)
 

@@ -365,6 +365,20 @@ PIPELINE_TRAINING_ONLY: Final = ("cache_latents", "cache_text_embeddings", "gguf
 
 ALL_WORKLOAD_OPTIONS: Final[tuple[Option, ...]] = (*WORKLOAD_OPTIONS, *PEFT_OPTIONS, LOAD_IN, *PIPELINE_OPTIONS)
 
+# --- how the command line gives the answer (the web page shows the JSON, the text and a picture itself) ---
+
+JSON_OUTPUT: Final = Option("json", "switch", default=False, web=False, help="print one JSON object on stdout")
+NO_CACHE: Final = Option("no_cache", "switch", default=False, web=False,
+                         help="trace again; don't read or write the trace cache (also: GPUPLAN_CACHE=off)")
+PICTURES: Final = "pictures (optional extra: pip install 'gpuplan[plot]')"
+PICTURE_OPTIONS: Final[tuple[Option, ...]] = (
+    Option("plot", "text", metavar="FILE.png|FILE.svg", web=False, group=PICTURES,
+           help="draw the result to this picture"),
+    Option("html", "text", metavar="FILE", web=False, group=PICTURES,
+           help="write one self-contained HTML report (tables, pictures, assumptions)"),
+)
+"""``--plot`` / ``--html`` of estimate, fit, plan, recommend and serve (cli/pictures.py writes them)."""
+
 WORKLOAD_PARAMS: Final[tuple[str, ...]] = tuple(dict.fromkeys(o.name for o in ALL_WORKLOAD_OPTIONS if o.web))
 """Every workload parameter the web page takes: tests/ui/test_query.py checks that these are all the
 Workload fields, so a new field is offered or refused by name, never dropped silently."""
@@ -416,7 +430,8 @@ def options_named(options: Iterable[Option], names: Iterable[str]) -> tuple[Opti
 
 
 __all__ = [
-    "ALL_WORKLOAD_OPTIONS", "LOAD_IN", "MAX_FLAG_INT", "MODE_ONLY", "PEFT_OPTIONS", "PIPELINE_OPTIONS",
+    "ALL_WORKLOAD_OPTIONS", "JSON_OUTPUT", "LOAD_IN", "MAX_FLAG_INT", "MODE_ONLY", "NO_CACHE", "PEFT_OPTIONS",
+    "PICTURE_OPTIONS", "PIPELINE_OPTIONS",
     "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Option", "finite_number", "image_size", "mode_ignored", "module_names",
     "options_named", "positive_number", "shares", "shown", "switch", "tiles", "whole_number", "workload_fields",
 ]

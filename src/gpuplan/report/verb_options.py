@@ -321,13 +321,112 @@ def _rl() -> tuple[Option, ...]:
     )
 
 
+# --- command line only: real runs (measure, sweep) and the launch configurations printed after an answer ----
+
+MEASUREMENT: Final = "measurement"
+RANKS: Final = "where the ranks run"
+
+
+def _store(group: str) -> tuple[Option, ...]:
+    """``--store PATH`` / ``--no-store``: where measure and sweep keep their runs (cli/measure.open_store)."""
+    return (
+        Option("store", "text", metavar="PATH", web=False, group=group,
+               help="measurements store (default: $XDG_CACHE_HOME/gpuplan/measurements.sqlite3)"),
+        Option("no_store", "switch", default=False, web=False, group=group, help="do not keep the measurements"),
+    )
+
+
+def launcher_options(*, node_shape: bool) -> tuple[Option, ...]:
+    """``--launcher local|slurm`` and the Slurm settings (cli/_launcher.executor_from_args reads them).
+    ``node_shape``: measure's own ``--nodes`` / ``--gpus-per-node``; sweep takes plan's cluster flags."""
+    from gpuplan.measure.executor import LAUNCHERS  # torch-free: parsing flags imports no torch
+
+    shape = (
+        Option("nodes", "int", metavar="N", web=False, group=RANKS, help="Slurm nodes (default 1)"),
+        Option("gpus_per_node", "int", metavar="G", web=False, group=RANKS,
+               help="GPUs (ranks) per Slurm node (default: --nproc / --nodes)"),
+    ) if node_shape else ()
+    return (
+        Option("launcher", "choice", choices=LAUNCHERS, default="local", web=False, group=RANKS,
+               help="local: torchrun on this host (default); slurm: jobs through submitit (a job array when "
+                    "several), pip install 'gpuplan[cluster]'"),
+        Option("partition", "text", metavar="P", web=False, group=RANKS,
+               help="Slurm partition (needed with --launcher slurm)"),
+        *shape,
+        Option("time_min", "int", metavar="T", web=False, group=RANKS,
+               help="Slurm time limit in minutes (default 30)"),
+        Option("account", "text", metavar="A", web=False, group=RANKS, help="Slurm account to charge"),
+        Option("job_dir", "text", metavar="DIR", web=False, group=RANKS,
+               help="submitit's folder, shared with the nodes (default ./gpuplan-jobs)"),
+    )
+
+
+MEASURE_LAYOUTS: Final[tuple[str, ...]] = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+"""measure's ``--layout`` values (measure/layouts.LAYOUTS, which imports torch, is tested equal)."""
+
+
+def _measure() -> tuple[Option, ...]:
+    return (
+        Option("steps", "int", default=5, metavar="N", web=False, group=MEASUREMENT, help="timed steps (default 5)"),
+        Option("warmup", "int", default=2, metavar="N", web=False, group=MEASUREMENT,
+               help="untimed warm-up steps (default 2)"),
+        Option("force", "switch", default=False, web=False, group=MEASUREMENT,
+               help="run even if the estimate says it will not fit"),
+        Option("no_record", "switch", default=False, web=False, group=MEASUREMENT,
+               help="skip the extra recorded step that gives the storage-tracked bytes"),
+        Option("nproc", "int", default=1, metavar="N", web=False, group=MEASUREMENT,
+               help="processes (GPUs, or CPU processes with gloo) launched through torchrun"),
+        # checked by measure/launch (one line naming the layouts), so --help shows them instead of enforcing them
+        Option("layout", "choice", choices=MEASURE_LAYOUTS, library_checks=True, metavar="L", web=False,
+               group=MEASUREMENT, help="|".join(MEASURE_LAYOUTS) + " (with --nproc > 1)"),
+        *_store(MEASUREMENT),
+        *launcher_options(node_shape=True),
+    )
+
+
+def _sweep() -> tuple[Option, ...]:
+    """sweep's own flags (beside plan's, cli/plan.add_plan_arguments)."""
+    return (
+        Option("top", "int", default=3, metavar="K", web=False, group="sweep",
+               help="the plan's best K layouts to measure (default 3)"),
+        Option("steps", "int", default=3, metavar="S", web=False, group="sweep",
+               help="timed steps per layout, after one warm-up step (default 3)"),
+        *_store("sweep"),
+        # --nodes / --gpus-per-node are plan's cluster flags: the Slurm job asks for that node shape
+        *launcher_options(node_shape=False),
+    )
+
+
+RL_EMIT_FRAMEWORKS: Final[tuple[str, ...]] = ("trl", "verl", "openrlhf")
+"""rl's ``--emit`` values: RLSettings' frameworks (rl/settings.FRAMEWORKS, tested equal), in --help's order."""
+
+
+def emit_options(verb: str) -> tuple[Option, ...]:
+    """``--emit`` of plan (the launch configuration of the best layout, and ``--queue`` for a JobSet) and of rl
+    (the framework's configuration): printed after the answer, so the command line's only."""
+    if verb == "rl":
+        return (Option("emit", "choice", choices=RL_EMIT_FRAMEWORKS, web=False,
+                       help="print the framework's configuration for this step"),)
+    from gpuplan.parallel.emit import ALL_EMITTERS
+
+    return (
+        Option("emit", "choice", choices=ALL_EMITTERS, web=False,
+               help="print the launch configuration for this engine (torchtitan: a job TOML for torchtitan.train; "
+                    "jobset: a Kubernetes JobSet around the torchrun line; skypilot: a SkyPilot task YAML)"),
+        Option("queue", "text", metavar="NAME", web=False,
+               help="with --emit jobset: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)"),
+    )
+
+
 _BUILDERS: Final[Mapping[str, Callable[[], tuple[Option, ...]]]] = {
-    "estimate": _estimate, "fit": _fit, "recommend": _recommend, "plan": _plan, "serve": _serve, "rl": _rl}
+    "estimate": _estimate, "fit": _fit, "recommend": _recommend, "plan": _plan, "serve": _serve, "rl": _rl,
+    "measure": _measure, "sweep": _sweep}
 _BUILT: dict[str, tuple[Option, ...]] = {}
 
 
 def verb_options(verb: str) -> tuple[Option, ...]:
-    """``verb``'s own options (beside the workload's, for the verbs in TAKES_WORKLOAD), in ``--help`` order."""
+    """``verb``'s own options (beside the workload's, for the verbs in TAKES_WORKLOAD and measure; sweep's beside
+    plan's), in ``--help`` order; ``--emit`` is :func:`emit_options`'s."""
     if verb not in _BUILT:
         _BUILT[verb] = _BUILDERS[verb]()
     return _BUILT[verb]
@@ -347,4 +446,17 @@ def rl_settings_fields(model: str, values: Mapping[str, Any], *, spell: Callable
     return {**{k: v for k, v in fields.items() if k not in PEFT_SETTINGS}, **peft}
 
 
-__all__ = ["LOCAL_GROUP", "TAKES_WORKLOAD", "VERBS", "check_fit_axis", "rl_settings_fields", "verb_options"]
+__all__ = [
+    "LOCAL_GROUP",
+    "MEASUREMENT",
+    "MEASURE_LAYOUTS",
+    "RANKS",
+    "RL_EMIT_FRAMEWORKS",
+    "TAKES_WORKLOAD",
+    "VERBS",
+    "check_fit_axis",
+    "emit_options",
+    "launcher_options",
+    "rl_settings_fields",
+    "verb_options",
+]
