@@ -35,14 +35,14 @@ def _fake_slurm(folder: Path) -> str:
 
 def test_slurm_array_sbatch_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", _fake_slurm(tmp_path / "bin"))
-    settings = SlurmSettings(partition="gpu", nodes=2, gpus_per_node=8, time_min=20, account="proj")
+    settings = SlurmSettings(partition="gpu", nodes=2, gpus_per_node=8, time_min=20, account="proj", cpus_per_task=16)
     executor = SubmititExecutor(tmp_path / "jobs", cluster="slurm", slurm=settings)
     jobs = [RankJob("model.json", Workload(mode="train", batch_size=2), layout, 16) for layout in ("ddp", "fsdp")]
     handles = executor.submit(jobs)
     assert [h.job_id for h in handles] == ["4242_0", "4242_1"]  # one array, one task per job
     lines = set(handles[0].paths.submission_file.read_text().splitlines())
     for flag in ("--partition=gpu", "--nodes=2", "--gpus-per-node=8", "--ntasks-per-node=1", "--time=20",
-                 "--account=proj", "--job-name=gpuplan-measure", "--array=0-1%2"):
+                 "--account=proj", "--cpus-per-task=16", "--job-name=gpuplan-measure", "--array=0-1%2"):
         assert f"#SBATCH {flag}" in lines, flag
     assert any(line.startswith("srun ") and "submitit.core._submit" in line for line in lines)
     # what each array task runs: run_on_node with its own job, every node's ranks writing to a shared folder
@@ -64,6 +64,7 @@ def test_slurm_single_job_is_no_array(tmp_path: Path, monkeypatch: pytest.Monkey
     text = handle.paths.submission_file.read_text()
     assert "#SBATCH --partition=a100" in text and "#SBATCH --gpus-per-node=8" in text
     assert "--array" not in text and "--account" not in text  # no account asked, none written
+    assert "--cpus-per-task" not in text  # no cores asked: the partition's default, not a number of ours
 
 
 @pytest.mark.slow
@@ -90,6 +91,7 @@ def test_submitit_local_executor_runs_a_real_measure(tiny_gpt2: str, tmp_path: P
     (["--partition", "gpu"], "--partition applies to --launcher slurm only"),
     (["--time-min", "5"], "--time-min applies to --launcher slurm only"),
     (["--account", "a"], "--account applies to --launcher slurm only"),
+    (["--cpus-per-task", "8"], "--cpus-per-task applies to --launcher slurm only"),
     (["--job-dir", "d"], "--job-dir applies to --launcher slurm only"),
     (["--nodes", "2"], "--nodes applies to --launcher slurm only"),
     (["--gpus-per-node", "2"], "--gpus-per-node applies to --launcher slurm only"),
@@ -101,6 +103,10 @@ def test_submitit_local_executor_runs_a_real_measure(tiny_gpt2: str, tmp_path: P
     (["--launcher", "slurm", "--partition", "p", "--nproc", "2"], "give --layout L"),
     (["--launcher", "slurm", "--partition", "p", "--gpus-per-node", "2", "--layout", "ddp", "--time-min", "0"],
      "--time-min 0 is out of range: allowed 1..43200"),
+    (["--launcher", "slurm", "--partition", "p", "--gpus-per-node", "2", "--layout", "ddp", "--cpus-per-task", "0"],
+     "--cpus-per-task 0 is out of range: allowed 1..1024"),
+    (["--launcher", "slurm", "--partition", "p", "--gpus-per-node", "2", "--layout", "ddp", "--cpus-per-task", "x"],
+     "argument --cpus-per-task: expected a whole number, got 'x'"),
     (["--launcher", "slurm", "--partition", "p", "--gpus-per-node", "65", "--layout", "ddp"],
      "--gpus-per-node 65 is out of range: allowed 1..64"),
     (["--launcher", "slurm", "--partition", "p", "--gpus-per-node", "2", "--layout", "ddp"],
@@ -139,11 +145,12 @@ def test_measure_on_slurm_end_to_end_with_a_failed_job(tiny_gpt2: str, tmp_path:
     jobs = tmp_path / "jobs"
     code, out, err = _run(["measure", tiny_gpt2, "--no-store", "--mode", "train", "--layout", "fsdp",
                            "--launcher", "slurm", "--partition", "h100", "--nodes", "2", "--gpus-per-node", "4",
-                           "--time-min", "15", "--account", "team", "--job-dir", str(jobs)])
+                           "--time-min", "15", "--account", "team", "--cpus-per-task", "32", "--job-dir", str(jobs)])
     assert code == 1 and out == ""
     assert "job 4242 (fsdp, 8 ranks) did not finish" in err and "FAILED" in err
     assert len(err.strip().splitlines()) == 1
     (sbatch,) = jobs.glob("*_submission.sh")
     text = sbatch.read_text()
-    for flag in ("--partition=h100", "--nodes=2", "--gpus-per-node=4", "--time=15", "--account=team"):
+    for flag in ("--partition=h100", "--nodes=2", "--gpus-per-node=4", "--time=15", "--account=team",
+                 "--cpus-per-task=32"):
         assert f"#SBATCH {flag}" in text, flag

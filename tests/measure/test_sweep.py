@@ -108,12 +108,12 @@ def test_sweep_on_slurm_submits_one_array(tiny_gpt2: str, tmp_path: Path, monkey
     code, out, err = _run(["sweep", tiny_gpt2, "--gpus", "16", "--nodes", "2", "--gpu", "H100-SXM", "--dp", "16",
                            "--batch-size", "2", "--seq-len", "32", "--precision", "fp32", "--top", "2", "--steps", "1",
                            "--launcher", "slurm", "--partition", "h100", "--time-min", "10", "--account", "team",
-                           "--job-dir", str(jobs), "--no-store"])
+                           "--cpus-per-task", "24", "--job-dir", str(jobs), "--no-store"])
     assert code == 1, err
     assert "top 2 planned layouts" in out and "; 0 measured" in out
     assert out.count("run failed: job 4242_") == 2 and "did not finish (Slurm state FAILED)" in out
     (sbatch,) = jobs.glob("*_submission.sh")
     text = sbatch.read_text()
     for flag in ("--array=0-1%2", "--partition=h100", "--nodes=2", "--gpus-per-node=8", "--time=10",
-                 "--account=team"):
+                 "--account=team", "--cpus-per-task=24"):
         assert f"#SBATCH {flag}" in text, flag

@@ -17,7 +17,7 @@ from gpuplan.errors import ConfigError
 if TYPE_CHECKING:
     from gpuplan.measure.executor import Executor
 
-_SLURM_ONLY = ("partition", "time_min", "account", "job_dir")
+_SLURM_ONLY = ("partition", "time_min", "account", "cpus_per_task", "job_dir")
 
 
 def _flag(dest: str) -> str:
@@ -49,5 +49,6 @@ def executor_from_args(args: argparse.Namespace, *, nproc: int | None, nodes: in
     from gpuplan.measure.executor import SlurmSettings, make_executor
 
     settings = SlurmSettings(partition=args.partition, nodes=nodes, gpus_per_node=gpus_per_node,
-                             time_min=args.time_min if args.time_min is not None else 30, account=args.account)
+                             time_min=args.time_min if args.time_min is not None else 30, account=args.account,
+                             cpus_per_task=args.cpus_per_task)
     return make_executor("slurm", folder=args.job_dir, slurm=settings), nodes * gpus_per_node

@@ -1,5 +1,6 @@
 """``gpuplan measure MODEL [workload flags] [--steps N] [--warmup N] [--force] [--nproc N --layout L]
-[--launcher local|slurm --partition P [--nodes N --gpus-per-node G --time-min T --account A --job-dir DIR]]
+[--launcher local|slurm --partition P [--nodes N --gpus-per-node G --time-min T --account A --cpus-per-task C
+--job-dir DIR]]
 [--store PATH | --no-store] [--json]``: run the workload here (or on a Slurm cluster), for real, next to its
 estimate."""
 

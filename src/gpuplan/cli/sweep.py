@@ -1,5 +1,6 @@
 """``gpuplan sweep MODEL --gpus N --gpu GPU [plan flags] [--top K] [--steps S] [--launcher local|slurm
---partition P [--time-min T --account A --job-dir DIR]] [--store PATH | --no-store] [--json]``: the plan's top
+--partition P [--time-min T --account A --cpus-per-task C --job-dir DIR]] [--store PATH | --no-store]
+[--json]``: the plan's top
 K layouts measured for S steps each (a Slurm job array, or torchrun here), predicted next to measured, stored
 for ``gpuplan calibrate``."""
 

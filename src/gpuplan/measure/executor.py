@@ -45,7 +45,9 @@ RENDEZVOUS_PORT: Final = 29500
 MAX_NODES: Final = 1024
 MAX_GPUS_PER_NODE: Final = 64
 MAX_TIME_MIN: Final = 60 * 24 * 30
-"""Bounds of a Slurm request (--nodes, --gpus-per-node, --time-min): beyond them a value is a typo."""
+MAX_CPUS_PER_TASK: Final = 1024
+"""Bounds of a Slurm request (--nodes, --gpus-per-node, --time-min, --cpus-per-task): beyond them a value is a
+typo."""
 _REMOTE_RANK_WAIT_S: Final = 60.0
 """After node 0's torchrun exits, how long its task waits for the other nodes' ranks to write their
 results (they finish the same barrier, but write after it)."""
@@ -151,20 +153,24 @@ class LocalExecutor:
 @dataclass(frozen=True, slots=True)
 class SlurmSettings:
     """The sbatch request of every job: ``--partition``, ``--nodes``, ``--gpus-per-node``, ``--time``,
-    ``--account``; one task per node (that task starts torchrun for the node's GPUs)."""
+    ``--account``, ``--cpus-per-task``; one task per node (that task starts torchrun for the node's GPUs)."""
 
     partition: str
     nodes: int = 1
     gpus_per_node: int = 8
     time_min: int = 30
     account: str | None = None
+    cpus_per_task: int | None = None
+    """CPU cores for the node's one task, shared by its torchrun ranks (data loading, the launcher); None:
+    the partition's default (often 1 core, which starves eight ranks)."""
 
     def check(self) -> None:
         if not self.partition.strip():
             raise ConfigError("--partition is empty: give the Slurm partition to run on (sinfo lists them)")
         for flag, value, top in (("--nodes", self.nodes, MAX_NODES), ("--gpus-per-node", self.gpus_per_node,
-                                  MAX_GPUS_PER_NODE), ("--time-min", self.time_min, MAX_TIME_MIN)):
-            if not 1 <= value <= top:
+                                  MAX_GPUS_PER_NODE), ("--time-min", self.time_min, MAX_TIME_MIN),
+                                 ("--cpus-per-task", self.cpus_per_task, MAX_CPUS_PER_TASK)):
+            if value is not None and not 1 <= value <= top:
                 raise ConfigError(f"{flag} {value} is out of range: allowed 1..{top}")
 
     def submitit_parameters(self) -> dict[str, Any]:
@@ -173,6 +179,8 @@ class SlurmSettings:
                                   "timeout_min": self.time_min, "slurm_partition": self.partition}
         if self.account:
             params["slurm_account"] = self.account
+        if self.cpus_per_task is not None:
+            params["cpus_per_task"] = self.cpus_per_task  # submitit's generic name: sbatch --cpus-per-task
         return params
 
 

@@ -356,6 +356,8 @@ def launcher_options(*, node_shape: bool) -> tuple[Option, ...]:
         Option("time_min", "int", metavar="T", web=False, group=RANKS,
                help="Slurm time limit in minutes (default 30)"),
         Option("account", "text", metavar="A", web=False, group=RANKS, help="Slurm account to charge"),
+        Option("cpus_per_task", "int", metavar="C", web=False, group=RANKS,
+               help="Slurm CPU cores for each node's task, shared by its ranks (default: the partition's)"),
         Option("job_dir", "text", metavar="DIR", web=False, group=RANKS,
                help="submitit's folder, shared with the nodes (default ./gpuplan-jobs)"),
     )
