@@ -15,7 +15,15 @@ from gpuplan.cli.main import main
 from gpuplan.errors import ConfigError
 from gpuplan.estimate import estimate
 from gpuplan.hardware import resolve_gpu
-from gpuplan.measure.calibration import MAX_FILE_BYTES, CalibrationEntry, calibration_for, fit, load, write
+from gpuplan.measure.calibration import (
+    MAX_FILE_BYTES,
+    PLAN_PREDICTION,
+    CalibrationEntry,
+    calibration_for,
+    fit,
+    load,
+    write,
+)
 from gpuplan.measure.store import Store
 from gpuplan.units import MIB
 
@@ -53,6 +61,59 @@ def test_fit_takes_medians_per_gpu_and_software(store_path: Path) -> None:
     assert h100.driver_versions == ("570.86",)
     assert entries["A100-80GB-SXM"].torch_version == "2.0.0"
     assert "cpu" not in entries
+
+
+def _swept_run(gpu: str, rank_step_s: tuple[float, ...], planned_s: float, plan_gpu: str | None = None
+               ) -> list[dict[str, object]]:
+    """The rows ``gpuplan sweep`` stores for one multi-process run: one per rank, each with the 900 MiB context of
+    a process that also holds NCCL's buffers, the single-process estimate of the micro-batch (0.5 s: no
+    collectives, not the step) and the plan's prediction for the layout."""
+    world = len(rank_step_s)
+    rows = []
+    for rank, t in enumerate(rank_step_s):
+        row = _row(gpu, 900, t, 0.5, world=world)
+        row["measured"] = {**row["measured"], "rank": rank}  # type: ignore[dict-item]
+        row["estimated"] = {"step_time_s": 0.5,
+                            PLAN_PREDICTION: {"gpu": plan_gpu or gpu, "layout": "dp=2 tp=1 pp=1 ddp mbs=8 ga=1",
+                                              "step_time_s": planned_s}}
+        row["layout"] = "ddp"
+        rows.append(row)
+    return rows
+
+
+def _factor(tmp_path: Path, name: str, *runs: list[dict[str, object]]) -> CalibrationEntry:
+    """The H100 entry fitted from two single-process runs (ratios 1.1 and 1.2, contexts 500 and 520 MiB) plus
+    ``runs``."""
+    with Store(tmp_path / f"{name}.sqlite3") as s:
+        for ctx, t in ((500, 1.1), (520, 1.2)):
+            s.add([_row("H100-SXM", ctx, t, 1.0)])
+        for run in runs:
+            s.add(run)
+        (entry,) = fit(s.records())
+    return entry
+
+
+def test_a_swept_run_moves_the_factor_as_a_single_process_run_would(tmp_path: Path) -> None:
+    """A run stored by ``gpuplan sweep`` takes the same path as a single-process one: measured / predicted
+    (the slowest rank against the plan's step) into the one median. A single-process run measured at 1.5 s
+    against 1.0 s estimated and a 2-rank swept run whose slowest rank took 1.5 s against the plan's 1.0 s give
+    the same entry; the swept run's context (NCCL's buffers in it) is not a context sample."""
+    single = _factor(tmp_path, "single", [_row("H100-SXM", 510, 1.5, 1.0)])
+    swept = _factor(tmp_path, "swept", _swept_run("H100-SXM", (1.4, 1.5), 1.0))
+    assert single.step_time_factor == swept.step_time_factor == pytest.approx(1.2)  # median of 1.1, 1.2, 1.5
+    assert single.step_time_samples == swept.step_time_samples == 3
+    assert swept.cuda_context_bytes == 510 * MIB and swept.context_samples == 2  # 500, 520: not the 900 MiB ranks
+    # a slower swept run moves it the same way a slower single-process run does
+    assert (_factor(tmp_path, "s3", [_row("H100-SXM", None, 3.0, 1.0)]).step_time_factor
+            == _factor(tmp_path, "w3", _swept_run("H100-SXM", (3.0, 2.0), 1.0)).step_time_factor == pytest.approx(1.2))
+    assert _factor(tmp_path, "w09", _swept_run("H100-SXM", (0.9, 0.8), 1.0),
+                   _swept_run("H100-SXM", (0.8, 0.9), 1.0)).step_time_factor == pytest.approx(1.0)  # of 0.9 0.9 1.1 1.2
+    # no ratio: a plan for another GPU, a run with a rank missing from the store, or no plan (measure --nproc)
+    for name, run in (("other-gpu", _swept_run("H100-SXM", (1.5, 1.5), 1.0, plan_gpu="A100-80GB-SXM")),
+                      ("missing-rank", _swept_run("H100-SXM", (1.5, 1.5), 1.0)[:1]),
+                      ("no-plan", [_row("H100-SXM", 900, 9.0, 1.0, world=2)])):
+        entry = _factor(tmp_path, name, run)
+        assert (entry.step_time_factor, entry.step_time_samples) == (pytest.approx(1.15), 2), name
 
 
 @pytest.mark.slow

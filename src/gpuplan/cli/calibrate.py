@@ -1,5 +1,6 @@
 """``gpuplan calibrate [--store PATH] [--out FILE] [--json]``: fit the CUDA context size and a
-step-time factor per (GPU, torch, CUDA) from stored measurements into the calibration file."""
+step-time factor per (GPU, torch, CUDA) from stored measurements (``measure`` and ``sweep`` runs) into the
+calibration file."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
                           "calibration_file": str(out) if entries else None,
                           "entries": [asdict(e) for e in entries]}, indent=2))
     elif not entries:
-        print(f"{total} measurement(s) in {path}, none from a single-process CUDA run: nothing to calibrate")
+        print(f"{total} measurement(s) in {path}, none from a CUDA run (gpuplan measure on one GPU, or gpuplan sweep): "
+              "nothing to calibrate")
     else:
         for e in entries:
             print(e.describe().replace("calibration applied for", "fitted"))

@@ -3,9 +3,14 @@
 (:func:`calibration_for`) and passes it to ``estimate(..., calibration=...)``, which applies it
 inside the computation; the library never reads the file unless asked.
 
-Only single-process CUDA measurements count (a multi-process run's context also holds NCCL's
-buffers, which are outside PyTorch's allocator). Each figure is the median over the matching
-measurements, so one disturbed run cannot move it far. The file is JSON, written atomically
+The CUDA context comes from single-process CUDA measurements only (a multi-process run's context also
+holds NCCL's buffers, which are outside PyTorch's allocator). The step-time factor is the median of
+measured / predicted step time over runs: a single-process run against its estimate, and a multi-process
+run stored by ``gpuplan sweep`` (its slowest rank: a synchronous step waits for it) against the plan's
+prediction for that layout on the same GPU (``estimated["sweep_plan"]``); a multi-process run without a
+plan's prediction (``measure --nproc``) has no predicted step and gives no ratio. The factor then scales the
+kernel times of estimates, so a sweep's collectives time is folded into it. Each figure is a median over
+the matching measurements, so one disturbed run cannot move it far. The file is JSON, written atomically
 (temporary file + rename), at ``$GPUPLAN_CALIBRATION`` or ``$XDG_CONFIG_HOME/gpuplan/calibration.json``
 (``~/.config`` without it); ``GPUPLAN_CALIBRATION=off`` disables it.
 """
@@ -49,20 +54,45 @@ def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
+PLAN_PREDICTION = "sweep_plan"
+"""The key of a swept run's ``estimated`` object that holds the plan's prediction for its layout (written by
+gpuplan.measure.sweep; the single-process estimate under ``step_time_s`` is not a multi-process step: it has
+no collectives)."""
+
+
+def step_times(run: list[Any], gpu: str) -> tuple[float, float] | None:
+    """``(measured, predicted)`` step time of one run (its stored rows, one per rank) on ``gpu``, or None when
+    the run has no prediction to compare with: one process against its estimate, several against the plan's
+    prediction for their layout on that GPU, measured as the slowest rank."""
+    if len(run) == 1 and run[0].world_size == 1:
+        predicted = run[0].estimated.get("step_time_s")
+    else:
+        plan = run[0].estimated.get(PLAN_PREDICTION)
+        if not isinstance(plan, dict) or plan.get("gpu") != gpu or len(run) != run[0].world_size:
+            return None  # no plan, a plan for another GPU, or ranks missing from the store
+        predicted = plan.get("step_time_s")
+    measured = [r.measured.get("step_time_s") for r in run]
+    if not predicted or not all(measured):
+        return None
+    return max(float(m) for m in measured), float(predicted)
+
+
 def fit(records: Iterable[Any]) -> list[CalibrationEntry]:
-    """Entries from :class:`gpuplan.measure.store.StoredMeasurement` rows (CUDA, one process)."""
-    groups: dict[tuple[str, str, str], list[Any]] = {}
+    """Entries from :class:`gpuplan.measure.store.StoredMeasurement` rows: CUDA runs, the context from
+    single-process ones, the step-time factor from every run with a prediction (:func:`step_times`)."""
+    groups: dict[tuple[str, str, str], dict[str, list[Any]]] = {}
     for r in records:
-        if r.device != "cuda" or r.world_size != 1:
+        if r.device != "cuda":
             continue
         key = (r.gpu or r.device_name, r.torch_version, r.cuda_version or "none")
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(key, {}).setdefault(r.run_id, []).append(r)
     entries = []
-    for (gpu, torch_version, cuda_version), rows in sorted(groups.items()):
+    for (gpu, torch_version, cuda_version), runs in sorted(groups.items()):
+        rows = [r for run in runs.values() for r in run]
         contexts = [float(r.measured["cuda_context_bytes"]) for r in rows
-                    if (r.measured.get("cuda_context_bytes") or 0) > 0]
-        ratios = [float(r.measured["step_time_s"]) / float(r.estimated["step_time_s"]) for r in rows
-                  if r.estimated.get("step_time_s") and r.measured.get("step_time_s")]
+                    if r.world_size == 1 and (r.measured.get("cuda_context_bytes") or 0) > 0]
+        pairs = [t for t in (step_times(run, gpu) for run in runs.values()) if t is not None]
+        ratios = [measured / predicted for measured, predicted in pairs]
         context = _median(contexts)
         entries.append(CalibrationEntry(
             gpu=gpu, torch_version=torch_version, cuda_version=cuda_version,

@@ -5,7 +5,9 @@ real. Each layout the measured-layout builders can run (``gpuplan.measure.layout
 tp = pp = cp = ep = 1, one micro-batch per step) becomes one multi-process run of the plan's workload at
 the layout's micro-batch and checkpointing; all of them go to the executor at once (a Slurm job array,
 or one torchrun after the other here). Layouts it cannot run are listed with the reason, not dropped.
-Measurements are stored as ``gpuplan measure`` stores them.
+Measurements are stored as ``gpuplan measure`` stores them, each with the plan's prediction for its layout
+(``estimated["sweep_plan"]``, :data:`PLAN_PREDICTION`) so that ``gpuplan calibrate`` fits a step-time factor
+from them as it does from single-process runs (gpuplan.measure.calibration).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import ConfigError, GpuplanError
+from gpuplan.measure.calibration import PLAN_PREDICTION
 from gpuplan.measure.results import Comparison
 from gpuplan.parallel.layout import DDP, FSDP2, Zero
 from gpuplan.presentation import to_json, to_text
@@ -76,6 +79,12 @@ class SweepRow:
     skipped: str | None = None
     """Why the layout was not measured (no measured layout runs it, or its run failed)."""
     store_id: int | None = None
+
+    def prediction(self, gpu: str) -> dict[str, Any]:
+        """What the plan predicted for this layout on ``gpu``, as stored next to the measurement."""
+        interval = self.predicted_interval.to_list() if self.predicted_interval is not None else None
+        return {"gpu": gpu, "layout": self.layout, "gpus": self.gpus, "step_time_s": self.predicted_step_time_s,
+                "step_time_interval_s": interval, "per_gpu_peak_bytes": self.predicted_per_gpu_bytes}
 
     @property
     def measured_step_time_s(self) -> float | None:
@@ -173,7 +182,8 @@ def sweep(model: str, p: Plan, *, top: int, steps: int, executor: Executor | Non
         if isinstance(outcome, GpuplanError):
             rows.append(replace(row, skipped=f"run failed: {outcome}"))
         else:
-            rows.append(replace(row, measurement=outcome))
+            estimated = {**outcome.estimated, PLAN_PREDICTION: row.prediction(p.gpu.id)}
+            rows.append(replace(row, measurement=replace(outcome, estimated=estimated)))
     notes = []
     if any(r.measured_layout == "zero1" and r.measurement is not None for r in rows):
         notes.append("zero1 rows ran DDP with torch's ZeroRedundancyOptimizer (optimizer state sharded, as DeepSpeed "
