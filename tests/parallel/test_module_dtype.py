@@ -61,3 +61,32 @@ def test_16_bit_module_activations_match_a_real_cpu_run(checkpointing: str) -> N
     fake = profile_from_step(amp_fake, src, w, gpu, module_dtype_step=trace_step(src, half, cuda=False))
     assert real.module_dtype_activations == fake.module_dtype_activations
     assert fake.module_dtype_activations != fake.activations(False)
+
+
+def test_the_16_bit_module_trace_waits_for_a_layout_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the second trace costs as much as the first: a profile evaluated on DDP layouts only (torch AMP keeps fp32
+    # weights, so it reads the autocast trace) never runs it; the first sharded layout runs it once
+    import gpuplan.parallel.profile as profile
+
+    calls: list[Workload] = []
+    real = profile.module_dtype_step
+
+    def counted(source: HFConfigSource, workload: Workload, cc: tuple[int, int]) -> object:
+        calls.append(workload)
+        return real(source, workload, cc)
+
+    monkeypatch.setattr(profile, "module_dtype_step", counted)
+    gpu = get_gpu("H100-SXM")
+    p = profile_model(HFConfigSource("tiny-llama", TINY_LLAMA), _workload("full"), gpu)
+    ctx = plan_context(p, make_topology(gpu, 2), gpu)
+
+    def layout(sharding: DDP | FSDP2) -> Layout:
+        return Layout(dp=2, tp=1, pp=1, micro_batch_size=BATCH, grad_accum=1, sharding=sharding,
+                      checkpointing="full")
+
+    evaluate(ctx, layout(DDP()))
+    assert calls == []
+    evaluate(ctx, layout(FSDP2()))
+    evaluate(ctx, layout(FSDP2()))
+    assert len(calls) == 1
+    assert p.activations(True).block_bytes == BATCH * SEQ * HIDDEN * 2

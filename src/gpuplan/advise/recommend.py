@@ -246,7 +246,7 @@ class _Sharded:
             shard = sharded_forward(self.step, topo, n, forwards=forwards)
             return shard.bytes_per_gpu + fixed_bytes, shard.gather_s
         prof = profile_from_step(self._profile_step(), self.source, self.traced.with_(grad_accum=1), gpu,
-                                 module_dtype_step=self._module_dtype_step())
+                                 module_dtype_step=self._module_dtype_step)
         lay = Layout(dp=n, tp=1, pp=1, micro_batch_size=workload.batch_size, grad_accum=workload.grad_accum,
                      sharding=Zero(3), checkpointing=workload.checkpointing)
         ev = evaluate(Context(prof, topo, gpu.usable_memory_bytes, fixed_bytes), lay)

@@ -20,7 +20,8 @@ aside); that is the one extrapolation the planner makes, and it says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import ConfigError, TraceError
@@ -112,6 +113,22 @@ class Activations:
     block_host_copy_bytes: float
     stacks: tuple[tuple[int, int], ...] = ()
     """Encoder-decoder models: (activation, replicated) bytes of each stack's block."""
+
+
+class LazyActivations:
+    """Activations computed once, on first :meth:`get` (the 16-bit-module trace: a whole second trace that only
+    the layouts holding the 16-bit compute copy read, so a profile does not pay for it up front)."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, make: Callable[[], Activations | None]) -> None:
+        self._make: Callable[[], Activations | None] | None = make
+        self._value: Activations | None = None
+
+    def get(self) -> Activations | None:
+        if self._make is not None:
+            self._value, self._make = self._make(), None
+        return self._value
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,11 +244,17 @@ class ModelProfile:
     encoder_output_bytes: int = 0
     """Encoder-decoder models: the encoder's output of one micro-batch (tokens × hidden × compute bytes),
     which every decoder pipeline stage receives and keeps for its cross-attention's backward."""
-    module_dtype_activations: Activations | None = None
+    module_dtype_trace: LazyActivations | None = field(default=None, compare=False, repr=False)
     """Under AMP: the activations of the same step traced with the model itself in the 16-bit compute dtype
     (``Workload.module_dtype_precision``), as engines that hold the 16-bit compute copy run it (FSDP2's
     MixedPrecisionPolicy, DeepSpeed, Megatron-LM: residual stream, norms, embeddings' output and checkpointed
-    block inputs in 16 bits, where autocast leaves them fp32). None: the traced program's stand for every engine."""
+    block inputs in 16 bits, where autocast leaves them fp32), traced when a layout first asks for them: a search
+    over DDP layouts alone never traces that second program. None: the traced program's stand for every engine."""
+
+    @property
+    def module_dtype_activations(self) -> Activations | None:
+        """The 16-bit-module program's activations (``module_dtype_trace``; traced on first use), None without one."""
+        return None if self.module_dtype_trace is None else self.module_dtype_trace.get()
 
     def activations(self, sixteen_bit_modules: bool) -> Activations:
         """The activations of the program an engine runs: ``sixteen_bit_modules`` (the engine holds the 16-bit
@@ -286,7 +309,8 @@ def profile_model(source: ModelSource, workload: Workload, gpu: GPU, step: Trace
     cc = gpu.compute_capability or (9, 0)
     if step is None:
         step = trace_step(source, workload, compute_capability=cc)
-    return profile_from_step(step, source, workload, gpu, module_dtype_step=module_dtype_step(source, workload, cc))
+    return profile_from_step(step, source, workload, gpu,
+                             module_dtype_step=lambda: module_dtype_step(source, workload, cc))
 
 
 def module_dtype_step(source: ModelSource, workload: Workload, cc: tuple[int, int]) -> TracedStep | None:
@@ -330,13 +354,14 @@ def param_profile(step: TracedStep, source: ModelSource) -> ParamProfile:
 
 def profile_from_step(
     step: TracedStep, source: ModelSource, workload: Workload, gpu: GPU, *, megatron_gemm_scale: float | None = None,
-    module_dtype_step: TracedStep | None = None,
+    module_dtype_step: TracedStep | Callable[[], TracedStep | None] | None = None,
 ) -> ModelProfile:
     """Per-block quantities of one traced step, timed on ``gpu`` (arithmetic only: the record's
     run at 3 repeated blocks is split by module, nothing is traced or built again).
     ``megatron_gemm_scale`` overrides the fitted engine factor (scripts/fit_engine_factors.py);
     ``module_dtype_step``: the same step with the model in 16 bits (``module_dtype_step()``), whose activations
-    the engines that hold the 16-bit compute copy take."""
+    the engines that hold the 16-bit compute copy take — or a function that traces it, called only when a layout
+    first asks for those activations."""
     run = step.run
     if run is None:
         raise ConfigError(f"{source.name}: only the weights are known (no config.json); the planner needs the model")
@@ -345,11 +370,10 @@ def profile_from_step(
     params = _param_split(step, run, blocks)
     acts = _activation_split(run, blocks, workload, source.name)
     module_acts = None
-    if module_dtype_step is not None and module_dtype_step.run is not None:
-        half_run, half_w = module_dtype_step.run, _module_dtype_workload(workload)
-        half_blocks = _blocks_of(half_run, counts)
-        module_acts = _activations(_activation_split(half_run, half_blocks, half_w, source.name), half_blocks,
-                                   module_dtype_step)
+    if module_dtype_step is not None:
+        half = module_dtype_step
+        module_acts = LazyActivations(
+            lambda: _module_dtype_activations(half() if callable(half) else half, counts, workload, source.name))
     own = _activations(acts, blocks, step)
     times = _time_split(run, blocks, workload, gpu, megatron_gemm_scale)
     stacks = _stacks(blocks, params, acts, times)
@@ -424,8 +448,18 @@ def profile_from_step(
         encoder_output_bytes=int(workload.batch_size * seq * hidden * times.compute_bytes) if stacks else 0,
         head_dim=cfg.head_dim or 0,
         model_type=str(getattr(source, "config_dict", {}).get("model_type", "")),
-        module_dtype_activations=module_acts,
+        module_dtype_trace=module_acts,
     )
+
+
+def _module_dtype_activations(step: TracedStep | None, counts: dict[str, int], workload: Workload,
+                              name: str) -> Activations | None:
+    """The activations of ``step`` (the 16-bit-module trace of ``workload``), split as the traced step's are."""
+    if step is None or step.run is None:
+        return None
+    half_run, half_w = step.run, _module_dtype_workload(workload)
+    half_blocks = _blocks_of(half_run, counts)
+    return _activations(_activation_split(half_run, half_blocks, half_w, name), half_blocks, step)
 
 
 def _module_dtype_workload(workload: Workload) -> Workload:
