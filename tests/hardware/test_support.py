@@ -68,3 +68,18 @@ def test_refusal_follows_the_catalog_row(gpu: str) -> None:
     cc = row.compute_capability
     assert (fp8 is None) == (cc is None or tuple(cc) >= (8, 9))
     assert refusal(Workload(precision="amp-fp16"), row) is None
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("gpu", [g.id for g in all_gpus()])
+def test_a_refusal_suggests_a_precision_the_same_gpu_runs(precision: str, gpu: str) -> None:
+    """The "use --precision X" of a scaled-format refusal names what this GPU runs: a T4 told to use amp-bf16
+    would only get the next refusal. Every suggested value, run on the same GPU, is accepted."""
+    hw = next(g for g in all_gpus() if g.id == gpu)
+    found = refusal(Workload(mode="train", precision=precision), hw)
+    if found is None:
+        return
+    suggested = found.message.split("use --precision ", 1)[1].split(", or pick", 1)[0].split(" or ")
+    assert suggested, found.message
+    for value in suggested:
+        assert refusal(Workload(mode="train", precision=value), hw) is None, (value, found.message)

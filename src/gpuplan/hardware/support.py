@@ -38,21 +38,24 @@ class Refusal:
 def refusal(workload: Workload, gpu: GPU) -> Refusal | None:
     """Why ``gpu`` cannot run ``workload`` (None: it can)."""
     cc, label = gpu.compute_capability, gpu.compute_capability_label
+    instead = _sixteen_bit_instead(gpu)
     scaled = SCALED_FORMATS.get(workload.precision)
     block_scaled = scaled is not None and scaled.precision != "fp8"
     if scaled is not None and block_scaled and cc is not None and tuple(cc) < scaled.min_compute_capability:
         need = ".".join(map(str, scaled.min_compute_capability))
+        # per-tensor FP8 where this GPU has FP8 tensor cores (Ada, Hopper), else its own 16-bit type
+        runs_here = f"fp8 or {instead}" if tuple(cc) >= FP8_MIN_COMPUTE_CAPABILITY else instead
         return Refusal(
             f"no block-scaled {scaled.precision.upper()} tensor cores (compute capability below {need})",
             f"{gpu.id} has no {scaled.precision.upper()} tensor cores (compute capability {label}; "
-            f"--precision {scaled.precision} needs {need}+: Blackwell); use --precision fp8 on Ada / Hopper "
-            "or amp-bf16, or pick a Blackwell GPU",
+            f"--precision {scaled.precision} needs {need}+: Blackwell); use --precision {runs_here}, or pick a "
+            "Blackwell GPU",
         )
     if workload.precision == "fp8" and cc is not None and tuple(cc) < FP8_MIN_COMPUTE_CAPABILITY:
         return Refusal(
-            "no FP8 tensor cores (compute capability below 8.9; use --precision amp-bf16)",
+            f"no FP8 tensor cores (compute capability below 8.9; use --precision {instead})",
             f"{gpu.id} has no FP8 tensor cores (compute capability {label}; FP8 needs 8.9+: Ada, "
-            "Hopper, Blackwell); use --precision amp-bf16 or bf16, or pick an FP8 GPU",
+            f"Hopper, Blackwell); use --precision {instead}, or pick an FP8 GPU",
         )
     if workload.peft == "qlora" and not gpu.has_bf16:
         return Refusal(
@@ -66,6 +69,14 @@ def refusal(workload: Workload, gpu: GPU) -> Refusal | None:
             f"{gpu.id} has no bfloat16 support (compute capability {label}); use --precision amp-fp16",
         )
     return None
+
+
+def _sixteen_bit_instead(gpu: GPU) -> str:
+    """What to train in on a GPU refused a scaled format: its own 16-bit type under autocast (a T4 or V100 has
+    no bf16, so suggesting bf16 there would only trade one refusal for another), fp32 where no 16-bit type runs
+    fast (GTX 1080 Ti)."""
+    half = gpu.half_precision
+    return f"amp-{half}" if half is not None else "fp32"
 
 
 def check_workload_on_gpu(workload: Workload, gpu: GPU | None) -> None:
