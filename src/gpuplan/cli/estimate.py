@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuplan.cli._workload import (
     add_cache_argument,
@@ -18,9 +18,8 @@ from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.report.verb_options import verb_options
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
-    from gpuplan.estimate import Estimate
+    pass
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.estimate import estimate
     from gpuplan.measure.calibration import calibration_for_gpu
-    from gpuplan.report.verbs import estimate_sections
 
     workload = workload_from_args(args)
     check_output_paths(args)
@@ -45,16 +43,10 @@ def run(args: argparse.Namespace) -> int:
         options = {o.name: getattr(args, o.name) for o in verb_options("estimate")}  # as the web page's call
         est = estimate(args.model, workload=workload, calibration=calibration_for_gpu(args.gpu), **options)
     data = est.to_dict()
-    write_outputs(args, title=f"gpuplan estimate {est.model}", data=data, text=str(est),
-                  figure=lambda: _figure(est, data), sections=lambda: estimate_sections(data))
+    write_outputs(args, title=f"gpuplan estimate {est.model}", result=est, data=data)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         print(est)
     return 1 if est.fits is False else 0
 
-
-def _figure(est: Estimate, data: dict[str, Any]) -> Figure:
-    from gpuplan.report.plot import estimate_figure, estimate_timeline
-
-    return estimate_figure(data, estimate_timeline(est))

@@ -20,7 +20,7 @@ from gpuplan.errors import ConfigError
 from gpuplan.report.verb_options import check_fit_axis, verb_options
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.hardware import get_gpu
     from gpuplan.measure.calibration import calibration_for_gpu
-    from gpuplan.report.verbs import fit_sections
 
     gpu = get_gpu(args.gpu)  # unknown/ambiguous names fail here, before any tracing
     if args.exact_batch and args.target_batch_size is None:
@@ -61,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     data = result.to_dict()
-    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id}", data=data, text=str(result),
-                  figure=lambda: _figure(data, [p.to_dict() for p in result.probes]),
-                  sections=lambda: fit_sections(data))
+    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id}", result=result, data=data)
     if args.json:
         print(json.dumps(data, indent=2))
         if result.reason:  # the text output says it on stdout; with --json stdout is the object only
@@ -101,18 +98,14 @@ def _run_resolution(args: argparse.Namespace, gpu: Any) -> int:
     from gpuplan.cli.pictures import write_outputs
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.measure.calibration import calibration_for_gpu
-    from gpuplan.report.verbs import resolution_fit_sections
 
     check_output_paths(args)
     with Progress(f"fit: tracing {args.model}", enabled=wanted(args.json)) as progress:
         result = largest_resolution(args.model, gpu, workload_from_args(args),
                                     calibration=calibration_for_gpu(gpu.id), progress=progress)
     data = result.to_dict()
-    probes = [{**p.to_dict(), "batch_size": p.workload.image_size} for p in result.probes]
-    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id} (resolution)", data=data,
-                  text=str(result), figure=lambda: _figure({**data, "max_batch_size": data["max_image_size"],
-                                                           "axis_label": "image side (px)"}, probes),
-                  sections=lambda: resolution_fit_sections(data))
+    write_outputs(args, title=f"gpuplan fit {result.model} on {result.gpu.id} (resolution)", result=result,
+                  data=data)
     if args.json:
         print(json.dumps(data, indent=2))
         if result.reason:
@@ -121,8 +114,3 @@ def _run_resolution(args: argparse.Namespace, gpu: Any) -> int:
         print(result)
     return 0 if result.ok else 1
 
-
-def _figure(data: dict[str, Any], probes: list[dict[str, Any]]) -> Figure:
-    from gpuplan.report.plot import fit_figure
-
-    return fit_figure(data, probes)

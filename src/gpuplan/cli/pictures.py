@@ -6,17 +6,12 @@ report/plot.py and report/html.py from the result's JSON dict; stdout is never t
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuplan.cli._workload import add_options
 from gpuplan.errors import ConfigError
 from gpuplan.report.options import PICTURE_OPTIONS
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,20 +40,29 @@ def check_output_paths(args: argparse.Namespace) -> None:
         require(PLOT)
 
 
-def write_outputs(args: argparse.Namespace, *, title: str, data: dict[str, Any], text: str,
-                  figure: Callable[[], Figure], sections: Callable[[], Sequence[str]] = tuple) -> None:
-    """Draw once, then write the picture and/or the page that the flags ask for."""
+def write_outputs(args: argparse.Namespace, *, title: str, result: Any, data: dict[str, Any] | None = None,
+                  text: str | None = None) -> None:
+    """Draw once, then write the picture and/or the page that the flags ask for: the picture and the tables
+    are the result type's (report/verbs.py, the web page's too); ``data`` / ``text`` default to its JSON and
+    text."""
     if args.plot is None and args.html is None:
         return
     from gpuplan.report.plot import figure_svg, save_figure
+    from gpuplan.report.verbs import view_of
 
-    fig = figure()
+    view = view_of(result)
+    if view.figure is None:  # a bug: a verb offers --plot / --html only for a result with a picture
+        raise LookupError(f"no picture registered for {type(result).__name__} (report/verbs.py)")
+    data = result.to_dict() if data is None else data
+    fig = view.figure(data, result, vars(args))
     if args.plot is not None:
         save_figure(fig, args.plot)
     if args.html is not None:
         from gpuplan.report.html import render_html
 
-        page = render_html(title, data, text=text, svgs=[figure_svg(fig)], sections=sections())
+        sections = view.sections(data, result) if view.sections is not None else []
+        page = render_html(title, data, text=str(result) if text is None else text, svgs=[figure_svg(fig)],
+                           sections=sections)
         try:
             Path(args.html).write_text(page, encoding="utf-8")
         except OSError as exc:

@@ -21,7 +21,6 @@ from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.report.verb_options import emit_options, verb_options
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
     from gpuplan.parallel.plan import Plan
     from gpuplan.workload import Workload
@@ -51,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.parallel.emit import emit, layout_engine_note
     from gpuplan.parallel.emit_cluster import check_queue
     from gpuplan.parallel.plan import plan
-    from gpuplan.report.verbs import plan_sections
 
     workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
     check_queue(args.queue, args.emit)  # before the trace
@@ -62,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     emitted = emit(p, args.emit, queue=args.queue) if args.emit else None  # refuses (exit 2) before anything is printed
     note = layout_engine_note(p.best.layout, args.emit, p.workload) if args.emit else None
     data = p.to_dict()
-    write_outputs(args, title=f"gpuplan plan {p.model} on {p.gpus}× {p.gpu.id}", data=data, text=str(p),
-                  figure=lambda: _figure(data), sections=lambda: plan_sections(data))
+    write_outputs(args, title=f"gpuplan plan {p.model} on {p.gpus}× {p.gpu.id}", result=p, data=data)
     if args.json:
         out = data
         if emitted is not None:
@@ -77,12 +74,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"# note: {note}")
             print(emitted, end="")
     return 0 if p.fits else 1
-
-
-def _figure(data: dict[str, Any]) -> Figure:
-    from gpuplan.report.plot import plan_figure
-
-    return plan_figure(data)
 
 
 def plan_from_args(plan: Callable[..., Plan], args: argparse.Namespace, workload: Workload, **extra: Any) -> Plan:

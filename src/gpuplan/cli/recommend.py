@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuplan.cli._workload import (
     add_cache_argument,
@@ -19,7 +19,7 @@ from gpuplan.cli.pictures import add_output_arguments, check_output_paths
 from gpuplan.report.verb_options import verb_options
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.cli.progress import Progress, wanted
     from gpuplan.errors import ConfigError
     from gpuplan.report.advise import render_recommendation
-    from gpuplan.report.verbs import recommend_sections
 
     if args.max_gpus < 1:
         raise ConfigError(f"--max-gpus {args.max_gpus} is out of range: allowed 1..100000")
@@ -73,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
         )
     data = result.to_dict()
     text = render_recommendation(result, top=args.top)
-    write_outputs(args, title=f"gpuplan recommend {result.model}", data=data, text=text,
-                  figure=lambda: _figure(data, args.top), sections=lambda: recommend_sections(data))
+    write_outputs(args, title=f"gpuplan recommend {result.model}", result=result, data=data, text=text)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
@@ -108,12 +106,6 @@ def _run_serve(args: argparse.Namespace) -> int:
                                  max_gpus=args.max_gpus, prices=prices, progress=progress)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
     return 0 if result.ok else 1
-
-
-def _figure(data: dict[str, Any], top: int) -> Figure:
-    from gpuplan.report.plot import recommend_figure
-
-    return recommend_figure(data, top=top)
 
 
 def _nothing_fits(result: object) -> str:

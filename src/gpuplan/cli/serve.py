@@ -117,13 +117,9 @@ def _run_pipeline(args: argparse.Namespace, source: object) -> int:
     result = serve_pipeline(source, args.gpu, workload, quantization=args.quantization,  # type: ignore[arg-type]
                             prices=prices)
     from gpuplan.cli.pictures import write_outputs
-    from gpuplan.report.plot import estimate_figure, estimate_timeline
-    from gpuplan.report.verbs import pipeline_serve_sections
 
     data = result.to_dict()
-    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(result),
-                  figure=lambda: estimate_figure(data["estimate"], estimate_timeline(result.estimate)),
-                  sections=lambda: pipeline_serve_sections(data))
+    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", result=result, data=data)
     print(json.dumps(data, indent=2) if args.json else result)
     return 0 if result.ok else 1
 
@@ -197,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         pools = disaggregate(args.model, gpu=args.gpu, split=args.disaggregate, input_len=args.input_len,
                              output_len=args.output_len, rate=args.rate, ttft_slo=args.ttft_slo, itl_slo=args.itl_slo,
                              tp=args.tp or 1, pp=args.pp, dp=args.dp or 1, ep=args.ep or 1, **kwargs)
-        return _print(args, pools, pools.aggregated, ok=pools.ok)
+        return _print(args, pools, ok=pools.ok)
     if args.gpus is not None:
         given = [flag for flag, value in (("--tp", args.tp), ("--dp", args.dp), ("--ep", args.ep)) if value is not None]
         given += ["--pp"] if args.pp != 1 else []
@@ -207,22 +203,18 @@ def run(args: argparse.Namespace) -> int:
         from gpuplan.serve.layouts import search_layouts
 
         search = search_layouts(args.model, gpu=args.gpu, gpus=args.gpus, **common)
-        return _print(args, search, search.shown, ok=search.ok)
+        return _print(args, search, ok=search.ok)
     result = serve(args.model, gpu=args.gpu, tp=args.tp or 1, pp=args.pp, dp=args.dp or 1, ep=args.ep or 1,
                    **common)
-    return _print(args, result, result, ok=result.ok and result.concurrency_fits and result.slo_met is not False)
+    return _print(args, result, ok=result.ok and result.concurrency_fits and result.slo_met is not False)
 
 
-def _print(args: argparse.Namespace, answer: object, result: object, *, ok: bool) -> int:
+def _print(args: argparse.Namespace, answer: object, *, ok: bool) -> int:
     from gpuplan.cli.pictures import write_outputs
-    from gpuplan.report.plot import serve_figure
-    from gpuplan.report.verbs import serve_sections
 
     data = answer.to_dict()  # type: ignore[attr-defined]
-    # the figure and report sections picture one serve answer: the chosen layout's in a search
-    shown = result.to_dict() if result is not None else data  # type: ignore[attr-defined]
-    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", data=data, text=str(answer),
-                  figure=lambda: serve_figure(shown), sections=lambda: serve_sections(shown))
+    # the picture and tables are of one serve answer: the chosen layout's in a search (report/verbs.py)
+    write_outputs(args, title=f"gpuplan serve {data['model']} on {data['gpu']}", result=answer, data=data)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -23,6 +23,8 @@ class Outcome:
     data: dict[str, Any] | None = None
     svg: str | None = None
     """An inline SVG picture of the result, when the report layer can draw one."""
+    caption: str = ""
+    """What the picture shows (the result type's caption, report/verbs.py)."""
     text: str | None = None
     """The command line's text report of the result (its registered renderer, report/registry.py)."""
     error: str | None = None
@@ -136,7 +138,7 @@ def _model_name(query: Query, upload_dir: Path | None) -> str:
 
 
 def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
-    """The report layer's picture of ``result`` as inline SVG (the ``--plot`` figure); without
+    """The result type's picture (report/verbs.py, the command line's ``--plot`` figure) as inline SVG; without
     matplotlib (the ``plot`` extra), an estimate's component bar drawn as plain SVG."""
     try:
         import matplotlib  # noqa: F401  (the optional extra is there)
@@ -145,12 +147,10 @@ def _picture(query: Query, data: dict[str, Any], result: Any) -> str | None:
 
         return component_bar_svg(data) if query.verb == "estimate" else None
     from gpuplan.report.plot import figure_svg
-    from gpuplan.report.verbs import VIEWS
+    from gpuplan.report.verbs import view_of
 
-    if query.verb == "fit" and query.option("axis") not in (None, "batch"):
-        return None  # the fit picture is the batch search's (the command line draws no seq-len picture either)
-    view = VIEWS.get(query.verb)
-    return figure_svg(view.figure(data, result)) if view is not None else None
+    view = view_of(result)  # fit --axis seq-len has none (the command line draws none either)
+    return figure_svg(view.figure(data, result, query.values())) if view.figure is not None else None
 
 
 def _text(query: Query, result: Any, upload_dir: Path | None) -> str:
@@ -191,7 +191,9 @@ def execute(query: Query, upload_dir: Path | None) -> Outcome:
         except Exception as exc:  # a picture must never cost the answer: the tables still show it
             data.setdefault("assumptions", []).append(f"no picture: {type(exc).__name__}: {one_line(exc, 120)}")
             svg = None
-        return Outcome(data=_named(query, data, upload_dir), svg=svg, text=text)
+        from gpuplan.report.verbs import view_of
+
+        return Outcome(data=_named(query, data, upload_dir), svg=svg, text=text, caption=view_of(result).caption)
     except GpuplanError as exc:
         return failure(str(exc), 400)
     except MemoryError:

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from gpuplan.report.labels import label, value_text
 from gpuplan.report.options import PEFT_GROUP, PIPELINE, WORKLOAD, Option
-from gpuplan.report.verbs import VIEWS
+from gpuplan.report.verbs import REGISTRY
 from gpuplan.ui.jobs import Outcome
 from gpuplan.ui.query import VERB_OPTIONS, VERBS, WORKLOAD_OPTIONS, Query
 from gpuplan.ui.uploads import UPLOAD_MAX_BYTES
@@ -57,9 +57,8 @@ def _input(name: str, label: str, value: str, *, kind: str = "text", extra: str 
 
 WORKLOAD_FIELDSETS: Final = ((WORKLOAD, "Workload"), (PEFT_GROUP, PEFT_GROUP),
                              (PIPELINE, "Diffusion and video pipelines (flux.1-dev, sdxl, wan2.1-t2v-1.3b, ...)"))
-VERB_FIELDSETS: Final[Mapping[str, str]] = {
-    "estimate": "Estimate", "fit": "Fit", "recommend": "Recommend", "plan": "Plan (multi-GPU training)",
-    "serve": "Serve (inference engine)", "rl": "RL post-training (rl: the trainer's and the rollout's phases)"}
+VERB_FIELDSETS: Final[Mapping[str, str]] = {verb: REGISTRY[verb].legend for verb in VERBS}
+"""Each verb's fieldset legend: the verb's entry in the one registry (report/verbs.py)."""
 
 
 def _all_fields() -> dict[str, list[Option]]:
@@ -223,8 +222,7 @@ def render_result(query: Query, outcome: Outcome) -> str:
     if head:
         parts.append(_pairs_table("Headline figures", head, "headline"))
     if outcome.svg:
-        caption = VIEWS[query.verb].caption if query.verb in VIEWS else ""
-        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(caption)}</figcaption></figure>')
+        parts.append(f'<figure id="picture">{outcome.svg}<figcaption>{escape(outcome.caption)}</figcaption></figure>')
     if outcome.text:  # the command line's text report, from the same renderer (report/registry.py)
         opened = "" if outcome.svg else " open"
         parts.append(f'<details id="report"{opened}><summary>The text report (as gpuplan {escape(query.verb)} '
