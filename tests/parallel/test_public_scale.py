@@ -103,11 +103,11 @@ def test_float8_is_faster_than_bf16_where_gemms_dominate() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "ZeRO-3 at micro-batch 1 over 192 nodes: published 66.7 s per iteration, gpuplan 20.8 s. "
-        "NCCL's ring over 8 NICs per node moves the 350 GB of fp16 weights in ~2 s per pass, so its "
-        "bandwidth does not explain the paper's time, which is the same at 768 and 1,536 GPUs and "
-        "proportional to the weight bytes (530B rows: 180 s): as if each GPU moved 4x its fp16 weights "
-        "through its own NIC. No sourced mechanism for that yet: docs/accuracy-scale.md"
+        "ZeRO-3 at micro-batch 1 over 192 nodes: published 66.7 s per iteration, gpuplan 20.8 s. NCCL's ring "
+        "over 8 NICs per node moves the 350 GB of fp16 weights in ~2 s per pass; the paper's DeepSpeed (v0.3.13) "
+        "gathered and reduce-scattered parameter by parameter through torch's list collectives, one copy per "
+        "rank each (work proportional to the GPU count), a 2021 engine vintage gpuplan does not model: "
+        "docs/accuracy-scale.md"
     ),
 )
 def test_zero3_175b_on_1536_gpus_micro_batch_1() -> None:
