@@ -66,13 +66,9 @@ def check_utilization(value: float, flag: str = "--gpu-memory-utilization") -> f
     return value
 
 
-EAGER_FLAGS: dict[str, str] = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}
-"""Each serving engine's own switch that turns its CUDA graphs off (vLLM ``EngineArgs.enforce_eager``, SGLang
-``ServerArgs.disable_cuda_graph``)."""
-
-
 def eager_flag(engine: str) -> str:
-    return EAGER_FLAGS[engine]
+    """The serving engine's own switch that turns its CUDA graphs off (``Engine.eager_flag``)."""
+    return get_engine(engine).eager_flag
 
 
 def sglang_mem_fraction_static(tp: int) -> float:
@@ -156,6 +152,20 @@ class Engine(Protocol):
         """The profile run encodes dummy images first for a vision-language model (serve/profile.py)."""
         ...
 
+    @property
+    def eager_flag(self) -> str:
+        """Its own switch that turns its CUDA graphs off ("" for an engine that captures none)."""
+        ...
+
+    @property
+    def features(self) -> frozenset[str]:
+        """Multi-LoRA (``lora``) and the speculative-decoding methods (``draft``, ``mtp``) modelled for it."""
+        ...
+
+    def refusal(self, feature: str) -> str | None:
+        """What the modelled version says when it refuses ``feature`` at start, if it does."""
+        ...
+
     def default_utilization(self, tp: int) -> float: ...
 
     def default_batched_tokens(self, device_bytes: int, large_not_a100: bool, *, llm_class: bool,
@@ -189,6 +199,12 @@ class VLLM:
     block_size: int = VLLM_BLOCK_SIZE
     paged: bool = True
     profiles_images: bool = True
+    eager_flag: str = "--enforce-eager"  # EngineArgs.enforce_eager
+    # vLLM 0.10.0's LoRA slots and --speculative-config
+    features: frozenset[str] = frozenset({"lora", "draft", "mtp"})
+
+    def refusal(self, feature: str) -> str | None:
+        return VLLM_DRAFT_REFUSAL if feature == "draft" else None
 
     def default_utilization(self, tp: int) -> float:
         return 0.9
@@ -255,7 +271,7 @@ class VLLM:
         if s.kv_role:  # vLLM 0.10.0 P/D: NIXL moves the prompt's KV; both sides run the same connector role
             args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
         if not s.cuda_graphs:
-            args += [eager_flag(s.engine)]
+            args += [self.eager_flag]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -275,6 +291,13 @@ class SGLang:
     block_size: int = SGLANG_PAGE_SIZE
     paged: bool = True
     profiles_images: bool = False
+    eager_flag: str = "--disable-cuda-graph"  # ServerArgs.disable_cuda_graph
+    # SGLang 0.4.6's NEXTN (MTP); its LoRA pool (--lora-paths, --max-loras-per-batch) and a standalone draft
+    # model (STANDALONE, a later release) are not modelled
+    features: frozenset[str] = frozenset({"mtp"})
+
+    def refusal(self, feature: str) -> str | None:
+        return None
 
     def default_utilization(self, tp: int) -> float:
         return sglang_mem_fraction_static(tp)
@@ -340,7 +363,7 @@ class SGLang:
         if s.kv_role:
             args += ["--disaggregation-mode", s.kv_role]
         if not s.cuda_graphs:
-            args += [eager_flag(s.engine)]
+            args += [self.eager_flag]
         return shlex.join(args)
 
     def notes(self, s: EngineSettings) -> tuple[str, ...]:
@@ -356,6 +379,11 @@ class HFGenerate:
     block_size: int = 1
     paged: bool = False
     profiles_images: bool = False
+    eager_flag: str = ""  # generate() captures no CUDA graphs
+    features: frozenset[str] = frozenset()
+
+    def refusal(self, feature: str) -> str | None:
+        return None
 
     def default_utilization(self, tp: int) -> float:
         return 1.0
@@ -448,6 +476,17 @@ class LocalEngine(Protocol):
     @property
     def version(self) -> str: ...
 
+    @property
+    def outputs_embeddings(self) -> bool:
+        """The runner asks its context for embeddings too: an output buffer of ``n_embd`` floats per slot
+        beside the logits (llama_context::output_reserve)."""
+        ...
+
+    @property
+    def launch_note(self) -> str:
+        """What the answer assumes of this engine's launch (one note of the answer's)."""
+        ...
+
     def command(self, s: LocalSettings) -> str: ...
 
     def modelfile(self, s: LocalSettings) -> str | None: ...
@@ -466,6 +505,10 @@ class LlamaCpp:
 
     name: str = "llama.cpp"
     version: str = "llama.cpp b5xxx (ggml-org/llama.cpp @ a5410f04)"
+    outputs_embeddings: bool = False
+    launch_note: str = ("launch line in the flag spelling of the modelled build (-fa a switch); newer llama.cpp builds "
+                        "spell it '-fa on' and place the output layer first (-ngl counts it before the last repeating "
+                        "layers)")
 
     def command(self, s: LocalSettings) -> str:
         args = ["llama-server", "-m", s.model_path, "-ngl", str(s.n_gpu_layers), "-c", str(s.n_ctx)]
@@ -505,6 +548,10 @@ class Ollama:
 
     name: str = "ollama"
     version: str = "Ollama (its llama.cpp runner)"
+    # Ollama's runner asks for embeddings: 0.50 MiB, not 0.49, for a 128,256-token vocabulary in ollama #8310
+    outputs_embeddings: bool = True
+    launch_note: str = ("Ollama: modelled as its llama.cpp runner with the Modelfile's num_gpu / num_ctx; Ollama's own "
+                        "estimate may choose fewer layers")
 
     def command(self, s: LocalSettings) -> str:
         env = []
@@ -565,23 +612,15 @@ def default_max_num_seqs(engine: str, device_bytes: int, large_not_a100: bool) -
     return get_engine(engine).default_max_num_seqs(device_bytes, large_not_a100)
 
 
-FEATURES: dict[str, frozenset[str]] = {"vllm": frozenset({"lora", "draft", "mtp"}), "sglang": frozenset({"mtp"})}
-"""Multi-LoRA and speculative decoding as modelled per engine: vLLM 0.10.0's LoRA slots and
---speculative-config; SGLang 0.4.6's NEXTN (MTP). SGLang's LoRA pool (--lora-paths, --max-loras-per-batch) and
-a standalone draft model (STANDALONE, a later release) are not modelled."""
-
-
-_REFUSALS: dict[tuple[str, str], str] = {("vllm", "draft"): VLLM_DRAFT_REFUSAL}
-
-
 def refusal(engine: str, feature: str) -> str | None:
     """What the modelled engine version says when it refuses ``feature`` at start, if it does."""
-    return _REFUSALS.get((engine, feature))
+    return get_engine(engine).refusal(feature)
 
 
 def check_feature(engine: str, feature: str, flag: str) -> None:
-    if feature not in FEATURES.get(engine, frozenset()):
-        which = ", ".join(name for name, features in FEATURES.items() if feature in features)
+    """Multi-LoRA and speculative decoding are modelled for the engines whose ``features`` name them."""
+    if feature not in get_engine(engine).features:
+        which = ", ".join(name for name, e in _ENGINES.items() if feature in e.features)
         raise ConfigError(f"{flag} is modelled for --engine {which} only, not {engine}; pass --engine "
                           f"{which.split(',')[0]}")
 

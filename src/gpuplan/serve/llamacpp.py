@@ -356,8 +356,9 @@ def place(m: LocalModel, s: LocalSettings) -> Placement:
     if devices[m.n_layer] < 0:
         host_compute += _logits_bytes(ub, m)
     # llama_context::output_reserve: logits of one output per slot (+ its embedding where the caller asks
-    # for embeddings, as Ollama's runner does: 0.50 MiB, not 0.49, for a 128,256-token vocabulary in ollama #8310)
-    output_buffer = (m.n_vocab + (m.n_embd if s.engine == "ollama" else 0)) * _F32 * s.parallel
+    # for embeddings, as Ollama's runner does: engines.Ollama.outputs_embeddings)
+    embeddings = m.n_embd if get_local_engine(s.engine).outputs_embeddings else 0
+    output_buffer = (m.n_vocab + embeddings) * _F32 * s.parallel
     return Placement(
         devices,
         tuple(weights),
@@ -727,14 +728,5 @@ def _assumptions(
             "--tensor-split fractions given (llama.cpp's default splits by free memory); layer split, "
             "pipeline-parallel buffer copies not counted"
         )
-    if s.engine == "llama.cpp":
-        notes.append(
-            "launch line in the flag spelling of the modelled build (-fa a switch); newer llama.cpp builds spell it "
-            "'-fa on' and place the output layer first (-ngl counts it before the last repeating layers)"
-        )
-    if s.engine == "ollama":
-        notes.append(
-            "Ollama: modelled as its llama.cpp runner with the Modelfile's num_gpu / num_ctx; Ollama's own "
-            "estimate may choose fewer layers"
-        )
+    notes.append(get_local_engine(s.engine).launch_note)
     return tuple(notes)
