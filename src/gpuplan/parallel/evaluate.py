@@ -150,6 +150,17 @@ def zero3_buckets(hidden: int) -> tuple[int, int, int]:
     return hidden * hidden, int(0.9 * hidden * hidden), 10 * hidden
 
 
+def fsdp_state_bytes(p: ModelProfile, s: FSDP2) -> tuple[float, float, float]:
+    """Bytes per parameter of FSDP2's (shard, gradient, optimizer state): as traced, or fp32 when the shards are
+    (``sharded_fp32``): gradients take the sharded parameter's dtype, and torch.optim's Adam/AdamW state the
+    parameter's, so the traced optimizer bytes scale by 4 / traced parameter bytes. The gradient bytes are also
+    what the reduce-scatter moves (reduce_dtype float32 with fp32 shards)."""
+    pb, gb, ob = p.param_bytes_per_param, p.grad_bytes_per_param, p.optimizer_bytes_per_param
+    if s.sharded_fp32 and 0 < pb < 4:
+        return 4.0, 4.0, ob * 4.0 / pb
+    return pb, gb, ob
+
+
 def _stage_params(p: ModelProfile, layout: Layout) -> tuple[float, float, float]:
     """Parameters held by the (first, middle, last) pipeline stage, before tensor parallelism."""
     pp = layout.pp
@@ -182,10 +193,23 @@ def _states(ctx: Context, layout: Layout, rank_params: float) -> tuple[float, fl
     s = layout.sharding
     if isinstance(s, FSDP2):
         shard = layout.shard_group
-        unsharded = (
-            cb * block_rank * p.layers / layout.pp if not s.reshard_after_forward else 2 * cb * block_rank
-        )  # current block + the one prefetched
-        buffers = unsharded + gb * block_rank  # one block's unsharded gradients before reduce-scatter
+        pb, gb, ob = fsdp_state_bytes(p, s)
+        if layout.pp > 1 and not s.reshard_after_forward:
+            unsharded = cb * rank_params  # the whole stage, gathered once and kept for every micro-batch
+        elif not s.reshard_after_forward:
+            unsharded = cb * block_rank * p.layers
+        else:
+            unsharded = 2 * cb * block_rank  # current block + the one prefetched
+        if layout.pp > 1:
+            # torch.distributed.pipelining runs every micro-batch's backward with FSDP's gradient sync off and
+            # reduce-scatters once after the last one (pytorch/pytorch torch/distributed/pipelining/stage.py
+            # backward_maybe_with_nosync / _post_backward @0138610): the stage's unsharded gradients accumulate,
+            # upcast to the reduce dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+            # to_accumulated_grad_if_needed @17a7e1e), alive from the first backward to the end of the step
+            unsharded_grads = gb * rank_params
+        else:
+            unsharded_grads = gb * block_rank  # one block's unsharded gradients before reduce-scatter
+        buffers = unsharded + unsharded_grads
         return pb * rank_params / shard, gb * rank_params / shard, ob * rank_params / shard, buffers
     # Under PEFT only the trainable part (the adapters) has a master copy, gradients and optimizer
     # state in DeepSpeed and Megatron (both build their optimizer groups from requires_grad
@@ -258,7 +282,10 @@ def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
     if isinstance(layout.sharding, Zero | MegatronDDP):
         return 0.0
     shard = layout.shard_group  # 1 for DDP
-    return ctx.profile.optimizer_temp_bytes_per_param * rank_params / shard
+    s, p = layout.sharding, ctx.profile
+    # fp32 shards: the foreach temporaries are in the parameter dtype too
+    widen = fsdp_state_bytes(p, s)[0] / p.param_bytes_per_param if isinstance(s, FSDP2) and s.sharded_fp32 else 1.0
+    return p.optimizer_temp_bytes_per_param * rank_params / shard * widen
 
 
 def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
@@ -622,7 +649,7 @@ def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
     shard_group = group(topo, layout.shard_group, tp)
     expert_dp_group = group(topo, dp // ep, tp * ep)
     # DeepSpeed reduce-scatters the trainable parameters' gradients only (PEFT: the adapters)
-    grad_b = p.grad_bytes_per_param if isinstance(s, FSDP2) else cb * p.trainable_fraction
+    grad_b = fsdp_state_bytes(p, s)[1] if isinstance(s, FSDP2) else cb * p.trainable_fraction
     outer = p.outer_params / tp
     if isinstance(s, FSDP2):
         # one flat all-gather / reduce-scatter per block (fully_shard per block, root separate);

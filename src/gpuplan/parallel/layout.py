@@ -18,6 +18,10 @@ from typing import Literal
 from gpuplan.errors import LayoutError
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
+FSDP_RESHARDS: tuple[str, ...] = ("default", "always", "never")
+"""``--fsdp-reshard-after-forward``: torchtitan's ``parallelism.fsdp_reshard_after_forward`` values."""
+FSDP_SHARDED_DTYPES: tuple[str, ...] = ("compute", "fp32")
+"""``--fsdp-sharded-dtype``: the shards in the traced parameter dtype, or fp32 (FSDP2.sharded_fp32)."""
 CP_COMMS: tuple[str, ...] = ("ring", "all-to-all", "hierarchical")
 """How context-parallel ranks share attention: ring (K/V chunks passed around the ring, causal
 chunks load-balanced: torchtitan, Megatron ``--cp-comm-type p2p``), all-to-all (Ulysses: heads
@@ -89,7 +93,14 @@ class FSDP2:
     HSDP when ``hsdp_shard`` is set (shard inside groups of that many dp ranks, replicate across)."""
 
     reshard_after_forward: bool = True
+    """False: each block's gathered (compute-dtype) parameters stay from its forward to its backward, one
+    all-gather fewer per micro-batch (torchtitan ``--parallelism.fsdp_reshard_after_forward never``)."""
     hsdp_shard: int | None = None
+    sharded_fp32: bool = False
+    """The model holds fp32 parameters, so the shards, their gradients and the optimizer state are fp32;
+    ``MixedPrecisionPolicy(param_dtype=<compute>, reduce_dtype=float32)`` casts at each all-gather and
+    reduces in fp32 (how torchtitan builds every model: fp32 on the meta device, whatever the precision).
+    False: the shards are in the parameter dtype the precision traces (bf16 for --precision bf16/fp8)."""
 
     def __post_init__(self) -> None:
         if self.hsdp_shard is not None and (isinstance(self.hsdp_shard, bool) or self.hsdp_shard < 2):
@@ -255,6 +266,8 @@ class Layout:
             parts.append("no-reshard")
         if isinstance(s, FSDP2) and s.hsdp_shard is not None:
             parts.append(f"shard={s.hsdp_shard}")
+        if isinstance(s, FSDP2) and s.sharded_fp32:
+            parts.append("fp32-shards")
         if self.tp > 1 and self.sequence_parallel:
             parts.append("sp")
         if self.pp > 1:

@@ -16,7 +16,14 @@ from gpuplan.hardware.support import check_workload_on_gpu
 from gpuplan.models.config_view import ConfigView
 from gpuplan.parallel.engine import megatron_kernels_note
 from gpuplan.parallel.evaluate import Context, Evaluation, flops_per_step
-from gpuplan.parallel.layout import MEGATRON_ENCODER_DECODER, MegatronDDP, Zero, encoder_decoder_refusal
+from gpuplan.parallel.layout import (
+    FSDP_RESHARDS,
+    FSDP_SHARDED_DTYPES,
+    MEGATRON_ENCODER_DECODER,
+    MegatronDDP,
+    Zero,
+    encoder_decoder_refusal,
+)
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
@@ -105,6 +112,29 @@ class Plan:
         return to_text(self)  # gpuplan/report/registry.py: report.plan.render_plan
 
 
+def _fsdp_settings(reshard: str | None, dtype: str, *, fsdp: bool | None, zero: int | None,
+                   megatron: bool | None) -> bool | None:
+    """Check FSDP2's own settings; given, they make the plan FSDP2's (the new ``fsdp``). An engine without
+    them is refused in one line."""
+    if reshard is not None and reshard not in FSDP_RESHARDS:
+        raise LayoutError(f"--fsdp-reshard-after-forward {reshard!r} is not one of {', '.join(FSDP_RESHARDS)} "
+                          "(torchtitan's parallelism.fsdp_reshard_after_forward)")
+    if dtype not in FSDP_SHARDED_DTYPES:
+        raise LayoutError(f"--fsdp-sharded-dtype {dtype!r} is not one of {', '.join(FSDP_SHARDED_DTYPES)}")
+    given = [f for f, on in (("--fsdp-reshard-after-forward", reshard is not None),
+                             ("--fsdp-sharded-dtype fp32", dtype != "compute")) if on]
+    if not given:
+        return fsdp
+    if zero is not None:
+        raise LayoutError(f"{given[0]} is an FSDP2 setting; DeepSpeed ZeRO has no equivalent (ZeRO-3 releases each "
+                          f"gathered parameter after use; its fp32 master is always kept): drop --zero {zero} or "
+                          f"{given[0]}")
+    if megatron or fsdp is False:
+        raise LayoutError(f"{given[0]} is an FSDP2 setting; Megatron-LM's DDP keeps whole parameters (nothing to "
+                          f"reshard): drop --megatron or {given[0]}")
+    return True
+
+
 def plan(
     model: str | ModelSource,
     *,
@@ -125,6 +155,8 @@ def plan(
     ep: int | None = None,
     cp: int | None = None,
     cp_comm: str = "ring",
+    fsdp_reshard_after_forward: str | None = None,
+    fsdp_sharded_dtype: str = "compute",
     workload: Workload | None = None,
     max_alternatives: int = 5,
     checkpointing_fixed: bool | None = None,
@@ -140,7 +172,10 @@ def plan(
     parallelism (``cp``, its attention exchange ``cp_comm``: ring | all-to-all | hierarchical) is
     the user's when given; left None, it is searched when nothing fits otherwise. ``emit`` (an ``--emit``
     engine's filter, ``parallel.emit.engine_filter("deepspeed")``) searches only the layouts that engine's
-    output implements, and refuses before the trace when the constraints allow none. Example::
+    output implements, and refuses before the trace when the constraints allow none. FSDP2's
+    ``fsdp_reshard_after_forward`` (always | never | default: torchtitan's names and rule) and
+    ``fsdp_sharded_dtype`` (compute | fp32: the dtype of the shards, their gradients and optimizer state)
+    fix those settings of every FSDP2 layout, and make the plan FSDP2's. Example::
 
         p = plan("llama-3.1-8b", gpus=16, gpu="H100-SXM", nodes=2, seq_len=4096, precision="amp-bf16")
         p.best.layout.describe(), p.step_time_s, p.per_gpu_peak_bytes
@@ -164,6 +199,7 @@ def plan(
     refuse_pipeline(source, "plan")
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
+    fsdp = _fsdp_settings(fsdp_reshard_after_forward, fsdp_sharded_dtype, fsdp=fsdp, zero=zero, megatron=megatron)
     offload_fixed = _zero_offload(w, zero, fsdp=bool(fsdp), megatron=bool(megatron))
     if offload_fixed is not None:
         zero = zero if zero is not None else 3
@@ -195,6 +231,8 @@ def plan(
         seq_len=int(seq_len_of(source, w) or 0),
         offload_fixed=offload_fixed,
         encoder_layers=encoder_layers,
+        fsdp_reshard=fsdp_reshard_after_forward,
+        fsdp_sharded_fp32=fsdp_sharded_dtype == "fp32",
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
     if emit is not None and encoder_layers:

@@ -826,7 +826,9 @@ def _time_split(
     first_time, first_mf, first_hf = _plus(subset_time(first_ops), extras[:1])
     last_time, last_mf, last_hf = _plus(subset_time(last_ops), extras[1:])
     # Megatron-LM's program: its fused softmax in place of HF's chain, at its GEMM rate
-    cb_bytes = 2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") else 4
+    # the 16-bit compute copy: mixed and half precision, and the scaled ones (fp8 / mxfp8 / nvfp4 cast bf16
+    # weights and activations per GEMM: Workload.param_dtype is bf16 for them)
+    cb_bytes = 2 if workload.precision in ("amp-bf16", "amp-fp16", "bf16", "fp16") or workload.scaled_training else 4
     meg_eff = megatron_efficiency(efficiency_for(gpu), megatron_gemm_scale)
     megatron_block = tuple(subset_time(megatron_ops(blk, cb_bytes), meg_eff)[0] for blk in blks)
     megatron_time = EngineTime(

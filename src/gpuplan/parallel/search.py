@@ -61,6 +61,25 @@ class Constraints:
     """Tokens per sample (context parallelism splits them into 2·cp chunks)."""
     encoder_layers: int = 0
     """Encoder-decoder models: the encoder's blocks (the decoder's are the rest of ``layers``); 0 for one stack."""
+    fsdp_reshard: str | None = None
+    """``--fsdp-reshard-after-forward``: always | never | default (torchtitan's rule: resharded without pipeline
+    stages, kept gathered with them); None: both searched where FSDP2 runs without a pipeline."""
+    fsdp_sharded_fp32: bool = False
+    """``--fsdp-sharded-dtype fp32``: FSDP2's shards, gradients and optimizer state in fp32 (FSDP2.sharded_fp32)."""
+
+
+def fsdp_reshards(c: Constraints, pp: int) -> tuple[bool, ...]:
+    """The ``reshard_after_forward`` values FSDP2 layouts take: the user's, or searched (both without a
+    pipeline, resharding with one, as gpuplan searched before the flag existed). torchtitan's ``default``
+    (torchtitan/parallelisms/parallelize_llama.py ``apply_fsdp`` @9dec370: ``reshard_after_forward = False``
+    when ``pp_enabled``, "to avoid per-microbatch all-gathers")."""
+    if c.fsdp_reshard == "always":
+        return (True,)
+    if c.fsdp_reshard == "never":
+        return (False,)
+    if c.fsdp_reshard == "default":
+        return (pp == 1,)
+    return (True, False) if pp == 1 else (True,)
 
 
 def divisors(n: int) -> list[int]:
@@ -236,7 +255,8 @@ def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int, cp: int = 1)
         megatron = [MegatronDDP()] if not c.fsdp and c.zero in (None, 0) and c.megatron is not False else []
         # FSDP2 with pipeline stages only when --fsdp is given, as without context parallelism (torchtitan runs
         # FSDP + TP + PP + CP: benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd, Table 6)
-        fsdp = [FSDP2()] if not c.megatron and c.zero is None and c.fsdp is not False and (pp == 1 or c.fsdp) else []
+        runs = not c.megatron and c.zero is None and c.fsdp is not False and (pp == 1 or c.fsdp)
+        fsdp = [FSDP2(r, sharded_fp32=c.fsdp_sharded_fp32) for r in fsdp_reshards(c, pp)] if runs else []
         return [*megatron, *fsdp]
     opts: list[Sharding] = []
     if c.offload_fixed is not None and c.zero is not None:
@@ -262,14 +282,14 @@ def _shardings(c: Constraints, dp: int, tp: int, pp: int, gpn: int, cp: int = 1)
                 opts.append(Zero(stage, offload_optimizer=True))
                 if z == 3:
                     opts.append(Zero(stage, offload_optimizer=True, offload_params=True))
+    fp32 = c.fsdp_sharded_fp32
     if (c.fsdp or (c.zero is None and c.fsdp is None)) and dp > 1 and pp == 1:
-        opts.append(FSDP2())
-        opts.append(FSDP2(reshard_after_forward=False))
+        opts.extend(FSDP2(r, sharded_fp32=fp32) for r in fsdp_reshards(c, pp))
         node_shard = max(1, gpn // tp)
         if 1 < node_shard < dp and dp % node_shard == 0:
-            opts.append(FSDP2(hsdp_shard=node_shard))
+            opts.extend(FSDP2(r, hsdp_shard=node_shard, sharded_fp32=fp32) for r in fsdp_reshards(c, pp)[:1])
     if c.fsdp and not opts:
-        opts.append(FSDP2())
+        opts.extend(FSDP2(r, sharded_fp32=fp32) for r in fsdp_reshards(c, pp))
     return opts
 
 

@@ -30,6 +30,7 @@ def parallelism(lay: Layout) -> dict[str, Any]:
         "sharding": s.name,
         "hsdp_shard": getattr(s, "hsdp_shard", None),
         "reshard_after_forward": getattr(s, "reshard_after_forward", None),
+        "fsdp_sharded_dtype": {True: "fp32", False: "compute"}.get(getattr(s, "sharded_fp32", None)),
         "sequence_parallel": lay.sequence_parallel and lay.tp > 1,
         "schedule": lay.schedule if lay.pp > 1 else None,
         "virtual_stages": lay.virtual_stages if lay.pp > 1 else None,

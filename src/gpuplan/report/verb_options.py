@@ -83,7 +83,7 @@ def _recommend() -> tuple[Option, ...]:
 
 
 def _plan() -> tuple[Option, ...]:
-    from gpuplan.parallel.layout import CP_COMMS
+    from gpuplan.parallel.layout import CP_COMMS, FSDP_RESHARDS, FSDP_SHARDED_DTYPES
 
     cluster, layout = "cluster", "layout (left open: searched)"
     return (
@@ -111,6 +111,17 @@ def _plan() -> tuple[Option, ...]:
         Option("fsdp", "switch", help="FSDP2 (fully_shard)", label="FSDP2", group=layout, exclusive="sharding"),
         Option("megatron", "switch", help="Megatron-LM (16-bit weights, fp32 master weights and main grads, its DDP)",
                label="Megatron-LM", group=layout, exclusive="sharding"),
+        Option("fsdp_reshard_after_forward", "choice", choices=FSDP_RESHARDS,
+               help="FSDP2 reshard_after_forward, torchtitan's names: always, never (each block's gathered "
+                    "parameters kept from its forward to its backward: one all-gather fewer, more memory), default "
+                    "(torchtitan's rule: always without pipeline stages, never with them); implies --fsdp; default: "
+                    "searched",
+               label="FSDP2: reshard after forward", unset="searched", group=layout),
+        Option("fsdp_sharded_dtype", "choice", choices=FSDP_SHARDED_DTYPES, default="compute",
+               help="dtype of FSDP2's shards, their gradients and optimizer state: compute (the precision's "
+                    "parameter dtype, default) or fp32 (the model built in fp32, MixedPrecisionPolicy casting to the "
+                    "compute dtype at each all-gather and reducing in fp32, as torchtitan runs); fp32 implies --fsdp",
+               label="FSDP2: sharded dtype", unset="default (compute)", group=layout),
         Option("sequence_parallel", "switch", flags=("--no-sequence-parallel",), store=False, default=True,
                web_name="no_sequence_parallel", help="tensor parallelism without Megatron sequence parallelism",
                label="No sequence parallelism", group=layout),
