@@ -424,14 +424,18 @@ def test_plan_emit_cluster_manifests(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_local_json(tiny_gpt2: str) -> None:
+def test_sweep_local_json(tiny_gpt2: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # gpuplan sweep --launcher local --json --no-store: the plan's best layout (DDP: --dp 2 --zero 0) on 2 gloo ranks;
-    # the measured column is the largest rank's tracked peak, no error column on CPU (tests/measure/test_sweep.py)
+    # the measured column is the largest rank's tracked peak, no error column on CPU (tests/measure/test_sweep.py).
+    # The ranks' results are a recording of this very job (tests/fixtures/recorded_ranks.py): the sweep's real
+    # launch is tests/measure/test_sweep.py's, DDP's tests/measure/test_distributed.py's
+    from gpuplan.measure.executor import LocalExecutor
+    from tests.fixtures.recorded_ranks import SWEEP_ARGV, replay
+
+    monkeypatch.setattr(LocalExecutor, "run", replay)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["sweep", tiny_gpt2, "--gpus", "2", "--gpu", "H100-SXM", "--dp", "2", "--zero", "0",
-                     "--batch-size", "2", "--seq-len", "32", "--precision", "fp32", "--top", "1", "--steps", "1",
-                     "--launcher", "local", "--no-store", "--json"])
+        code = main(["sweep", tiny_gpt2, *SWEEP_ARGV])
     assert code == 0
     result = json.loads(out.getvalue())
     assert (result["launcher"], result["steps"], result["measured"], result["store"]) == ("local", 1, 1, None)

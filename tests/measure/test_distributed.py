@@ -1,12 +1,20 @@
-"""2-process gloo runs through torchrun (DDP, FSDP2): each rank's tracked bytes against the
+"""2-process gloo runs through torchrun (DDP, FSDP2, ZeRO-1): each rank's tracked bytes against the
 per-rank accounting of gpuplan.measure.per_rank, within 2%. The planner's per-rank memory
 (gpuplan.parallel) is reported next to it but not held to the bound: it profiles with CUDA
-semantics on a catalog GPU (docs/measure.md)."""
+semantics on a catalog GPU (docs/measure.md).
+
+These are the suite's real launches of those three layouts (tests/measure/test_layouts.py runs the DeepSpeed
+ones through the CLI): the DDP one goes through submitit's local executor (``run_on_node``, the function a
+Slurm node runs), so one launch covers the layout and the executor seam."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
+from gpuplan.measure.executor import Executor, SubmititExecutor
 from gpuplan.measure.launch import measure_distributed
 from gpuplan.measure.local import Options
 from gpuplan.workload import Workload
@@ -14,12 +22,24 @@ from gpuplan.workload import Workload
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 0.02  # the issue's acceptance bound per rank
+LAYOUTS_RUN_HERE = ("ddp", "fsdp", "zero1")
+"""The layouts launched for real in this file (test_layouts.py checks every layout runs somewhere)."""
+_HAS_SUBMITIT = importlib.util.find_spec("submitit") is not None
+
+
+def _executor(layout: str, folder: Path) -> Executor | None:
+    """submitit's local executor for the DDP run (None: torchrun directly, measure's default)."""
+    return SubmititExecutor(folder, cluster="local", cpu_ranks=True) if layout == "ddp" and _HAS_SUBMITIT else None
 
 
 @pytest.mark.parametrize("layout", ["ddp", "fsdp"])
-def test_two_process_gloo_per_rank_within_2_percent(tiny_gpt2: str, layout: str) -> None:
+def test_two_process_gloo_per_rank_within_2_percent(tiny_gpt2: str, layout: str, tmp_path: Path) -> None:
+    executor = _executor(layout, tmp_path / "jobs")
     m = measure_distributed(tiny_gpt2, workload=Workload(mode="train", batch_size=2, seq_len=32),
-                            options=Options(steps=1, warmup=1), nproc=2, layout=layout, timeout_s=240)
+                            options=Options(steps=1, warmup=1), nproc=2, layout=layout, timeout_s=240,
+                            executor=executor)
+    if executor is not None:
+        assert list((tmp_path / "jobs").glob("*_result.pkl"))  # it went through submitit, not torchrun directly
     assert [r.rank for r in m.ranks] == [0, 1]
     assert all(r.world_size == 2 and r.layout == layout and r.device == "cpu" for r in m.ranks)
     rows = [c for c in m.comparisons if c.quantity.endswith("tracked peak")]
@@ -36,6 +56,7 @@ def test_two_process_gloo_per_rank_within_2_percent(tiny_gpt2: str, layout: str)
     if layout == "ddp":
         # DDP replicates everything and adds its gradient buckets: more than one process alone
         assert all(r.tracked_peak_bytes > single for r in m.ranks)  # type: ignore[operator]
+        assert any("gradient_as_bucket_view=True" in n for n in m.notes)
     else:
         # FSDP2 shards parameters and optimizer state: each rank holds less than one process alone
         assert all(r.tracked_peak_bytes < single for r in m.ranks)  # type: ignore[operator]
@@ -53,3 +74,4 @@ def test_two_process_zero1_shards_only_the_optimizer_state(tiny_gpt2: str) -> No
         assert r.tracked_components["parameters"] == terms["param_bytes"]
         assert abs(r.tracked_components["optimizer_state"] - terms["optimizer_state_at_peak_bytes"] / 2) < 1024
     assert m.estimated["planner"] is None  # the planner's ZeRO-1 is DeepSpeed's, not compared
+    assert any("gradient_as_bucket_view=True" in n for n in m.notes)

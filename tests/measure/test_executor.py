@@ -1,7 +1,8 @@
 """The executor seam behind ``measure`` and ``sweep`` (gpuplan.measure.executor).
 
 * submitit's local executor runs a real 2-rank gloo measurement through the same job function a Slurm
-  node runs (``run_on_node``), and its ranks match the per-rank accounting as the torchrun path's do;
+  node runs (``run_on_node``), and its ranks match the per-rank accounting as the torchrun path's do: the DDP
+  case of tests/measure/test_distributed.py (one real launch for both);
 * the Slurm executor's sbatch file is submitit's own, written through a stand-in ``sbatch`` on PATH
   (no Slurm here): partition, nodes, GPUs per node, one task per node, time, account, and a job array
   for several jobs;
@@ -20,7 +21,13 @@ from gpuplan.measure.executor import RankJob, SlurmSettings, SubmititExecutor, r
 from gpuplan.workload import Workload
 from tests.hardware.test_support import _run  # the CLI runner (argparse exits included)
 
-TOLERANCE = 0.02  # test_distributed.py's per-rank bound
+
+def no_result_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job the stand-in sacct reports FAILED has no result file, and never will: submitit waits 15 s per job
+    for one to appear on a slow shared file system (``Job._results_timeout_s``); its own tests set it to 0 too."""
+    import submitit.core.core
+
+    monkeypatch.setattr(submitit.core.core.Job, "_results_timeout_s", 0)
 
 
 def _fake_slurm(folder: Path) -> str:
@@ -65,25 +72,6 @@ def test_slurm_single_job_is_no_array(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "#SBATCH --partition=a100" in text and "#SBATCH --gpus-per-node=8" in text
     assert "--array" not in text and "--account" not in text  # no account asked, none written
     assert "--cpus-per-task" not in text  # no cores asked: the partition's default, not a number of ours
-
-
-@pytest.mark.slow
-def test_submitit_local_executor_runs_a_real_measure(tiny_gpt2: str, tmp_path: Path) -> None:
-    """Two gloo ranks through submitit's local executor: each rank's storage-tracked peak matches the
-    per-rank accounting within test_distributed.py's 2%."""
-    from gpuplan.measure.launch import measure_distributed
-    from gpuplan.measure.local import Options
-
-    executor = SubmititExecutor(tmp_path / "jobs", cluster="local", cpu_ranks=True)
-    m = measure_distributed(tiny_gpt2, workload=Workload(mode="train", batch_size=2, seq_len=32),
-                            options=Options(steps=1, warmup=1), nproc=2, layout="ddp", timeout_s=240,
-                            executor=executor)
-    assert [r.rank for r in m.ranks] == [0, 1] and all(r.world_size == 2 for r in m.ranks)
-    rows = [c for c in m.comparisons if c.quantity.endswith("tracked peak")]
-    assert len(rows) == 2
-    for c in rows:
-        assert c.error is not None and abs(c.error) <= TOLERANCE, (c.quantity, c.estimated, c.measured)
-    assert list((tmp_path / "jobs").glob("*_result.pkl"))  # it went through submitit, not torchrun directly
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -131,11 +119,12 @@ def test_missing_submitit_is_one_line_before_any_work(tiny_gpt2: str, monkeypatc
     assert err.strip().endswith("pip install 'gpuplan[cluster]'") and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # submitit polls sacct at 0, 2, 4, 8 s: about 15 s
+@pytest.mark.slow
 def test_measure_on_slurm_end_to_end_with_a_failed_job(tiny_gpt2: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """``measure --launcher slurm`` with every Slurm flag, through a stand-in sbatch and an sacct that reports
     the job FAILED: the submission carries the flags, and the failure is one line with exit 1."""
+    no_result_grace(monkeypatch)
     bin_dir = tmp_path / "bin"
     path = _fake_slurm(bin_dir)
     sacct = bin_dir / "sacct"

@@ -101,8 +101,9 @@ def test_sweep_on_slurm_submits_one_array(tiny_gpt2: str, tmp_path: Path, monkey
     sbatch; sacct reports both tasks FAILED), each failure is a row's reason, nothing measured: exit 1."""
     import stat
 
-    from tests.measure.test_executor import _fake_slurm
+    from tests.measure.test_executor import _fake_slurm, no_result_grace
 
+    no_result_grace(monkeypatch)
     path = _fake_slurm(tmp_path / "bin")
     sacct = tmp_path / "bin" / "sacct"
     sacct.write_text("#!/bin/sh\nprintf 'JobID|State|NodeList\\n4242_0|FAILED|n1\\n4242_1|FAILED|n2\\n'\n")
