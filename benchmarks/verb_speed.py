@@ -9,19 +9,27 @@ Targets (issue 19 item 4, issue 18 item 7): a cold ``estimate gpt2 --gpu A100-80
 wall on an idle 2-core machine; ``--grad-accum 8`` at most one trace more than without it; a cached
 ``plan`` or ``serve`` without importing torch.
 
-    python benchmarks/verb_speed.py [VERB ...]
+    python benchmarks/verb_speed.py [--repeat N] [VERB ...]
+
+``--repeat N`` runs each cold command N times and prints the median (the load of a shared machine moves
+single runs by seconds). The children run as an installed gpuplan does: its modules byte-compiled first
+(pip compiles a wheel's modules at install) and ``PYTHONDONTWRITEBYTECODE`` dropped from their
+environment — with it set, every run compiles gpuplan's ~50 imported modules again (≈0.3 s of CPU).
 
 The measured table (and what changed it) is docs/speed.md.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from table import print_table
 
@@ -58,19 +66,37 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     return wall, cpu, proc.returncode
 
 
-def main(verbs: list[str]) -> int:
+def _child_env(cache_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": cache_dir}
+
+
+def main(args: list[str]) -> int:
+    repeat = 1
+    if args[:1] == ["--repeat"]:
+        repeat, args = max(1, int(args[1])), args[2:]
+    import gpuplan
+
+    compileall.compile_dir(str(Path(gpuplan.__file__).parent), quiet=1)  # as a pip-installed wheel is
+    load_before = os.getloadavg()[0]
     rows = []
     for verb, argv in CASES:
-        if verbs and verb not in verbs:
+        if args and verb not in args:
             continue
-        with tempfile.TemporaryDirectory() as directory:
-            env = {**os.environ, "GPUPLAN_CACHE": "on", "GPUPLAN_CACHE_DIR": directory}
-            cold_wall, cold_cpu, code = _run(argv, env)
-            cached = _run(argv, env) if verb in TRACES else None
+        colds, cached = [], None
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as directory:
+                colds.append(_run(argv, _child_env(directory)))
+                if verb in TRACES and cached is None:
+                    cached = _run(argv, _child_env(directory))
+        cold_wall = statistics.median(c[0] for c in colds)
+        cold_cpu = statistics.median(c[1] for c in colds)
         rows.append((" ".join(argv)[:70], f"{cold_wall:.1f}", f"{cold_cpu:.1f}",
                      "-" if cached is None else f"{cached[0]:.1f}", "-" if cached is None else f"{cached[1]:.1f}",
-                     str(code)))
-    print_table(("command", "cold wall s", "cold CPU s", "cached wall s", "cached CPU s", "exit"), rows)
+                     str(colds[-1][2])))
+    header = ("command", "cold wall s", "cold CPU s", "cached wall s", "cached CPU s", "exit")
+    print(f"{repeat} cold run(s) per command (median); load average when it started: {load_before:.1f}")
+    print_table(header, rows)
     return 0
 
 
