@@ -110,6 +110,9 @@ class Workload:
     batch_size: int = 1
     seq_len: int | None = None
     """Tokens per sample (prompt length for generate); None: the model's default."""
+    decoder_seq_len: int | None = None
+    """Encoder-decoder models (T5, BART): tokens per sample on the decoder side (its ids and labels); None: the
+    encoder's ``seq_len``, as before this field existed."""
     image_size: int | None = None
     """Image side in pixels for vision models; None: the model's default."""
     new_tokens: int = 128
@@ -184,6 +187,9 @@ class Workload:
         _check_range("batch size", self.batch_size, 1, MAX_BATCH_SIZE, "use a batch size of at least 1")
         if self.seq_len is not None:
             _check_range("sequence length", self.seq_len, 1, MAX_SEQ_LEN, "pass tokens per sample")
+        if self.decoder_seq_len is not None:
+            _check_range("decoder sequence length", self.decoder_seq_len, 1, MAX_SEQ_LEN,
+                         "pass the decoder's tokens per sample (its labels)")
         if self.image_size is not None:
             _check_range("image size", self.image_size, 8, MAX_IMAGE_SIZE, "pass the image side in pixels")
         _check_range("new tokens", self.new_tokens, 0 if self.mode != "generate" else 1, MAX_NEW_TOKENS,

@@ -18,6 +18,7 @@ from gpuplan.models.sources import HFConfigSource
 from gpuplan.parallel.emit import megatron_args
 from gpuplan.parallel.layout import DDP, Layout, MegatronDDP, encoder_decoder_stages
 from gpuplan.parallel.plan import plan
+from gpuplan.workload import Workload
 
 WORKLOAD: dict[str, Any] = {"mode": "train", "batch_size": 2, "seq_len": 64, "precision": "amp-bf16"}
 FLAGS = ("--gpu", "H100-SXM", "--batch-size", "2", "--seq-len", "64", "--precision", "amp-bf16")
@@ -167,3 +168,44 @@ def test_bart_two_stacks_one_gpu_is_estimates_step_and_megatron_is_refused(tmp_p
     path.write_text(json.dumps(TINY_BART))
     code, _, err = run_cli("plan", str(path), "--gpus", "2", "--pp", "2", "--megatron", "--emit", "torchrun", *FLAGS)
     assert code == 2 and "Megatron-LM's encoder-decoder model is T5, not bart" in err, err
+
+
+def test_decoder_seq_len_is_the_decoders_length(t5_config: str) -> None:
+    """--decoder-seq-len: the decoder runs (and is scored on) its own length. The trace is exact accounting of the
+    real CPU run (tests/trace/test_exact_accounting.py, case t5 with decoder_seq_len 40); here, what each side sees:
+    the labels the decoder is given, and the logits (batch × decoder tokens × vocab fp32) that follow them."""
+    import torch
+
+    from gpuplan.trace.step import trace_step
+
+    src = _source()
+    short = Workload(mode="train", batch_size=2, seq_len=16, decoder_seq_len=8)
+    with torch.device("meta"):
+        module = src.build(short)
+    assert tuple(src.inputs(module, short).kwargs["labels"].shape) == (2, 8)
+    assert tuple(src.inputs(module, short.with_(mode="infer")).kwargs["decoder_input_ids"].shape) == (2, 8)
+    assert tuple(src.inputs(module, short.with_(decoder_seq_len=None)).kwargs["labels"].shape) == (2, 16)
+    steps = {n: trace_step(src, short.with_(decoder_seq_len=n), cuda=False) for n in (8, 72)}
+    logits = 2 * (72 - 8) * TINY_T5["vocab_size"] * 4
+    assert steps[72].tensor_peak_bytes - steps[8].tensor_peak_bytes >= logits  # at least the longer logits
+    assert steps[72].params_count == steps[8].params_count
+
+
+def test_decoder_seq_len_end_to_end_and_refusals(t5_config: str, tiny_gpt2: str) -> None:
+    from tests.hardware.test_support import _run
+
+    code, out, err = _run(["estimate", t5_config, "--mode", "train", "--seq-len", "16", "--decoder-seq-len", "8",
+                           "--json"])
+    assert code == 0, err
+    assert json.loads(out)["workload"]["decoder_seq_len"] == 8
+    code, out, err = _run(["plan", t5_config, "--gpus", "2", "--gpu", "H100-SXM", "--seq-len", "16",
+                           "--decoder-seq-len", "8", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["workload"]["decoder_seq_len"] == 8
+    for argv, message in (
+        (["estimate", tiny_gpt2, "--decoder-seq-len", "8"], "--decoder-seq-len 8 applies to encoder-decoder models"),
+        (["estimate", t5_config, "--decoder-seq-len", "0"], "decoder sequence length 0 is out of range: allowed 1.."),
+        (["estimate", t5_config, "--decoder-seq-len", "x"], "--decoder-seq-len"),
+    ):
+        code, out, err = _run(argv)
+        assert code == 2 and message in err and err.strip().count("\n") == 0, (argv, err)

@@ -51,6 +51,7 @@ CASES = [
     ("bert", Workload(mode="train", batch_size=2, seq_len=32)),
     ("bert", Workload(mode="train", batch_size=2, seq_len=32, precision="amp-bf16", checkpointing="full")),
     ("t5", Workload(mode="train", batch_size=2, seq_len=16)),
+    ("t5", Workload(mode="train", batch_size=2, seq_len=16, decoder_seq_len=40)),  # --decoder-seq-len
 ]
 
 

@@ -293,9 +293,10 @@ class HFConfigSource(ModelSource):
         check_position_table(self.name, module, workload, s, self._trained_context())
         vocab = int(getattr(module.config, "vocab_size", 32000))
         ids = torch.randint(0, vocab, (b, s))
+        dec = self.decoder_seq_len(module, workload, s)
         if workload.mode != "train":
             if self.task == "seq2seq-lm":  # the decoder needs its own ids: as long as training's labels
-                return Inputs(kwargs={"input_ids": ids, "decoder_input_ids": torch.randint(0, vocab, (b, s))})
+                return Inputs(kwargs={"input_ids": ids, "decoder_input_ids": torch.randint(0, vocab, (b, dec))})
             return Inputs(kwargs={"input_ids": ids})
         if workload.loss in chunked_loss.HEAD_LOSSES:
             return self._chunked_ce_inputs(module, ids, workload.loss)
@@ -304,9 +305,20 @@ class HFConfigSource(ModelSource):
             return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, num_labels, (b,))})
         if self.task == "token-classification":  # a per-token score (an RL value head): its loss is the mean
             return Inputs(kwargs={"input_ids": ids})
-        if self.task == "seq2seq-lm":
-            return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, vocab, (b, s))})
+        if self.task == "seq2seq-lm":  # transformers shifts the labels right into the decoder's input ids
+            return Inputs(kwargs={"input_ids": ids, "labels": torch.randint(0, vocab, (b, dec))})
         return Inputs(kwargs={"input_ids": ids, "labels": ids})
+
+    def decoder_seq_len(self, module: nn.Module, workload: Workload, seq_len: int) -> int:
+        """The decoder's tokens per sample of an encoder-decoder model: ``--decoder-seq-len``, else the encoder's
+        ``seq_len``; refused for any other model, and beyond a learned decoder position table (BART)."""
+        if workload.decoder_seq_len is None:
+            return seq_len
+        if self.task != "seq2seq-lm":
+            raise ConfigError(f"--decoder-seq-len {workload.decoder_seq_len} applies to encoder-decoder models (T5, "
+                              f"BART: a decoder of its own length); {self.name} is a {self.task} model — drop it")
+        check_position_table(self.name, module, workload, workload.decoder_seq_len, self._trained_context())
+        return workload.decoder_seq_len
 
     def _chunked_ce_inputs(self, module: nn.Module, ids: torch.Tensor, loss: str) -> Inputs:
         """torchtune's (and Liger's) inputs: the ids alone (the model computes no loss), shifted labels

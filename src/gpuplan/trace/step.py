@@ -47,6 +47,11 @@ def trace_source(source: ModelSource, workload: Workload, cc: tuple[int, int], *
     active trace cache (trace/cache.py) when it holds it, else traced (and stored there)."""
     from gpuplan.trace.cache import active_trace_cache, trace_key
 
+    if workload.decoder_seq_len is not None and not hasattr(source, "decoder_seq_len"):
+        from gpuplan.errors import ConfigError
+
+        raise ConfigError(f"--decoder-seq-len {workload.decoder_seq_len} applies to encoder-decoder models (T5, BART) "
+                          f"given by a Hugging Face config; {source.name} is not one — drop it")
     cache = active_trace_cache() if fake and cuda and scale else None
     key = trace_key(source, workload, cc) if cache is not None else None
     note = None
