@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.hardware import resolve_gpu
 from gpuplan.perf.roofline import rate_key
@@ -90,3 +92,36 @@ def test_recipes_on_b200_rank_as_their_rates_and_kept_blocks_cost_time() -> None
     assert kept[2] <= step_time(program, b200, work("mxfp8", 2)).total_s * 1.0001  # all bf16: no fp4 left
     bf16 = step_time(trace_step(src, work("bf16")), b200, work("bf16")).total_s
     assert 1.05 < bf16 / t["mxfp8"] < 1.6, (bf16, t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(out_features=st.integers(1, 4096), blocks=st.integers(1, 128))
+def test_fp4_never_stores_more_weight_bytes_than_fp8(out_features: int, blocks: int) -> None:
+    """Property (issue 23): a linear layer stored in MXFP4 (uint8 pairs of e2m1 + an e8m0 scale per 32) never holds
+    more bytes than in fp8 (e4m3 + an fp32 scale per output channel), for any layer MXFP4 stores (in_features a
+    multiple of its 32-element block); and the training recipes' casts write no more per element in NVFP4 than
+    in MXFP8 or fp8 (scales included)."""
+    from gpuplan.memory.weight_quant import MXFP4_BLOCK, layer_bytes, weight_format
+
+    in_features = MXFP4_BLOCK * blocks
+    fp4 = layer_bytes(weight_format("mxfp4"), out_features, in_features)
+    fp8 = layer_bytes(weight_format("fp8"), out_features, in_features)
+    assert fp4 <= fp8
+    assert fp4 == out_features * blocks * (MXFP4_BLOCK // 2 + 1)  # 16 bytes of values + 1 scale per block
+    casts = {p: SCALED_FORMATS[p].cast_bytes_per_element for p in ("fp8", "mxfp8", "nvfp4")}
+    assert casts["nvfp4"] <= min(casts["fp8"], casts["mxfp8"])
+
+
+def test_fp4_training_holds_no_more_weight_bytes_than_fp8(tiny_llama: Path) -> None:
+    """The recipes keep bf16 parameters (torchao / Transformer Engine cast them per GEMM): NVFP4's parameters,
+    gradients and optimizer state on B200 are MXFP8's and fp8's, byte for byte, never more."""
+    import json
+
+    held = {}
+    for precision in ("fp8", "mxfp8", "nvfp4"):
+        code, out, err = _estimate(str(tiny_llama), "--precision", precision, "--gpu", "B200", "--seq-len", "32",
+                                   "--json")
+        assert code == 0, err
+        c = json.loads(out)["components"]
+        held[precision] = (c["parameters"], c["gradients"], c["optimizer_state"])
+    assert held["nvfp4"] == held["mxfp8"] == held["fp8"]

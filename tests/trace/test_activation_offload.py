@@ -107,7 +107,7 @@ def test_cli_plan_composes_zero3_offload_with_activation_offload(config: Path) -
 
 
 @pytest.mark.parametrize(("argv", "words"), [
-    (["--offload", "activations"], "add --checkpointing full"),
+    (["--offload", "activations", "--checkpointing", "none"], "add --checkpointing full"),
     (["--offload", "activations", "--checkpointing", "selective"], "add --checkpointing full"),
     (["--offload", "weights"], "offload 'weights' is not allowed"),
     (["--offload", "activations,activations", "--checkpointing", "full"], "is not allowed"),
@@ -118,6 +118,16 @@ def test_estimate_bad_offload_one_line_exit_2(argv: list[str], words: str, confi
     code, _, err = run_cli("estimate", str(config), "--seq-len", "16", *argv)
     assert code == 2
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_activation_offload_without_checkpointing_given_is_full_checkpointing(config: Path) -> None:
+    """Activation-checkpoint offload moves the inputs of fully checkpointed blocks: left unset, --checkpointing is
+    full, and a note says so (an explicit other mode is refused, above)."""
+    code, out, err = run_cli("estimate", str(config), "--seq-len", "16", "--offload", "activations", "--json")
+    assert code == 0, err
+    workload = json.loads(out)["workload"]
+    assert (workload["checkpointing"], workload["offload"]) == ("full", "activations")
+    assert "--offload activations: full activation checkpointing" in err
 
 
 @pytest.mark.parametrize(("argv", "words"), [

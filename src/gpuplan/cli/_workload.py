@@ -24,6 +24,7 @@ from gpuplan.report.options import (
     image_size,
     mode_ignored,
     module_names,
+    offloads_activations,
     positive_number,
     shown,
     tiles,
@@ -199,6 +200,10 @@ def workload_from_args(args: argparse.Namespace, **overrides: Any) -> Workload:
     fields.update(overrides)
     workload = Workload(**fields)  # bad values fail first: a note about a flag in error is noise
     notes = ignored_flag_notes(args)
+    if values.get("checkpointing") is None and "checkpointing" not in overrides and offloads_activations(
+            values.get("offload")):
+        notes.append("--offload activations: full activation checkpointing (its blocks' inputs are what moves to "
+                     "the host; --checkpointing was not given)")
     if notes:  # the workload echoed in --json is the one modelled: an ignored value is not in it
         ignored = set(mode_ignored(fields, workload.mode))
         workload = Workload(**{k: v for k, v in fields.items() if k not in ignored or k in overrides})

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.parallel.emit_cluster import check_queue
     from gpuplan.parallel.plan import plan
 
-    workload = workload_from_args(args, checkpointing=args.checkpointing or "none")
+    # checkpointing left open: the Workload's default (none; full with --offload activations), searched by plan
+    workload = workload_from_args(args)
     check_queue(args.queue, args.emit)  # before the trace
     check_output_paths(args)
     progress = Progress(f"plan: tracing {args.model} and searching layouts", enabled=wanted(args.json))

@@ -112,6 +112,12 @@ class Plan:
         return to_text(self)  # gpuplan/report/registry.py: report.plan.render_plan
 
 
+LONG_CONTEXT_TOKENS = 32768
+"""From this many tokens per sample, context-parallel layouts are searched even when a layout fits without
+them (torchtitan's published CP runs start at 32K: benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd, Table 2);
+below it only when nothing fits otherwise."""
+
+
 def _fsdp_settings(reshard: str | None, dtype: str, *, fsdp: bool | None, zero: int | None,
                    megatron: bool | None) -> bool | None:
     """Check FSDP2's own settings; given, they make the plan FSDP2's (the new ``fsdp``). An engine without
@@ -280,6 +286,15 @@ def plan(
         if evals_cp and evals_cp[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
             notes.append("nothing fits with the whole sequence on each GPU: context-parallel layouts considered")
             evals = evals_cp
+    elif cp is None and base.seq_len >= LONG_CONTEXT_TOKENS:
+        # a long sequence that fits whole may still run faster split: less activation memory per GPU leaves room
+        # for a larger micro-batch, less recomputation or less tensor parallelism
+        evals_cp = search.rank(ctx, search_cp=True, checkpointing=prof.workload.checkpointing)
+        if evals_cp and evals_cp[0].per_gpu_peak_bytes <= usable and evals_cp[0].step_time_s < evals[0].step_time_s:
+            notes.append(f"{base.seq_len:,} tokens per sample: context-parallel layouts searched too, and one is "
+                         "faster")
+            evals = sorted([*evals, *evals_cp], key=lambda e: (e.per_gpu_peak_bytes > usable, e.step_time_s,
+                                                               e.per_gpu_peak_bytes))
     if evals[0].per_gpu_peak_bytes > usable:
         evals3 = search.rank(ctx, offload=True, checkpointing=prof.workload.checkpointing)
         if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:

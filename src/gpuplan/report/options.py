@@ -423,7 +423,16 @@ def workload_fields(values: Mapping[str, Any], *, spell: Callable[[str], str] = 
         if not isinstance(tiled, bool) and tiled != "auto":
             fields["mlp_tiles"] = tiled
     check_peft_settings([f for f in PEFT_SETTINGS if f in fields], str(fields.get("peft", "none")), spell=spell)
+    if "checkpointing" not in fields and offloads_activations(fields.get("offload")):
+        # activation-checkpoint offload moves the inputs of fully checkpointed blocks: checkpointing left unset
+        # is full (an explicit other mode is refused by Workload, naming the fix)
+        fields["checkpointing"] = "full"
     return fields
+
+
+def offloads_activations(offload: object) -> bool:
+    """A training ``--offload`` list (e.g. ``params,optimizer,activations``) that includes activations."""
+    return isinstance(offload, str) and "activations" in (p.strip() for p in offload.split(","))
 
 
 def options_named(options: Iterable[Option], names: Iterable[str]) -> tuple[Option, ...]:
@@ -436,5 +445,5 @@ __all__ = [
     "ALL_WORKLOAD_OPTIONS", "JSON_OUTPUT", "LOAD_IN", "MAX_FLAG_INT", "MODE_ONLY", "NO_CACHE", "PEFT_OPTIONS",
     "PICTURE_OPTIONS", "PIPELINE_OPTIONS",
     "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Option", "finite_number", "image_size", "mode_ignored", "module_names",
-    "options_named", "positive_number", "shares", "shown", "switch", "tiles", "whole_number", "workload_fields",
+    "offloads_activations", "options_named", "positive_number", "shares", "shown", "switch", "tiles", "whole_number", "workload_fields",
 ]

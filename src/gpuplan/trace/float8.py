@@ -83,12 +83,14 @@ def fp8_notes(workload: Workload) -> list[str]:
     if workload.precision != "fp8":
         fmt = SCALED_FORMATS[workload.precision]
         kept = (f"the last {workload.high_precision_blocks} blocks" if workload.high_precision_blocks is not None
-                else f"the last {fmt.default_high_precision_fraction:.0%} of the blocks")
+                else f"the last {fmt.default_high_precision_fraction:.0%} of the blocks"
+                if fmt.default_high_precision_fraction else "no block (the recipe's default)")
         return [f"--precision {fmt.precision}: {fmt.recipe}; traced as torchao's float8 program (every linear "
                 "layer with both sides divisible by 16 but the output head, bf16 input and weight saved for "
                 f"backward, bf16 parameters, gradients and optimizer state); GEMMs at the {fmt.gemm_rate} rate, "
                 f"casts writing {fmt.cast_bytes_per_element:.4g} B per element as torch.compile fuses them; "
-                f"{kept} keep bf16 linear layers (--high-precision-blocks)"
+                f"{kept} {'keeps' if kept.startswith('no block') else 'keep'} bf16 linear layers "
+                "(--high-precision-blocks)"
                 + ("; NVFP4's random Hadamard transform and 2-D weight scaling not modelled, cast temporaries "
                    "counted at fp8's byte per element" if fmt.precision == "nvfp4" else "")]
     return ["--precision fp8: torchao Float8Linear on every linear layer with both sides divisible by 16 (not the "
