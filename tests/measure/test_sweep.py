@@ -28,6 +28,7 @@ def _lay(**kw: object) -> Layout:
     (_lay(sharding=Zero(3)), "zero3", None),
     (_lay(sharding=FSDP2(reshard_after_forward=False)), None, "without resharding"),
     (_lay(dp=4, sharding=FSDP2(hsdp_shard=2)), None, "HSDP"),
+    (_lay(sharding=FSDP2(sharded_fp32=True)), None, "fp32 shards"),
     (_lay(sharding=Zero(3, offload_optimizer=True)), None, "ZeRO-Offload"),
     (_lay(dp=1, tp=2, sharding=DDP()), None, "data-parallel layouts only"),
     (_lay(grad_accum=4, sharding=DDP()), None, "one micro-batch per step"),

@@ -53,6 +53,8 @@ def measured_layout(lay: Layout) -> tuple[str | None, str | None]:
             return None, "HSDP: measure's FSDP2 shards over all ranks"
         if not s.reshard_after_forward:
             return None, "FSDP2 without resharding after forward: measure reshards"
+        if s.sharded_fp32:
+            return None, "FSDP2 with fp32 shards (--fsdp-sharded-dtype fp32): measure shards the workload's parameters"
         return "fsdp", None
     if isinstance(s, Zero):
         if s.offload_optimizer or s.offload_params:
