@@ -38,7 +38,7 @@ def test_kind_follows_the_step_then_the_task() -> None:
     assert workload_family("custom", "infer", 1, conv_heavy) == "cnn-infer"
 
 
-def test_time_interval_is_the_uncertainty_interval_and_contains_the_time() -> None:
+def test_time_interval_is_the_uncertainty_interval() -> None:
     iv = time_interval(0.2, "cnn-train", "ada")
     assert iv is not None
     low, high, basis = interval(0.2, "cnn-train", "ada")

@@ -109,13 +109,19 @@ def test_median_interval_is_no_wider_than_1_35_either_side() -> None:
 
 def test_shipped_refits_are_the_adopted_ones_and_never_above_the_gemm_benchmark() -> None:
     """Issue 17: a generation carries its own fitted factors in arch_factors.json exactly when
-    scripts/accuracy.py's held-out comparison adopted them (residuals.json ``adopted``); a refitted
-    large-GEMM fraction is at most the public GEMM benchmark's (``gemm_cap``: the MAMF table). (The
-    priors of the other generations are not capped yet: docs/accuracy.md, third pass.)"""
+    scripts/accuracy.py's held-out comparison adopted them (residuals.json ``adopted``); no generation's
+    large-GEMM fraction, fitted or prior, is above the public GEMM benchmark's (``gemm_cap``: the MAMF
+    table; Ada's GeForce cuBLASLt sweep, capped at the datasheet peak), and no CUDA-core fp32 fraction above
+    the public cuBLAS SGEMM one (``bounds.fp32_matmul``: 0.90)."""
     from gpuplan.perf.efficiency import ARCH_EFFICIENCY, load_factors
 
-    archs = load_factors()["architectures"]
+    data = load_factors()
+    archs = data["architectures"]
     adopted = {a for a, f in archs.items() if "fitted" in f}
     assert adopted == set(load_residuals().get("adopted", {}))
-    for key in adopted:
-        assert 0 < ARCH_EFFICIENCY[key].tensor_core_matmul <= archs[key]["gemm_cap"] <= 0.87, key
+    assert data["bounds"]["fp32_matmul"] <= 0.90 and "sgemm" in data["bounds"]["fp32_matmul_source"].lower()
+    for key, a in archs.items():
+        assert 0 < ARCH_EFFICIENCY[key].tensor_core_matmul <= a["gemm_cap"] <= 1.0, key
+        src = a["gemm_cap_source"]
+        assert "@" in src and ("TFLOP/s" in src or "%" in src), key
+        assert 0 < ARCH_EFFICIENCY[key].fp32_matmul <= data["bounds"]["fp32_matmul"], key

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.hardware.support import default_precision_for, refusal
-from gpuplan.perf.efficiency import arch_key
+from gpuplan.perf.efficiency import generation_key
 from gpuplan.perf.roofline import NoRateError
 from gpuplan.perf.workload_family import time_interval, workload_family
 from gpuplan.presentation import to_text
@@ -345,7 +345,7 @@ def recommend(
             continue
         cand = _within_budget(cand, budget_usd, bool(prices))
         family = workload_family(task, w.mode, cand.count, step.ops)
-        cand = replace(cand, interval=time_interval(cand.step_time_s, family, arch_key(gpu)))
+        cand = replace(cand, interval=time_interval(cand.step_time_s, family, generation_key(gpu)))
         (ins if cand.fits else outs).append(cand)
     ins, outs, by_cost = _ranked(ins, outs)
     # the header's model state and activations: the default class's trace (sm_90, the workload's precision)

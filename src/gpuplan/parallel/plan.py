@@ -27,7 +27,7 @@ from gpuplan.parallel.layout import (
 from gpuplan.parallel.profile import ModelProfile, profile_model
 from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
-from gpuplan.perf.efficiency import arch_key
+from gpuplan.perf.efficiency import generation_key
 from gpuplan.perf.uncertainty import family_key
 from gpuplan.perf.workload_family import TimeInterval, time_interval
 from gpuplan.presentation import to_json, to_text
@@ -80,7 +80,7 @@ class Plan:
         """80% prediction interval of the step time of ``e`` (the best layout when None)."""
         e = e or self.best
         family = family_key(self.profile.kind, self.workload.mode, e.layout.gpus)
-        return time_interval(e.step_time_s, family, arch_key(self.gpu))
+        return time_interval(e.step_time_s, family, generation_key(self.gpu))
 
     @property
     def tokens_per_s_per_gpu(self) -> float:

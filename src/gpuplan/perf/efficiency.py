@@ -33,7 +33,8 @@ class Efficiency:
     reach on that generation (``gemm_cap`` in arch_factors.json). A GEMM of a given shape reaches this
     times its shape efficiency (perf/gemm_shape.py)."""
     fp32_matmul: float
-    """Plain fp32 matmul/conv on CUDA cores (TF32 off): fraction of the fp32 peak. FITTED."""
+    """Plain fp32 matmul/conv on CUDA cores (TF32 off): fraction of the fp32 peak. FITTED, never above
+    the largest public cuBLAS SGEMM fraction (``bounds.fp32_matmul`` in arch_factors.json)."""
     attention_fused: float
     """Flash / memory-efficient attention kernels: fraction of the dense tensor-core peak. Prior:
     FlashAttention-2 (Dao 2023, arXiv:2307.08691) reaches 50-73% of A100 peak forward and less
@@ -128,6 +129,8 @@ def load_factors(path: Path = FACTORS_FILE) -> dict[str, Any]:
 def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
     """One Efficiency per architecture: the shared fitted values × the architecture's own priors."""
     fitted = data["fitted"]
+    # no factor above what public GEMM benchmarks reach (bounds / gemm_cap, sourced in the file)
+    fp32_cap = float(data.get("bounds", {}).get("fp32_matmul", 1.0))
     out: dict[str, Efficiency] = {}
     for key, a in data["architectures"].items():
         # a generation's own fit (scripts/accuracy.py on the public matrices) overrides the shared one;
@@ -135,12 +138,12 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
         own = {**fitted, **a.get("fitted", {})}
         tensor_core = own["tensor_core_matmul"] if "fitted" in a else fitted["tensor_core_matmul"] * a["gemm_scale"]
         out[key] = Efficiency(
-            tensor_core_matmul=min(float(a.get("gemm_cap", 0.98)), tensor_core),
+            tensor_core_matmul=min(float(a.get("gemm_cap", 1.0)), tensor_core),
             conv_tensor_core=own["conv_tensor_core"],
             conv_backward=float(own.get("conv_backward", 1.0)),
             conv_backward_16bit=float(own.get("conv_backward_16bit", own.get("conv_backward", 1.0))),
             elementwise=min(1.0, float(own.get("elementwise", 1.0))),
-            fp32_matmul=own["fp32_matmul"],
+            fp32_matmul=min(fp32_cap, own["fp32_matmul"]),
             attention_fused=a["attention_fused"],
             bandwidth=a["bandwidth"],
             launch_overhead_s=fitted["launch_overhead_s"],
@@ -174,6 +177,18 @@ def arch_key(arch: str | Any) -> str:
         if needle in low:
             return key
     return "ampere"
+
+
+def generation_key(gpu: str | Any) -> str:
+    """The GPU generation a time's 80% interval is looked up under (perf/uncertainty): ``arch_key`` where the
+    catalog ``arch`` is a generation the factors file knows; else that generation's own name, lower case
+    (``pascal``, ``rdna 3``, ``gaudi 2``, ``apple silicon m3``), which no public row measures, so the
+    interval says so and widens rather than borrowing the factors' stand-in generation's name."""
+    text = gpu if isinstance(gpu, str) else str(getattr(gpu, "arch", "") or "")
+    low = text.lower()
+    if any(needle in low for needle, _ in _ARCH_KEYS):
+        return arch_key(gpu)
+    return low.split(" + ")[0].strip() or "unknown"
 
 
 def efficiency_for(arch: str | Any) -> Efficiency:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from gpuplan.perf.efficiency import generation_key
 from gpuplan.perf.step_time import InferenceTime, StepTime, step_time
 from gpuplan.perf.workload_family import TimeInterval, time_interval, workload_family
 from gpuplan.units import format_decimal_bytes, format_seconds
@@ -109,8 +110,8 @@ def summarize(
     timing = timing_of(st, workload, task=task, seq_len=seq_len, weight_quant=weight_quant)
     family = workload_family(task, workload.mode, 1, step.ops)
     ttft = st.inference.ttft_s if st.inference is not None else None
-    return replace(timing, interval=time_interval(st.total_s, family, st.arch),
-                   ttft_interval=time_interval(ttft, family, st.arch))
+    return replace(timing, interval=time_interval(st.total_s, family, generation_key(gpu)),
+                   ttft_interval=time_interval(ttft, family, generation_key(gpu)))
 
 
 def seq_len_of(source: Any, workload: Workload) -> int | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplan.memory.overheads import cuda_context_bytes
-from gpuplan.perf.efficiency import arch_key
+from gpuplan.perf.efficiency import generation_key
 from gpuplan.perf.uncertainty import family_key
 from gpuplan.perf.workload_family import time_interval
 from gpuplan.rl.result import Phase
@@ -75,7 +75,7 @@ def compose(
     overhead = r.policy.overhead_bytes
     asleep = {"engine_asleep": rollout.asleep_bytes} if rollout is not None and colocated else {}
     where = "all" if colocated else "trainer"
-    arch = arch_key(gpu.arch)
+    arch = generation_key(gpu)
     kind = r.policy.profile.kind
     train_family = family_key(kind, "train", settings.trainer_gpus)
     infer_family = family_key(kind, "infer")

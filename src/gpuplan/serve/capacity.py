@@ -26,7 +26,7 @@ from gpuplan.memory.weight_quant import (
     served_quantized_bytes,
 )
 from gpuplan.models.config_view import ConfigView
-from gpuplan.perf.efficiency import arch_key, efficiency_for
+from gpuplan.perf.efficiency import efficiency_for, generation_key
 from gpuplan.perf.roofline import NoRateError, launches_kernel
 from gpuplan.perf.workload_family import TimeInterval, time_interval, workload_family
 from gpuplan.presentation import to_json, to_text
@@ -146,12 +146,14 @@ class ServeResult:
     @property
     def ttft_interval(self) -> TimeInterval | None:
         """80% prediction interval of the time to first token (perf/workload_family.py)."""
-        return None if self.time_unknown else time_interval(self.prefill.seconds, SERVE_FAMILY, arch_key(self.gpu))
+        gen = generation_key(self.gpu)
+        return None if self.time_unknown else time_interval(self.prefill.seconds, SERVE_FAMILY, gen)
 
     @property
     def step_interval(self) -> TimeInterval | None:
         """80% prediction interval of the decode step."""
-        return None if self.time_unknown else time_interval(self.decode.seconds, SERVE_FAMILY, arch_key(self.gpu))
+        gen = generation_key(self.gpu)
+        return None if self.time_unknown else time_interval(self.decode.seconds, SERVE_FAMILY, gen)
 
     @property
     def decode_tokens_per_s(self) -> float:
