@@ -241,7 +241,9 @@ def _described(verb: str) -> tuple[Option, ...]:
 
 def _sub(verb: str) -> argparse.ArgumentParser:
     parser = build_parser(verb)
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+    assert isinstance(sub, argparse.ArgumentParser)
+    return sub
 
 
 @pytest.mark.parametrize("verb", DESCRIBED_VERBS)
@@ -264,7 +266,7 @@ def test_every_flag_of_the_verb_is_described_once(verb: str) -> None:
     checked = 0
     for action in _sub(verb)._actions:
         option = by_name.get(action.dest)
-        if option is None or action.help is None and not option.help:
+        if option is None or (action.help is None and not option.help):
             continue
         assert action.default == option.default, (verb, option.name, action.default, option.default)
         assert action.help == option.help, (verb, option.name)

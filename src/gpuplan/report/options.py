@@ -443,7 +443,7 @@ def options_named(options: Iterable[Option], names: Iterable[str]) -> tuple[Opti
 
 __all__ = [
     "ALL_WORKLOAD_OPTIONS", "JSON_OUTPUT", "LOAD_IN", "MAX_FLAG_INT", "MODE_ONLY", "NO_CACHE", "PEFT_OPTIONS",
-    "PICTURE_OPTIONS", "PIPELINE_OPTIONS",
-    "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Option", "finite_number", "image_size", "mode_ignored", "module_names",
-    "offloads_activations", "options_named", "positive_number", "shares", "shown", "switch", "tiles", "whole_number", "workload_fields",
+    "PICTURE_OPTIONS", "PIPELINE_OPTIONS", "WORKLOAD_OPTIONS", "WORKLOAD_PARAMS", "Option", "finite_number",
+    "image_size", "mode_ignored", "module_names", "offloads_activations", "options_named", "positive_number", "shares",
+    "shown", "switch", "tiles", "whole_number", "workload_fields",
 ]
