@@ -351,7 +351,7 @@ def test_ui_verb_with_every_flag_answers_as_estimate_does(tiny: Path) -> None:
     try:
         assert proc.stdout is not None
         url = json.loads(proc.stdout.readline())["url"]
-        model = httpx.post(url + "api/upload", content=tiny.read_bytes()).json()["model"]
+        model = httpx.post(url + "api/upload", content=tiny.read_bytes(), timeout=240).json()["model"]
         api = httpx.get(url + "api/estimate", params={"model": model, "batch_size": 4, "seq_len": 16},
                         timeout=240).json()
     finally:

@@ -40,6 +40,7 @@ def test_refusals_are_one_line_exit_2(argv: list[str], words: str) -> None:
 
 def test_loopback_server_refuses_other_host_headers(live_server: LiveServer) -> None:
     assert live_server.url.startswith("http://127.0.0.1:")
-    assert httpx.get(live_server.url + "/healthz").json()["ok"] is True
-    rebound = httpx.get(live_server.url + "/healthz", headers={"host": "attacker.example"})
+    # httpx's default 5 s timeout is short for a server process sharing 2 busy cores with a test run
+    assert httpx.get(live_server.url + "/healthz", timeout=60).json()["ok"] is True
+    rebound = httpx.get(live_server.url + "/healthz", headers={"host": "attacker.example"}, timeout=60)
     assert rebound.status_code == 400
