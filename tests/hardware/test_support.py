@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+from typing import cast, get_args
 
 import pytest
 
 from gpuplan.cli.main import main
 from gpuplan.hardware import all_gpus
 from gpuplan.hardware.support import refusal
-from gpuplan.workload import Workload
+from gpuplan.workload import Precision, Workload
 
 # (flags, a GPU that lacks what they need): fp8 below compute capability 8.9, bf16 and QLoRA without bf16
 REFUSED = [
@@ -94,7 +95,7 @@ def test_refusal_follows_the_catalog_row(gpu: str) -> None:
 
 @pytest.mark.parametrize("precision", ["fp8", "mxfp8", "nvfp4"])
 @pytest.mark.parametrize("gpu", [g.id for g in all_gpus()])
-def test_a_refusal_suggests_a_precision_the_same_gpu_runs(precision: str, gpu: str) -> None:
+def test_a_refusal_suggests_a_precision_the_same_gpu_runs(precision: Precision, gpu: str) -> None:
     """The "use --precision X" of a scaled-format refusal names what this GPU runs: a T4 told to use amp-bf16
     would only get the next refusal. Every suggested value, run on the same GPU, is accepted."""
     hw = next(g for g in all_gpus() if g.id == gpu)
@@ -104,4 +105,5 @@ def test_a_refusal_suggests_a_precision_the_same_gpu_runs(precision: str, gpu: s
     suggested = found.message.split("use --precision ", 1)[1].split(", or pick", 1)[0].split(" or ")
     assert suggested, found.message
     for value in suggested:
-        assert refusal(Workload(mode="train", precision=value), hw) is None, (value, found.message)
+        assert value in get_args(Precision), (value, found.message)
+        assert refusal(Workload(mode="train", precision=cast(Precision, value)), hw) is None, (value, found.message)

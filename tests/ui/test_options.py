@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from collections.abc import Callable
 
 import pytest
 
@@ -180,7 +181,8 @@ def test_every_web_option_is_a_parameter_of_the_library_call_the_page_makes() ->
     from gpuplan.rl.settings import RLSettings
     from gpuplan.serve import serve
 
-    calls = {"estimate": estimate, "fit": fit, "recommend": recommend, "plan": plan, "serve": serve}
+    calls: dict[str, Callable[..., object]] = {
+        "estimate": estimate, "fit": fit, "recommend": recommend, "plan": plan, "serve": serve}
     for verb, call in calls.items():
         taken = set(inspect.signature(call).parameters)
         assert {o.name for o in VERB_OPTIONS[verb].values()} <= taken | {"gpu", "axis"}, verb  # axis: which call
