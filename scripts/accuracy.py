@@ -62,9 +62,10 @@ DLE_SQUAD = ("NVIDIA DeepLearningExamples run_squad.py (apex amp O2 fp16 / TF32;
              "calibration's lam-bertl): its own README (PyTorch/LanguageModeling/BERT/README.md @729963dd, "
              "1x A100 80GB, pytorch:21.11-py3, batch 32 x 384) measures its fine-tuning loop at 110.5 sequences/s "
              "and its inference loop at 312, 0.59x / 0.53x the rates gpuplan models for the same kernels "
-             "(189 / 586), and the Lambda rows run 1.07x-2.2x the modelled step with no per-step or per-sample constant (RTX 4090 1.07-1.12x, "
-             "RTX 6000 Ada 1.4-1.8x, A100 SXM 1.15x vs PCIe 1.55x in TF32): the trainer's own costs outside the traced "
-             "kernels, which no gpuplan flag expresses and no source sizes")
+             "(189 / 586), and the Lambda rows run 1.07x-2.2x the modelled step with no per-step or "
+             "per-sample constant (RTX 4090 1.07-1.12x, RTX 6000 Ada 1.4-1.8x, A100 SXM 1.15x vs PCIe 1.55x "
+             "in TF32): the trainer's own costs outside the traced kernels, which no gpuplan flag expresses "
+             "and no source sizes")
 NOT_FITTED: dict[str, str] = {"bert-large-qa": DLE_SQUAD, "bert-base-qa": DLE_SQUAD}
 """Model sources whose rows are costed, cross-validated and carried in the intervals but never fitted (no
 per-generation factor may absorb what the reason names), by model name."""
