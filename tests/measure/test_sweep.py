@@ -84,7 +84,8 @@ def test_sweep_local_end_to_end(tiny_gpt2: str, tmp_path: Path) -> None:
         # the plan's prediction for the layout, stored for calibrate (gpuplan.measure.calibration.step_times)
         planned = r.estimated["sweep_plan"]
         assert planned["gpu"] == "H100-SXM" and planned["layout"].startswith("dp=2 tp=1 pp=1 fsdp2 mbs=2")
-        assert planned["step_time_s"] > 0 and planned["step_time_interval_s"][0] <= planned["step_time_s"] < planned["step_time_interval_s"][1]
+        low_s, high_s = planned["step_time_interval_s"]
+        assert planned["step_time_s"] > 0 and low_s <= planned["step_time_s"] < high_s
         estimated = r.estimated["per_rank"]["tensor_peak_bytes"][r.rank]
         measured = r.measured["tracked_peak_bytes"]
         assert abs(estimated - measured) <= TOLERANCE * measured, (estimated, measured)

@@ -161,7 +161,7 @@ def torch_snippet(p: Plan) -> str:
         dp_mesh = '["dp_replicate", "dp_shard"]' if hsdp_shard is not None else '["dp"]'
         if s.sharded_fp32:
             # --fsdp-sharded-dtype fp32: fp32 shards (and so gradients and optimizer state), compute in 16 bits
-            lines.append("    model.float()  # fp32 shards, gradients and optimizer state; bf16 compute after each gather")
+            lines.append("    model.float()  # fp32 shards, gradients and optimizer state; bf16 compute after a gather")
             dtype = "torch.bfloat16" if dtype == "torch.float32" else dtype
         lines += [
             f"    mp = MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype=torch.float32)",

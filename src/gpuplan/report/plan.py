@@ -30,7 +30,7 @@ def parallelism(lay: Layout) -> dict[str, Any]:
         "sharding": s.name,
         "hsdp_shard": getattr(s, "hsdp_shard", None),
         "reshard_after_forward": getattr(s, "reshard_after_forward", None),
-        "fsdp_sharded_dtype": {True: "fp32", False: "compute"}.get(getattr(s, "sharded_fp32", None)),
+        "fsdp_sharded_dtype": _sharded_dtype(getattr(s, "sharded_fp32", None)),
         "sequence_parallel": lay.sequence_parallel and lay.tp > 1,
         "schedule": lay.schedule if lay.pp > 1 else None,
         "virtual_stages": lay.virtual_stages if lay.pp > 1 else None,
@@ -42,6 +42,13 @@ def parallelism(lay: Layout) -> dict[str, Any]:
         "offload_params": lay.offload_params,
         "engine": lay.engine,
     }
+
+
+def _sharded_dtype(sharded_fp32: bool | None) -> str | None:
+    """--fsdp-sharded-dtype as the user types it; None for a sharding that has no such setting."""
+    if sharded_fp32 is None:
+        return None
+    return "fp32" if sharded_fp32 else "compute"
 
 
 def _eval_dict(e: Evaluation, p: Plan) -> dict[str, Any]:
