@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any, TypeVar
 
 from gpuplan.memory.offload import activation_offload_time_s, optimizer_offload_time
 from gpuplan.parallel.collectives import (
@@ -30,9 +31,12 @@ from gpuplan.parallel.collectives import (
     reduce_scatter_s,
 )
 from gpuplan.parallel.layout import FSDP2, Layout, MegatronDDP, Zero, encoder_decoder_stages
-from gpuplan.parallel.profile import ModelProfile
+from gpuplan.parallel.profile import Activations, ModelProfile
 from gpuplan.parallel.topology import Topology
 from gpuplan.parallel.zero import model_states_bytes
+
+_T = TypeVar("_T")
+_MISSING = object()
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 """torch DistributedDataParallel's default bucket_cap_mb (25 MiB)."""
@@ -63,6 +67,13 @@ _Kind = tuple[str, float, float, float, float]
 """(kind, parameters, activations, autocast copies, blocks held) of one reported pipeline stage."""
 
 
+def _tensor_peak_bytes(params: int, grads: int, optimizer: int, activations: int, weight_casts: int,
+                       optimizer_temps: int, buffers: int) -> int:
+    """Peak of one rank's live tensors: the optimizer step's temporaries never coexist with the activations of a
+    micro-batch (and autocast's weight copies, freed with them), so the peak takes the larger of the two."""
+    return params + grads + optimizer + max(activations + weight_casts, optimizer_temps) + buffers
+
+
 @dataclass(frozen=True, slots=True)
 class RankMemory:
     kind: str
@@ -84,14 +95,9 @@ class RankMemory:
     @property
     def allocated_bytes(self) -> int:
         """Peak of live tensors (what torch.cuda.max_memory_allocated would report) + context."""
-        return (
-            self.params_bytes
-            + self.grads_bytes
-            + self.optimizer_bytes
-            + max(self.activations_bytes + self.weight_cast_bytes, self.optimizer_temp_bytes)
-            + self.buffers_bytes
-            + self.overhead_bytes
-        )
+        tensors = _tensor_peak_bytes(self.params_bytes, self.grads_bytes, self.optimizer_bytes, self.activations_bytes,
+                                     self.weight_cast_bytes, self.optimizer_temp_bytes, self.buffers_bytes)
+        return tensors + self.overhead_bytes
 
     @property
     def total_bytes(self) -> int:
@@ -136,6 +142,33 @@ class Context:
     topology: Topology
     usable_bytes: int
     overhead_bytes: int
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """What the layouts of one search share, computed once per key: the stages' activations and parameters
+    (``_stage_memory``), one micro-batch on the slowest stage (``_slot``), the engine's activations. Each entry
+    is a pure function of this context and its key (the layout fields it reads), so it never changes an answer;
+    a new Context (``dataclasses.replace`` too) starts empty."""
+
+
+def _memo(ctx: Context, key: tuple[Any, ...], compute: Callable[..., _T], *args: Any) -> _T:
+    """``compute(ctx, *args)`` once per ``key`` in ``ctx`` (a search evaluates thousands of layouts sharing a
+    few shapes); ``key`` holds everything the result depends on besides ``ctx``."""
+    memo = ctx.memo
+    value = memo.get(key, _MISSING)
+    if value is _MISSING:
+        value = memo[key] = compute(ctx, *args)
+    return value  # type: ignore[no-any-return]
+
+
+def _activations(ctx: Context, layout: Layout) -> Activations:
+    """The activations of the program ``layout``'s engine runs (``ModelProfile.activations``: autocast weight
+    copies exist only where the engine keeps fp32 weights, DDP / TP / PP with AMP; FSDP2's MixedPrecisionPolicy,
+    DeepSpeed and Megatron hold the compute copy in 16 bits already and run the modules in 16 bits)."""
+    sixteen = not layout.fp32_weights_with_autocast
+    return _memo(ctx, ("activations", sixteen), _profile_activations, sixteen)
+
+
+def _profile_activations(ctx: Context, sixteen_bit_modules: bool) -> Activations:
+    return ctx.profile.activations(sixteen_bit_modules)
 
 
 def bucket_elements(rank_params: float) -> int:
@@ -289,16 +322,43 @@ def _optimizer_temp(ctx: Context, layout: Layout, rank_params: float) -> float:
 
 
 def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
+    """One rank of each reported pipeline stage (every rank alike without a pipeline)."""
+    stages = _stage_memory(ctx, layout)
+    a2a = _a2a_message_bytes(ctx.profile, layout)
+    return tuple(_rank_memory(ctx, layout, kind, stages, a2a) for kind in stages.kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class _StageMemory:
+    """What a layout's pipeline stages hold before the engine shards the model states: the same for every layout
+    of one shape (degrees, micro-batch, stages, schedule), whatever its sharding or data-parallel degree."""
+
+    kinds: tuple[_Kind, ...]
+    transient_bytes: float
+    """Largest excess over the end-of-forward activations in backward (one traced micro-batch, ÷ tp)."""
+    p2p_bytes: float
+    """Pipeline send / receive buffers and context parallelism's receive buffers."""
+    scale: float
+    """Activations of the layout's micro-batch over the traced one's, per context-parallel rank."""
+
+
+def _stage_memory(ctx: Context, layout: Layout) -> _StageMemory:
+    """``_stages_of``, once per shape in ``ctx``: the key is every layout field it reads."""
+    key = ("stages", layout.tp, layout.sequence_parallel, layout.fp32_weights_with_autocast, layout.pp,
+           layout.micro_batch_size, layout.cp, layout.cp_comm, layout.first_stage_layers, layout.last_stage_layers,
+           min(layout.grad_accum, layout.pp), layout.schedule, layout.virtual_stages)
+    return _memo(ctx, key, _stages_of, layout)
+
+
+def _stages_of(ctx: Context, layout: Layout) -> _StageMemory:
     p = ctx.profile
     # context parallelism: every rank holds the activations of its 1/cp of each sequence
     scale = layout.micro_batch_size / p.micro_batch / layout.cp
     tp = layout.tp
     sp = layout.sequence_parallel and tp > 1
-    # autocast weight copies exist only where the engine keeps fp32 weights (DDP / TP / PP with
-    # AMP); FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron hold the compute copy in 16 bits already
-    # and run the modules in 16 bits: their activations are the 16-bit-module trace's (one predicate).
+    # autocast weight copies exist only where the engine keeps fp32 weights: one predicate (_activations)
     casts = layout.fp32_weights_with_autocast
-    a = p.activations(not casts)
+    a = _activations(ctx, layout)
     rep = a.block_replicated_bytes
     blk = (a.block_bytes - rep) / tp + rep / (tp if sp else 1)
     first_l, mid_l, last_l = layout.stage_layers(p.layers)
@@ -318,7 +378,7 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
         act = blk * p.layers + a.first_bytes / tp + a.last_bytes / tp
         kinds.append(("every rank", first_p / tp, act, cast_per_block * p.layers + outer_cast, float(p.layers)))
     elif p.stacks:
-        kinds = _encoder_decoder_kinds(p, layout, outer_cast)
+        kinds = _encoder_decoder_kinds(p, layout, a, outer_cast)
     else:
         n = _inflight(layout)
         first_act = (blk * first_l + a.first_bytes / tp) * n
@@ -330,36 +390,44 @@ def memory(ctx: Context, layout: Layout) -> tuple[RankMemory, ...]:
             kinds.append(("middle stage", mid_p / tp, blk * mid_l * n_mid, cast_per_block * mid_l, mid_l))
         last_act = blk * last_l + a.last_bytes / tp
         kinds.append(("last stage", last_p / tp, last_act, cast_per_block * last_l + outer_cast, last_l))
-    out = []
-    a2a = _a2a_message_bytes(p, layout)
-    for kind, rank_params, act, cast, stage_blocks in kinds:
-        dense, expert = _expert_split(p, layout, rank_params, stage_blocks)
-        params, grads, opt, buffers = _states(ctx, layout, dense)
-        opt_temp = _optimizer_temp(ctx, layout, dense)
-        if expert:
-            # the rank's own experts: sharded/replicated over the dp/ep ranks that hold the same ones
-            ep_layout = _expert_layout(layout)
-            e_params, e_grads, e_opt, _ = _states(ctx, ep_layout, expert)
-            params, grads, opt = params + e_params, grads + e_grads, opt + e_opt
-            opt_temp += _optimizer_temp(ctx, ep_layout, expert)
-            buffers += 2 * a2a  # dispatch and combine receive buffers of one MoE layer
-        rank = RankMemory(
-            kind,
-            int(params),
-            int(grads),
-            int(opt),
-            int((act + transient) * scale),
-            int(buffers + p2p),
-            ctx.overhead_bytes,
-            int(opt_temp),
-            int(cast),
-        )
-        slack = p.allocator_slack_fraction * (rank.allocated_bytes - ctx.overhead_bytes)
-        out.append(replace(rank, allocator_slack_bytes=int(slack)))
-    return tuple(out)
+    return _StageMemory(tuple(kinds), transient, p2p, scale)
 
 
-def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, outer_cast: float) -> list[_Kind]:
+def _rank_memory(ctx: Context, layout: Layout, stage: _Kind, stages: _StageMemory, a2a: float) -> RankMemory:
+    """A rank of ``stage``: its model states as the engine shards them (the rank's own experts over the dp/ep
+    ranks that hold the same ones), its activations at the layout's micro-batch, the engine's buffers."""
+    kind, rank_params, act, cast, stage_blocks = stage
+    key = ("states", layout.sharding, layout.dp, layout.ep, layout.tp, layout.pp, layout.cp, rank_params, stage_blocks)
+    params, grads, opt, buffers, opt_temp, experts = _memo(ctx, key, _model_states, layout, rank_params, stage_blocks)
+    if experts:
+        buffers += 2 * a2a  # dispatch and combine receive buffers of one MoE layer
+    params_b, grads_b, opt_b, temp_b, cast_b = int(params), int(grads), int(opt), int(opt_temp), int(cast)
+    act_b = int((act + stages.transient_bytes) * stages.scale)
+    buffers_b = int(buffers + stages.p2p_bytes)
+    tensors = _tensor_peak_bytes(params_b, grads_b, opt_b, act_b, cast_b, temp_b, buffers_b)
+    slack = ctx.profile.allocator_slack_fraction * tensors
+    return RankMemory(kind, params_b, grads_b, opt_b, act_b, buffers_b, ctx.overhead_bytes, temp_b, cast_b, int(slack))
+
+
+def _model_states(
+    ctx: Context, layout: Layout, rank_params: float, stage_blocks: float
+) -> tuple[float, float, float, float, float, bool]:
+    """(params, grads, optimizer, buffers, optimizer-step temporaries) bytes of a rank that would hold
+    ``rank_params`` parameters of ``stage_blocks`` blocks without expert parallelism, as the engine shards them,
+    and whether it holds experts: under ``ep`` its own experts are sharded / replicated over the dp/ep ranks that
+    hold the same ones. The key of its memo (``_rank_memory``) is every layout field it reads."""
+    dense, expert = _expert_split(ctx.profile, layout, rank_params, stage_blocks)
+    params, grads, opt, buffers = _states(ctx, layout, dense)
+    opt_temp = _optimizer_temp(ctx, layout, dense)
+    if expert:
+        ep_layout = _expert_layout(layout)
+        e_params, e_grads, e_opt, _ = _states(ctx, ep_layout, expert)
+        params, grads, opt = params + e_params, grads + e_grads, opt + e_opt
+        opt_temp += _optimizer_temp(ctx, ep_layout, expert)
+    return params, grads, opt, buffers, opt_temp, bool(expert)
+
+
+def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, a: Activations, outer_cast: float) -> list[_Kind]:
     """(kind, parameters, activations, autocast copies, blocks) of the pipeline stages of an encoder-decoder
     model (before tensor parallelism for parameters): each stage runs blocks of one stack
     (``parallel.layout.encoder_decoder_stages``); the word embeddings sit on the first stage, again on the decoder's
@@ -374,7 +442,6 @@ def _encoder_decoder_kinds(p: ModelProfile, layout: Layout, outer_cast: float) -
     head = p.outer_params - p.embedding_params
     tied = head < p.vocab * p.hidden / 2
     casts = layout.fp32_weights_with_autocast
-    a = p.activations(not casts)
     rows: list[tuple[str, float, float, float, float, float]] = []  # + the stage's bytes, to pick the fullest
     for i, counts in enumerate(stages):
         blocks = float(sum(counts))
@@ -490,25 +557,37 @@ def _calls_s(op: Callable[[Group, float], float], g: Group, total_bytes: float, 
     return full * op(g, per) + (op(g, rest) if rest > 0 else 0.0)
 
 
-def _bucketed_exposed(
-    op: Callable[[Group, float], float],
-    g: Group,
-    total_bytes: float,
-    bucket_bytes: float,
-    first_bucket_bytes: float,
-    window_s: float,
-) -> float:
-    """Gradient buckets reduced while the backward (``window_s``) still runs: bucket k is ready
-    once its share of the backward is done; the comm stream runs them in order. With equal buckets
-    the comm stream ends at max(first ready + all buckets, last ready + last bucket), so what shows
-    past the backward is the larger of the excess and the last bucket, which always waits."""
+@dataclass(frozen=True, slots=True)
+class _Buckets:
+    """One group's gradient buckets, reduced while the backward still runs: bucket k is ready once its share
+    of the backward is done; the comm stream runs them in order. With equal buckets the comm stream ends at
+    max(first ready + all buckets, last ready + last bucket), so what shows past the backward is the larger
+    of the excess and the last bucket, which always waits."""
+
+    total_bytes: float
+    first_bytes: float
+    comm_s: float
+    """Every bucket, back to back."""
+    last_s: float
+    """The last bucket."""
+
+    def exposed_s(self, window_s: float) -> float:
+        """What shows past a backward of ``window_s``."""
+        first_ready_s = window_s * self.first_bytes / self.total_bytes
+        return max(self.last_s, first_ready_s + self.comm_s - window_s)
+
+
+def _buckets(
+    op: Callable[[Group, float], float], g: Group, total_bytes: float, bucket_bytes: float, first_bucket_bytes: float
+) -> _Buckets | None:
+    """``op`` over ``total_bytes`` in buckets of ``bucket_bytes`` after a first one of ``first_bucket_bytes``
+    (None: nothing to reduce)."""
     if total_bytes <= 0 or g.size <= 1:
-        return 0.0
+        return None
     first = min(first_bucket_bytes, total_bytes)
     comm = op(g, first) + _calls_s(op, g, total_bytes - first, bucket_bytes)
     last = op(g, min(bucket_bytes, total_bytes))
-    first_ready_s = window_s * first / total_bytes
-    return max(last, first_ready_s + comm - window_s)
+    return _Buckets(total_bytes, first, comm, last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,13 +633,23 @@ class _Slot:
     act_bytes: float
     """One micro-batch's hidden states (micro-batch · sequence · hidden · compute bytes)."""
     tp_s: float
-    ep_s: float
     cp_s: float
+    blocks: float
+    """Blocks of the slowest stage (each pays the per-block collectives)."""
 
 
 def _slot(ctx: Context, layout: Layout) -> _Slot:
+    """``_slot_of``, once per shape in ``ctx``: the key is every layout field it reads (its sharding only as
+    Megatron-LM's own kernels or autocast's weight casts)."""
+    key = ("slot", layout.tp, layout.pp, layout.cp, layout.cp_comm, layout.micro_batch_size,
+           isinstance(layout.sharding, MegatronDDP), layout.fp32_weights_with_autocast, layout.first_stage_layers,
+           layout.last_stage_layers, layout.checkpointing)
+    return _memo(ctx, key, _slot_of, layout)
+
+
+def _slot_of(ctx: Context, layout: Layout) -> _Slot:
     p, topo = ctx.profile, ctx.topology
-    tp, pp, ep = layout.tp, layout.pp, layout.ep
+    tp, pp = layout.tp, layout.pp
     scale = layout.micro_batch_size / p.micro_batch
     # Megatron-LM runs its own kernels (parallel/engine.py); the other engines run the traced program
     meg = p.megatron_time if isinstance(layout.sharding, MegatronDDP) else None
@@ -594,15 +683,29 @@ def _slot(ctx: Context, layout: Layout) -> _Slot:
     layers = max(n for n, _, _ in stages)  # the slowest stage's blocks pay the per-block collectives
     per_sublayer = 2 + (1 if recompute else 0)
     tp_s = max(sublayers) * per_sublayer * all_reduce_s(group(topo, tp, 1), act_bytes) if tp > 1 else 0.0
-    # Expert parallelism: every MoE block sends its tokens to their experts and back (all-to-all
-    # dispatch + combine) in forward, again in backward, and in the recomputed forward; on the
-    # critical path (the next op needs the tokens).
-    a2a = _a2a_message_bytes(p, layout)
-    ep_group = group(topo, ep, tp)
-    ep_s = layers * (4 + (2 if recompute else 0)) * all_to_all_s(ep_group, a2a) if a2a else 0.0
-    af, ab = p.block_attention_time.at(scale, split)
-    cp_s = layers * _cp_comm_s(ctx, layout, af, ab)
-    return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, ep_s, cp_s)
+    cp_s = 0.0
+    if layout.cp > 1:
+        af, ab = p.block_attention_time.at(scale, split)
+        cp_s = layers * _cp_comm_s(ctx, layout, af, ab)
+    return _Slot(slot_compute, bf, bb, max(stage_b), act_bytes, tp_s, cp_s, layers)
+
+
+def _ep_comm_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
+    """Expert parallelism: every MoE block sends its tokens to their experts and back (all-to-all
+    dispatch + combine) in forward, again in backward, and in the recomputed forward; on the
+    critical path (the next op needs the tokens). Once per key in ``ctx`` (every field read)."""
+    if layout.ep <= 1:
+        return 0.0  # no all-to-all (_a2a_message_bytes)
+    key = ("ep_comm", layout.ep, layout.tp, layout.sequence_parallel, layout.micro_batch_size, layout.checkpointing,
+           slot.blocks)
+    return _memo(ctx, key, _ep_comm_of, layout, slot.blocks)
+
+
+def _ep_comm_of(ctx: Context, layout: Layout, blocks: float) -> float:
+    a2a = _a2a_message_bytes(ctx.profile, layout)
+    recompute = layout.checkpointing == "full"
+    ep_group = group(ctx.topology, layout.ep, layout.tp)
+    return blocks * (4 + (2 if recompute else 0)) * all_to_all_s(ep_group, a2a) if a2a else 0.0
 
 
 def _encoder_decoder_stage_times(
@@ -637,13 +740,23 @@ def _encoder_decoder_stage_times(
 def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
     """FSDP2 / ZeRO-3: parameters gathered block by block each micro-batch (again in backward if
     resharded after forward), gradients reduce-scattered block by block; what compute cannot hide."""
+    s = layout.sharding
+    if not (isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3)) or layout.shard_group <= 1:
+        return 0.0
+    # the collectives do not depend on the micro-batch: priced once per sharding and degrees (every field read)
+    key = ("shard_comm", s, layout.dp, layout.tp, layout.pp, layout.ep, layout.cp)
+    g, covered, copy_out = _memo(ctx, key, _shard_comm, layout)
+    layers = ctx.profile.layers / layout.pp
+    return copy_out + _sharded_exposed(layout, g, layers, slot.block_f_s, slot.block_b_s, covered)
+
+
+def _shard_comm(ctx: Context, layout: Layout) -> tuple[_Gathers, float, float]:
+    """One block's and the root's gathers and reduce-scatters, the share of a block's gather prefetched ahead
+    of its use (``covered``), and FSDP2's copy-out of the gathered parameters (seconds per micro-batch)."""
     p, topo = ctx.profile, ctx.topology
     tp, dp, ep = layout.tp, layout.dp, layout.ep
     cb = p.compute_bytes
     s = layout.sharding
-    zero3 = isinstance(s, Zero) and s.stage == 3
-    if not (isinstance(s, FSDP2) or zero3) or layout.shard_group <= 1:
-        return 0.0
     # parameters per rank of one block, dense and own experts (the ones sharded over dp/ep ranks)
     blk_dense, blk_expert = _expert_split(p, layout, p.block_params / tp, 1.0)
     shard_group = group(topo, layout.shard_group, tp)
@@ -694,7 +807,7 @@ def _shard_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
         gather(outer, shard_group),
         scatter(outer, shard_group),
     )
-    return copy_out + _sharded_exposed(layout, g, p.layers / layout.pp, slot.block_f_s, slot.block_b_s, covered)
+    return g, covered, copy_out
 
 
 def _stage_split(ctx: Context, layout: Layout) -> tuple[float, float, float]:
@@ -707,13 +820,27 @@ def _stage_split(ctx: Context, layout: Layout) -> tuple[float, float, float]:
 
 def _dp_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
     """Data-parallel gradient traffic not hidden behind the backward (DDP / ZeRO-1/2 / Megatron)."""
+    s = layout.sharding
+    # context-parallel ranks hold the same weights: their gradients are reduced with dp's (Megatron)
+    if layout.dp * layout.cp <= 1 or isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3):
+        return 0.0
+    # the collectives do not depend on the micro-batch: priced once per sharding and degrees (every field read)
+    key = ("dp_comm", s, layout.dp, layout.tp, layout.pp, layout.ep, layout.cp)
+    after_s, buckets, tail = _memo(ctx, key, _dp_comm, layout)
+    if after_s is not None:
+        return after_s
+    # buckets reduced while the last micro-batch's backward runs (no_sync before it)
+    window = slot.stage_b_s
+    return sum(b.exposed_s(window) if b is not None else 0.0 for b in buckets) + tail
+
+
+def _dp_comm(ctx: Context, layout: Layout) -> tuple[float | None, tuple[_Buckets | None, ...], float]:
+    """The data-parallel gradient traffic of one step: (seconds, when nothing hides it; else None), each group's
+    gradient buckets that overlap the backward, and what follows the optimizer step (ZeRO's all-gather)."""
     p, topo = ctx.profile, ctx.topology
     tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
     s = layout.sharding
-    # context-parallel ranks hold the same weights: their gradients are reduced with dp's (Megatron)
     dp_cp = dp * layout.cp
-    if dp_cp <= 1 or isinstance(s, FSDP2) or (isinstance(s, Zero) and s.stage == 3):
-        return 0.0
     cb = p.compute_bytes
     stage_params, stage_dense, stage_expert = _stage_split(ctx, layout)
     grad_b = (cb * p.trainable_fraction if isinstance(s, Zero)
@@ -733,10 +860,8 @@ def _dp_exposed_s(ctx: Context, layout: Layout, slot: _Slot) -> float:
     else:
         bucket, first, reduce_op, tail = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, all_reduce_s, 0.0
     if pp > 1 or isinstance(s, MegatronDDP):  # after the flush / the backward: nothing hides it
-        return sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail
-    # buckets reduced while the last micro-batch's backward runs (no_sync before it)
-    window = slot.stage_b_s
-    return sum(_bucketed_exposed(reduce_op, grp, grad_b * n, bucket, first, window) for grp, n in groups) + tail
+        return sum(_calls_s(reduce_op, grp, grad_b * n, bucket) for grp, n in groups) + tail, (), tail
+    return None, tuple(_buckets(reduce_op, grp, grad_b * n, bucket, first) for grp, n in groups), tail
 
 
 def _optimizer_s(ctx: Context, layout: Layout) -> float:
@@ -765,8 +890,9 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
     topo = ctx.topology
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     slot = _slot(ctx, layout)
+    ep_s = _ep_comm_s(ctx, layout, slot)
     shard_exposed = _shard_exposed_s(ctx, layout, slot)
-    slot_s = slot.compute_s + slot.tp_s + slot.ep_s + slot.cp_s + shard_exposed
+    slot_s = slot.compute_s + slot.tp_s + ep_s + slot.cp_s + shard_exposed
     # ---- pipeline -------------------------------------------------------------------------------
     m = layout.grad_accum
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
@@ -789,7 +915,7 @@ def step_time(ctx: Context, layout: Layout) -> tuple[float, dict[str, float]]:
         "pipeline_bubble": bubble,
         "tp_comm": m * slot.tp_s,
         "pp_comm": pp_s,
-        "ep_comm": m * slot.ep_s,
+        "ep_comm": m * ep_s,
         "cp_comm": m * slot.cp_s,
         "shard_comm_exposed": m * shard_exposed,
         "dp_comm_exposed": dp_exposed,
@@ -804,7 +930,7 @@ def _activation_offload_s(ctx: Context, layout: Layout) -> float:
     loaded stage (memory/offload.py; the residual stream is split by sequence parallelism and context
     parallelism only)."""
     p = ctx.profile
-    host_copy = p.activations(not layout.fp32_weights_with_autocast).block_host_copy_bytes
+    host_copy = _activations(ctx, layout).block_host_copy_bytes
     if not host_copy:
         return 0.0
     blocks = max(layout.stage_layers(p.layers))

@@ -300,7 +300,13 @@ _ZERO_STAGES: dict[int, ZeroStage] = {1: 1, 2: 2, 3: 3}
 def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int]:
     """Evaluate every layout; best first (fits, then step time, then peak memory)."""
     evals = [evaluate(ctx, lay) for lay in layouts]
-    evals.sort(key=lambda e: (e.per_gpu_peak_bytes > ctx.usable_bytes, e.step_time_s, e.per_gpu_peak_bytes))
+    usable = ctx.usable_bytes
+
+    def order(e: Evaluation) -> tuple[bool, float, int]:
+        peak = e.per_gpu_peak_bytes
+        return peak > usable, e.step_time_s, peak
+
+    evals.sort(key=order)
     return evals, len(evals)
 
 
