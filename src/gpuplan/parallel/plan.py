@@ -25,7 +25,7 @@ from gpuplan.parallel.layout import (
     encoder_decoder_refusal,
 )
 from gpuplan.parallel.profile import ModelProfile, profile_model
-from gpuplan.parallel.search import Constraints, candidates, rank, validate, why_loses
+from gpuplan.parallel.search import Constraints, candidates, rank, ranking, validate, why_loses
 from gpuplan.parallel.topology import Topology, make_topology
 from gpuplan.perf.efficiency import generation_key
 from gpuplan.perf.uncertainty import family_key
@@ -188,7 +188,6 @@ def plan(
     """
     from gpuplan.hardware import GPU, get_gpu
     from gpuplan.models.sources import ModelSource, resolve_model
-    from gpuplan.perf.summary import seq_len_of
     from gpuplan.workload import make_workload
 
     w = workload if workload is not None else make_workload(**{"mode": "train", **workload_fields})
@@ -203,6 +202,73 @@ def plan(
     from gpuplan.models.base import refuse_pipeline
 
     refuse_pipeline(source, "plan")
+    # ---- what the user fixed, checked before the trace ------------------------------------------
+    base, shape = _constraints(
+        source, w, gpus=gpus, dp=dp, tp=tp, pp=pp, zero=zero, fsdp=fsdp, global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel, megatron=megatron, ep=ep, cp=cp,
+        cp_comm=cp_comm, fsdp_reshard_after_forward=fsdp_reshard_after_forward, fsdp_sharded_dtype=fsdp_sharded_dtype,
+    )
+    heads, kv = shape.heads, shape.kv_heads
+    if emit is not None and base.encoder_layers:
+        emit = _encoder_decoder_filter(emit, source.name, str(getattr(source, "config_dict", {}).get("model_type", "")))
+    if emit is not None:
+        _check_emittable(base, emit, heads=heads, kv_heads=kv, layers=shape.layers, experts=shape.experts,
+                         gpus_per_node=topo.gpus_per_node)
+    # ---- one trace, every layout ranked on it -----------------------------------------------------
+    t0 = time.perf_counter()
+    trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
+    prof = profile_model(source, trace_w, target)
+    search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0, emit=emit)
+    ctx = plan_context(prof, topo, target)
+    evals = search.rank(ctx)
+    if not evals:
+        raise LayoutError(
+            f"no layout of {gpus} GPUs can run {source.name} with global batch {base.global_batch} "
+            "under the given constraints (check divisibility of heads, layers and batch)"
+        )
+    # ---- escalation when nothing fits: full checkpointing, then the wider searches ----------------
+    notes = [f"--emit {emit.name}: only the layouts its output implements were searched"] if emit else []
+    esc = _Escalated(evals, ctx)
+    if w.checkpointing == "none":
+        esc = _with_full_checkpointing(search, esc, source, trace_w, target, fixed_ckpt=fixed_ckpt, notes=notes)
+    for step in _ESCALATIONS:
+        esc = _widen(search, esc, step, notes)
+    return _plan_of(source.name, target, topo, esc, search, notes, max_alternatives)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the search needs of the model's shape (from its config and layer counts, before any trace)."""
+
+    heads: int
+    kv_heads: int
+    layers: int
+    experts: int
+
+
+def _constraints(
+    source: ModelSource,
+    w: Workload,
+    *,
+    gpus: int,
+    dp: int | None,
+    tp: int | None,
+    pp: int | None,
+    zero: int | None,
+    fsdp: bool | None,
+    global_batch_size: int | None,
+    micro_batch_size: int | None,
+    sequence_parallel: bool,
+    megatron: bool | None,
+    ep: int | None,
+    cp: int | None,
+    cp_comm: str,
+    fsdp_reshard_after_forward: str | None,
+    fsdp_sharded_dtype: str,
+) -> tuple[Constraints, _Shape]:
+    """The user's choices as search constraints, refused before any trace when no layout can have them."""
+    from gpuplan.perf.summary import seq_len_of
+
     if zero is not None and fsdp:
         raise LayoutError(f"--fsdp and --zero {zero} are two ways to shard; pick one")
     fsdp = _fsdp_settings(fsdp_reshard_after_forward, fsdp_sharded_dtype, fsdp=fsdp, zero=zero, megatron=megatron)
@@ -241,71 +307,110 @@ def plan(
         fsdp_sharded_fp32=fsdp_sharded_dtype == "fp32",
     )
     validate(base, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts)
-    if emit is not None and encoder_layers:
-        emit = _encoder_decoder_filter(emit, source.name, str(getattr(source, "config_dict", {}).get("model_type", "")))
-    if emit is not None:
-        _check_emittable(base, emit, heads=heads, kv_heads=kv, layers=layers, experts=cfg.experts,
-                         gpus_per_node=topo.gpus_per_node)
+    return base, _Shape(heads, kv, layers, cfg.experts)
 
-    usable = target.usable_memory_bytes
-    t0 = time.perf_counter()
-    trace_w = w.with_(batch_size=micro_batch_size if micro_batch_size is not None else w.batch_size, grad_accum=1)
-    prof = profile_model(source, trace_w, target)
-    search = _Search(base, heads, kv, topo, trace_s=time.perf_counter() - t0, emit=emit)
-    ctx = plan_context(prof, topo, target)
-    evals = search.rank(ctx)
-    if not evals:
-        raise LayoutError(
-            f"no layout of {gpus} GPUs can run {source.name} with global batch {gb} "
-            "under the given constraints (check divisibility of heads, layers and batch)"
-        )
-    # ---- escalation: full checkpointing, then CPU offload, when nothing fits --------------------
-    notes = [f"--emit {emit.name}: only the layouts its output implements were searched"] if emit else []
+
+@dataclass(frozen=True, slots=True)
+class _Escalation:
+    """A wider search on the same trace, tried when no layout fits yet: the constraints it overrides and the
+    note the plan then carries. ``plan --emit`` checks the same list before its trace (``_check_emittable``)."""
+
+    name: str
+    overrides: tuple[tuple[str, Any], ...]
+    note: str
+
+    def applies(self, base: Constraints) -> bool:
+        """Context parallelism is searched only when the user left ``--cp`` open."""
+        return base.cp is None if self.name == "context-parallel" else True
+
+
+_ESCALATIONS: tuple[_Escalation, ...] = (
+    _Escalation("context-parallel", (("search_cp", True),),
+                "nothing fits with the whole sequence on each GPU: context-parallel layouts considered"),
+    _Escalation("cpu-offload", (("offload", True),),
+                "nothing fits on the GPUs alone: DeepSpeed CPU offload layouts considered"),
+)
+"""The wider searches, in the order they are tried (after full checkpointing, which traces again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Escalated:
+    """Where the escalation stands: the ranked layouts (best first) on ``ctx``'s trace, and the best layout of
+    full checkpointing when the user fixed ``--checkpointing none`` (shown beside the answer)."""
+
+    evals: list[Evaluation]
+    ctx: Context
     ckpt_alt: tuple[Evaluation, str] | None = None
-    if evals[0].per_gpu_peak_bytes > usable and w.checkpointing == "none":
-        t0 = time.perf_counter()
-        prof2 = profile_model(source, trace_w.with_(checkpointing="full"), target)
-        search.trace_s += time.perf_counter() - t0
-        ctx2 = Context(prof2, topo, usable, ctx.overhead_bytes)
-        evals2 = search.rank(ctx2, checkpointing="full")
-        better = evals2 and (
-            evals2[0].per_gpu_peak_bytes <= usable or evals2[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.evals[0].per_gpu_peak_bytes <= self.ctx.usable_bytes
+
+
+def _with_full_checkpointing(
+    search: _Search, esc: _Escalated, source: ModelSource, trace_w: Workload, target: GPU, *, fixed_ckpt: bool,
+    notes: list[str],
+) -> _Escalated:
+    """Nothing fits without activation checkpointing: the step traced again with full checkpointing. Its best
+    layout becomes the answer, unless the user chose ``--checkpointing none`` (then it is shown beside it)."""
+    if esc.fits:
+        return esc
+    usable = esc.ctx.usable_bytes
+    t0 = time.perf_counter()
+    prof2 = profile_model(source, trace_w.with_(checkpointing="full"), target)
+    search.trace_s += time.perf_counter() - t0
+    ctx2 = Context(prof2, search.topology, usable, esc.ctx.overhead_bytes)
+    evals2 = search.rank(ctx2, checkpointing="full")
+    peak = esc.evals[0].per_gpu_peak_bytes
+    if not (evals2 and (evals2[0].per_gpu_peak_bytes <= usable or evals2[0].per_gpu_peak_bytes < peak)):
+        return esc
+    if fixed_ckpt:
+        # the user chose --checkpointing none: answer for it, and show what full checkpointing gives
+        notes.append(
+            "nothing fits with --checkpointing none as given; with --checkpointing full the best layout "
+            f"is {evals2[0].layout.describe()} ({format_bytes(evals2[0].per_gpu_peak_bytes)} per GPU)"
         )
-        if better and fixed_ckpt:
-            # the user chose --checkpointing none: answer for it, and show what full checkpointing gives
-            ckpt_alt = (evals2[0], _ckpt_why(evals2[0], usable))
-            notes.append(
-                "nothing fits with --checkpointing none as given; with --checkpointing full the best layout "
-                f"is {evals2[0].layout.describe()} ({format_bytes(evals2[0].per_gpu_peak_bytes)} per GPU)"
-            )
-        elif better:
-            notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
-            evals, prof, ctx = evals2, prof2, ctx2
-    if evals[0].per_gpu_peak_bytes > usable and cp is None:
-        evals_cp = search.rank(ctx, search_cp=True, checkpointing=prof.workload.checkpointing)
-        if evals_cp and evals_cp[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
-            notes.append("nothing fits with the whole sequence on each GPU: context-parallel layouts considered")
-            evals = evals_cp
-    elif cp is None and base.seq_len >= LONG_CONTEXT_TOKENS:
+        return replace(esc, ckpt_alt=(evals2[0], _ckpt_why(evals2[0], usable)))
+    notes.append("nothing fits without activation checkpointing: traced again with full checkpointing")
+    return _Escalated(evals2, ctx2, esc.ckpt_alt)
+
+
+def _widen(search: _Search, esc: _Escalated, step: _Escalation, notes: list[str]) -> _Escalated:
+    """``step``'s wider search on the current trace when nothing fits yet, adopted when its best layout needs
+    less memory per GPU. A long sequence that fits whole is searched split too (``LONG_CONTEXT_TOKENS``)."""
+    base = search.base
+    if not step.applies(base):
+        return esc
+    usable = esc.ctx.usable_bytes
+    if esc.fits:
+        if step.name != "context-parallel" or base.seq_len < LONG_CONTEXT_TOKENS:
+            return esc
         # a long sequence that fits whole may still run faster split: less activation memory per GPU leaves room
         # for a larger micro-batch, less recomputation or less tensor parallelism
-        evals_cp = search.rank(ctx, search_cp=True, checkpointing=prof.workload.checkpointing)
-        if evals_cp and evals_cp[0].per_gpu_peak_bytes <= usable and evals_cp[0].step_time_s < evals[0].step_time_s:
-            notes.append(f"{base.seq_len:,} tokens per sample: context-parallel layouts searched too, and one is "
-                         "faster")
-            evals = sorted([*evals, *evals_cp], key=lambda e: (e.per_gpu_peak_bytes > usable, e.step_time_s,
-                                                               e.per_gpu_peak_bytes))
-    if evals[0].per_gpu_peak_bytes > usable:
-        evals3 = search.rank(ctx, offload=True, checkpointing=prof.workload.checkpointing)
-        if evals3 and evals3[0].per_gpu_peak_bytes < evals[0].per_gpu_peak_bytes:
-            notes.append("nothing fits on the GPUs alone: DeepSpeed CPU offload layouts considered")
-            evals = evals3
-    best = evals[0]
-    alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(evals, max_alternatives)[1:])
-    if ckpt_alt is not None:
-        alts = (ckpt_alt, *alts)
+        wider = search.rank(esc.ctx, checkpointing=esc.ctx.profile.workload.checkpointing, **dict(step.overrides))
+        if not (wider and wider[0].per_gpu_peak_bytes <= usable and wider[0].step_time_s < esc.evals[0].step_time_s):
+            return esc
+        notes.append(f"{base.seq_len:,} tokens per sample: context-parallel layouts searched too, and one is faster")
+        return replace(esc, evals=sorted([*esc.evals, *wider], key=ranking(usable)))
+    wider = search.rank(esc.ctx, checkpointing=esc.ctx.profile.workload.checkpointing, **dict(step.overrides))
+    if not (wider and wider[0].per_gpu_peak_bytes < esc.evals[0].per_gpu_peak_bytes):
+        return esc
+    notes.append(step.note)
+    return replace(esc, evals=wider)
+
+
+def _plan_of(
+    model: str, target: GPU, topo: Topology, esc: _Escalated, search: _Search, notes: list[str],
+    max_alternatives: int,
+) -> Plan:
+    """The Plan: the best layout, the runners-up that differ in degrees or sharding (each with why it loses)."""
+    prof, usable = esc.ctx.profile, esc.ctx.usable_bytes
+    best = esc.evals[0]
+    alts = tuple((e, why_loses(best, e, usable)) for e in _distinct(esc.evals, max_alternatives)[1:])
+    if esc.ckpt_alt is not None:
+        alts = (esc.ckpt_alt, *alts)
     return Plan(
-        model=source.name,
+        model=model,
         gpu=target,
         topology=topo,
         workload=prof.workload,
@@ -389,7 +494,8 @@ def _check_emittable(base: Constraints, emit: EngineFilter, **shape: int) -> Non
     """Refuse ``--emit`` before any trace when no layout the constraints allow — escalations included
     (full checkpointing, context parallelism, CPU offload) — is one that engine's output implements."""
     first: Layout | None = None
-    for variant in ({}, {"checkpointing": "full"}, {"search_cp": base.cp is None}, {"offload": True}):
+    wider = [dict(step.overrides) for step in _ESCALATIONS if step.applies(base)]
+    for variant in ({}, {"checkpointing": "full"}, *wider):
         c = Constraints(**{**_fields(base), **variant})
         for lay in candidates(c, **shape):
             if emit.refusal(lay, False) is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpuplan.errors import LayoutError
@@ -300,14 +300,19 @@ _ZERO_STAGES: dict[int, ZeroStage] = {1: 1, 2: 2, 3: 3}
 def rank(ctx: Context, layouts: Iterator[Layout]) -> tuple[list[Evaluation], int]:
     """Evaluate every layout; best first (fits, then step time, then peak memory)."""
     evals = [evaluate(ctx, lay) for lay in layouts]
-    usable = ctx.usable_bytes
-
-    def order(e: Evaluation) -> tuple[bool, float, int]:
-        peak = e.per_gpu_peak_bytes
-        return peak > usable, e.step_time_s, peak
-
-    evals.sort(key=order)
+    evals.sort(key=ranking(ctx.usable_bytes))
     return evals, len(evals)
+
+
+def ranking(usable_bytes: int) -> Callable[[Evaluation], tuple[bool, float, int]]:
+    """The order of layouts, best first: those that fit in ``usable_bytes``, then by step time, then by peak
+    memory per GPU (each layout's peak read once)."""
+
+    def key(e: Evaluation) -> tuple[bool, float, int]:
+        peak = e.per_gpu_peak_bytes
+        return peak > usable_bytes, e.step_time_s, peak
+
+    return key
 
 
 def why_loses(best: Evaluation, other: Evaluation, usable_bytes: int) -> str:
