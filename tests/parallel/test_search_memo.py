@@ -25,6 +25,8 @@ VARIANTS: tuple[dict[str, Any], ...] = (
     {"sequence_parallel": False},
     {"megatron": True},
     {"pp": 2, "global_batch": 256},
+    {"fsdp": True, "fsdp_sharded_fp32": True},
+    {"fsdp": True, "fsdp_reshard": "never", "pp": 2, "global_batch": 256},
 )
 
 
