@@ -90,3 +90,28 @@ def test_replace_starts_an_empty_memo(moe_ctx: Context) -> None:
     evaluate(ctx, Layout(dp=8, tp=2, pp=1, micro_batch_size=2, grad_accum=1, ep=2, sharding=FSDP2()))
     assert ctx.memo
     assert not replace(ctx, usable_bytes=ctx.usable_bytes).memo
+
+
+def test_the_lazy_16_bit_trace_is_trace_time_not_search_time(gpt2_ctx: Context) -> None:
+    """The 16-bit-module activations are traced when the first layout of an engine holding the 16-bit copy asks
+    (inside the search); the plan counts those seconds as trace time, so ``layouts_per_s`` times the search."""
+    import time
+    from dataclasses import replace
+
+    from gpuplan.parallel.plan import _Search
+    from gpuplan.parallel.profile import LazyActivations
+
+    wait_s = 0.5
+    prof = gpt2_ctx.profile
+
+    def slow_trace():  # type: ignore[no-untyped-def]
+        time.sleep(wait_s)
+        return prof.activations(False)
+
+    ctx = Context(replace(prof, module_dtype_trace=LazyActivations(slow_trace)), gpt2_ctx.topology,
+                  gpt2_ctx.usable_bytes, gpt2_ctx.overhead_bytes)
+    search = _Search(Constraints(gpus=32, global_batch=64, seq_len=prof.seq_len), prof.heads, prof.kv_heads,
+                     gpt2_ctx.topology)
+    assert search.rank(ctx)
+    assert search.trace_s >= wait_s
+    assert search.search_s < wait_s

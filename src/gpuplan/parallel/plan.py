@@ -451,12 +451,16 @@ class _Search:
     def rank(self, ctx: Context, **overrides: Any) -> list[Evaluation]:
         """Every layout of ``base`` (with ``overrides``) ranked on ``ctx``'s profile."""
         t1 = time.perf_counter()
-        c = Constraints(**{**_fields(self.base), **overrides}) if overrides else self.base
         prof = ctx.profile
+        lazy = prof.module_dtype_trace  # traced when the first layout of a 16-bit-copy engine asks: trace time
+        traced_before = lazy.trace_s if lazy is not None else 0.0
+        c = Constraints(**{**_fields(self.base), **overrides}) if overrides else self.base
         layouts = candidates(c, heads=self.heads, kv_heads=self.kv_heads, layers=prof.layers,
                              gpus_per_node=self.topology.gpus_per_node, experts=prof.experts)
         evals, n = rank(ctx, _emittable(layouts, self.emit))
-        self.search_s += time.perf_counter() - t1
+        traced = (lazy.trace_s if lazy is not None else 0.0) - traced_before
+        self.search_s += time.perf_counter() - t1 - traced
+        self.trace_s += traced
         self.considered += n
         return evals
 

@@ -20,6 +20,7 @@ aside); that is the one extrapolation the planner makes, and it says so.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -119,15 +120,20 @@ class LazyActivations:
     """Activations computed once, on first :meth:`get` (the 16-bit-module trace: a whole second trace that only
     the layouts holding the 16-bit compute copy read, so a profile does not pay for it up front)."""
 
-    __slots__ = ("_make", "_value")
+    __slots__ = ("_make", "_value", "trace_s")
 
     def __init__(self, make: Callable[[], Activations | None]) -> None:
         self._make: Callable[[], Activations | None] | None = make
         self._value: Activations | None = None
+        self.trace_s = 0.0
+        """Seconds the trace (or its read from the cache) took: the planner counts them as trace time, not search
+        time, wherever the first layout that needs them asks."""
 
     def get(self) -> Activations | None:
         if self._make is not None:
+            t0 = time.perf_counter()
             self._value, self._make = self._make(), None
+            self.trace_s = time.perf_counter() - t0
         return self._value
 
 
