@@ -14,7 +14,10 @@ Only the public rows of ``calibration.CASES`` are used; the held-out sources the
 Fitted (shared by all architectures): ``tensor_core_matmul`` (large-GEMM fraction of the dense
 peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``conv_backward`` (backward
 convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W; ``conv_backward_16bit`` the
-same for fp16/bf16 convolutions, fitted on the AMP training row), ``fp32_matmul`` and
+same for fp16/bf16 convolutions, fitted on the AMP training row), ``conv_backward_traffic`` (DRAM bytes a
+backward convolution moves per traced operand byte: cuDNN's NCHW<->NHWC transforms, a multiplier of its memory
+time; profiled: each value of its grid with the others refitted, the best kept),
+``fp32_matmul`` and
 ``launch_overhead_s`` (eager CPU dispatch per kernel) and ``gemm_k_half`` (the K-loop cost of a GEMM,
 perf/gemm_shape.py). The per-architecture priors (GEMM scale,
 attention, bandwidth, tiles) stay as the data file states them. Loss: sum of squared log errors
@@ -60,6 +63,7 @@ GRIDS: dict[str, list[float]] = {
     "conv_tensor_core": [x / 100 for x in range(10, 101, 2)],
     "conv_backward": [x / 100 for x in range(30, 101, 2)],
     "conv_backward_16bit": [x / 100 for x in range(10, 101, 2)],
+    "conv_backward_traffic": [x / 2 for x in range(2, 17)],
     "fp32_matmul": [x / 100 for x in range(40, 99) if x / 100 <= FP32_BOUND + 1e-9],
     "elementwise": [x / 100 for x in range(20, 101, 2)],
     "launch_overhead_s": [x * 1e-6 for x in range(2, 41)],
@@ -70,6 +74,7 @@ START: dict[str, float] = {
     "conv_tensor_core": 0.5,
     "conv_backward": 1.0,
     "conv_backward_16bit": 1.0,
+    "conv_backward_traffic": 1.0,
     "fp32_matmul": 0.82,
     "elementwise": 1.0,
     "launch_overhead_s": 6.5e-6,
@@ -116,13 +121,49 @@ def _loss(traced: Sequence[Traced], fitted: dict[str, float]) -> float:
     return sum(math.log(r.estimate / r.case.published) ** 2 for r in residuals(rows, fitted))
 
 
-def fit(traced: Sequence[Traced], start: dict[str, float] = START, rounds: int = 20) -> dict[str, float]:
-    """Coordinate descent until a whole round changes nothing (at most ``rounds``): the convolution
-    factors trade off along a valley (forward × backward share), which takes ~10 rounds to cross."""
+PROFILED: tuple[str, ...] = ("conv_backward_traffic",)
+"""Factors fitted by profiling: every value of the grid, the other searched factors refitted at each, the
+lowest loss kept. Coordinate descent alone stalls at the start: a backward convolution's extra bytes cost
+more loss than they save until its FLOP fractions move with them (the A100 training rows fit either way)."""
+
+
+def fit(traced: Sequence[Traced], start: dict[str, float] = START, rounds: int = 20,
+        only: frozenset[str] | None = None) -> dict[str, float]:
+    """The factors of GRIDS (``only``: these alone, the others kept at ``start``) by coordinate descent,
+    the PROFILED ones by profiling over their grids (a flat profile, no row depending on it: its start)."""
+    searched = [n for n in GRIDS if only is None or n in only]
+    if only is not None:  # rows no searched factor moves add a constant to every loss: leave them out
+        traced = _depending_on(traced, start, searched)
+    for name in (n for n in PROFILED if n in searched):
+        rest = [n for n in searched if n != name]
+        fits = [_descend(traced, {**start, name: v}, rounds, rest) for v in GRIDS[name]]
+        losses = [_loss(traced, f) for f in fits]
+        if max(losses) - min(losses) <= 1e-12:
+            return _descend(traced, dict(start), rounds, rest)
+        return fits[losses.index(min(losses))]
+    return _descend(traced, dict(start), rounds, searched)
+
+
+def _depending_on(traced: Sequence[Traced], start: dict[str, float], names: Sequence[str]) -> list[Traced]:
+    """The cases whose estimate changes when one of ``names`` goes to either end of its grid (each op's
+    time is monotone in every factor, so a row the ends leave alone no value moves)."""
+    base = [r.estimate for r in residuals(traced, start)]
+    moved: set[int] = set()
+    for name in names:
+        for value in (GRIDS[name][0], GRIDS[name][-1]):
+            est = [r.estimate for r in residuals(traced, {**start, name: value})]
+            moved |= {i for i, (a, b) in enumerate(zip(base, est)) if a != b}
+    return [t for i, t in enumerate(traced) if i in moved]
+
+
+def _descend(traced: Sequence[Traced], start: dict[str, float], rounds: int, names: Sequence[str]) -> dict[str, float]:
+    """Coordinate descent over ``names`` until a whole round changes nothing (at most ``rounds``): the
+    convolution factors trade off along a valley (forward × backward share), which takes ~10 rounds to cross."""
     fitted = dict(start)
     for _ in range(rounds):
         before = dict(fitted)
-        for name, grid in GRIDS.items():
+        for name in names:
+            grid = GRIDS[name]
             losses = {v: _loss(traced, {**fitted, name: v}) for v in grid}
             best = min(losses.values())
             # flat loss (no row depends on the factor): keep the start value
@@ -133,11 +174,12 @@ def fit(traced: Sequence[Traced], start: dict[str, float] = START, rounds: int =
     return fitted
 
 
-def leave_one_family_out(traced: Sequence[Traced]) -> list[Residual]:
+def leave_one_family_out(traced: Sequence[Traced], start: dict[str, float] = START,
+                         only: frozenset[str] | None = None) -> list[Residual]:
     out: list[Residual] = []
     for family in sorted({c.family for c, *_ in traced}):
         rest = [t for t in traced if t[0].family != family]
-        fitted = fit(rest, rounds=2)
+        fitted = fit(rest, start, rounds=2, only=only)
         out.extend(residuals([t for t in traced if t[0].family == family], fitted))
     return out
 
@@ -201,18 +243,24 @@ def keep_megatron_product(old_ampere: float, new_ampere: float, by: str) -> None
 
 
 def write_factors(fitted: dict[str, float], res: Sequence[Residual], lofo: Sequence[Residual],
-                  loss: float, path: Path = FACTORS_FILE) -> None:
+                  loss: float, path: Path = FACTORS_FILE, only: frozenset[str] | None = None) -> None:
+    """Store the fit; after a restricted one (``only``) the stored leave-one-family-out residuals of the rows
+    it did not refit are kept."""
     from gpuplan.perf.efficiency import ARCH_EFFICIENCY
 
     data = load_factors(path)
     old_ampere = ARCH_EFFICIENCY["ampere"].tensor_core_matmul
     ids = [c.row_id for c in CASES if c.row_id not in FIT_EXCLUDED]
+    method = "scripts/calibrate_fit.py: coordinate descent, sum of squared log errors"
+    if only is not None:
+        method += f"; last refit restricted to {', '.join(sorted(only))} (--only), the rest as fitted before"
+    kept = data["fitted"].get("leave_one_family_out", {}) if only is not None else {}
     data["fitted"] = {
         **{k: round(v, 9) for k, v in fitted.items()},
         "fitted_on": ids,
-        "method": "scripts/calibrate_fit.py: coordinate descent, sum of squared log errors",
+        "method": method,
         "loss": round(loss, 6),
-        "leave_one_family_out": {r.case.row_id: round(r.error, 4) for r in lofo},
+        "leave_one_family_out": {**kept, **{r.case.row_id: round(r.error, 4) for r in lofo}},
     }
     for key, arch in data["architectures"].items():
         arch["residuals"] = {r.case.row_id: round(r.error, 4) for r in res if arch_key(get_gpu(r.case.gpu)) == key}
@@ -226,7 +274,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=REFERENCE_CSV)
     parser.add_argument("--write", action="store_true", help="store the fit in perf/data/arch_factors.json")
     parser.add_argument("--no-lofo", action="store_true", help="skip the leave-one-family-out refits")
+    parser.add_argument("--only", help="comma-separated factors to refit (coordinate descent over these alone, "
+                                       "the others kept at the shipped values), e.g. conv_tensor_core,conv_traffic")
     args = parser.parse_args(argv)
+    only = frozenset(args.only.split(",")) if args.only else None
+    if only is not None and not only <= GRIDS.keys():
+        parser.error(f"--only {args.only}: unknown factor {', '.join(sorted(only - GRIDS.keys()))}; "
+                     f"choose from {', '.join(GRIDS)}")
+    # a restricted refit keeps the other factors as they ship; the searched ones start where a full fit does
+    # (so a leave-one-family-out fold that no remaining row constrains never inherits the shipped fit)
+    shipped = load_factors()["fitted"]
+    start = START if only is None else {k: v if k in only else float(shipped.get(k, v)) for k, v in START.items()}
     for problem in check_reference(args.csv):
         print("WARNING:", problem)
     t0 = time.perf_counter()
@@ -235,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with use_trace_cache(TraceCache.default()):  # the user's trace cache: a rerun re-traces nothing
         traced = traced_cases()
     t1 = time.perf_counter()
-    fitted = fit(traced)
+    fitted = fit(traced, start, only=only)
     t2 = time.perf_counter()
     loss = _loss(traced, fitted)
     print(f"traced {len(traced)} cases in {t1 - t0:.1f} s, fitted in {t2 - t1:.1f} s")
@@ -244,11 +302,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nwith the fitted factors:\n" + markdown_table(res) + "\n\n" + family_summary(res))
     lofo: list[Residual] = []
     if not args.no_lofo:
-        lofo = leave_one_family_out(traced)
+        lofo = leave_one_family_out(traced, start, only)
+        if only is not None:
+            # a row whose estimate its family's fold moves by under 1% (no searched factor, or the fold refits them
+            # as the whole fit did) keeps the stored full refit's residual: that fold refitted every factor
+            fitted_estimate = {r.case.row_id: r.estimate for r in res}
+            lofo = [r for r in lofo if abs(r.estimate / fitted_estimate[r.case.row_id] - 1) > 0.01]
         print("\nleave one family out (refit without it, predict it):\n" + markdown_table(lofo)
               + "\n\n" + family_summary(lofo))
     if args.write:
-        write_factors(fitted, res, lofo, loss)
+        write_factors(fitted, res, lofo, loss, only=only)
         print(f"\nwrote {FACTORS_FILE}")
     return 0
 
@@ -264,9 +327,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ``check_table`` proves it equals step_time on the row.
 
 GEN_FACTORS: tuple[str, ...] = ("tensor_core_matmul", "conv_tensor_core", "conv_backward", "conv_backward_16bit",
-                                "fp32_matmul", "elementwise")
+                                "fp32_matmul", "elementwise", "conv_backward_traffic")
 ELEMENTWISE = GEN_FACTORS.index("elementwise")
 """The factor that divides the memory time (not the compute) of memory-bound non-GEMM kernels."""
+CONV_TRAFFIC = GEN_FACTORS.index("conv_backward_traffic")
+"""The factor that multiplies a backward convolution's memory time (exponent -1 on the memory side)."""
+MEMORY_SIDE = (ELEMENTWISE, CONV_TRAFFIC)
+"""Columns of OpTable.exps that act on the memory time, not the compute time."""
 """Factors fitted per GPU generation (the launch overhead is the host CPU's: shared)."""
 GEN_GRIDS: dict[str, list[float]] = {k: v for k, v in GRIDS.items() if k not in ("gemm_k_half", "launch_overhead_s")}
 """The shared fit's grids. The K-loop cost stays a shared prior here, and the eager dispatch cost
@@ -284,7 +351,8 @@ class OpTable:
     phase: Any
     """(n,) phase index"""
     exps: Any
-    """(n, len(GEN_FACTORS)) 1 where the factor divides the op's compute (the elementwise column: its memory time)"""
+    """(n, len(GEN_FACTORS)) 1 where the factor divides the op's compute (the MEMORY_SIDE columns: its memory
+    time; -1 where it multiplies it, conv_traffic)"""
     kernels_by_phase: Any
     """(phases,) kernel launches per phase (what eager dispatch pays for)"""
     const_by_phase: Any
@@ -322,6 +390,7 @@ def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
                     e[1] = 1.0
                     if op.phase == "backward":
                         e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
+                        e[CONV_TRAFFIC] = -1.0  # multiplies its memory time
         kernels[p] = kernels.get(p, 0.0) + op.count
         if not any(e):
             const[p] = const.get(p, 0.0) + t.total_s * op.count
@@ -360,9 +429,10 @@ def table_time(t: OpTable, factors: Any, launch_s: float) -> float:
     import numpy as np
 
     logf = np.log(factors)
-    compute, memory = t.exps.copy(), t.exps[:, ELEMENTWISE]
-    compute[:, ELEMENTWISE] = 0.0
-    per_op = (np.maximum(t.base_s / np.exp(compute @ logf), t.memory_s / np.exp(memory * logf[ELEMENTWISE]))
+    side = list(MEMORY_SIDE)
+    compute = t.exps.copy()
+    compute[:, side] = 0.0
+    per_op = (np.maximum(t.base_s / np.exp(compute @ logf), t.memory_s / np.exp(t.exps[:, side] @ logf[side]))
               + t.gap_s) * t.count
     gpu_by_phase = (np.bincount(t.phase, weights=per_op, minlength=len(t.kernels_by_phase)) + t.const_by_phase
                     + t.elem_by_phase / factors[ELEMENTWISE])
@@ -415,8 +485,8 @@ class Batch:
         self.gap_s = np.concatenate([r.table.gap_s for r in rows])
         self.count = np.concatenate([r.table.count for r in rows])
         exps = np.concatenate([r.table.exps for r in rows])
-        self.mem_exps = exps[:, ELEMENTWISE].copy()
-        exps[:, ELEMENTWISE] = 0.0
+        self.mem_exps = exps[:, list(MEMORY_SIDE)].copy()
+        exps[:, list(MEMORY_SIDE)] = 0.0
         self.exps = exps
         self.kernels = np.concatenate([r.table.kernels_by_phase for r in rows])
         self.const = np.concatenate([r.table.const_by_phase for r in rows])
@@ -432,7 +502,7 @@ class Batch:
 
         logf = np.log(np.array([factors_by_arch[a] for a in self.archs]))[self.arch_of_row]  # (rows, F)
         frac = np.exp((self.exps * logf[self.row_of_op]).sum(axis=1))
-        mem = self.memory_s / np.exp(self.mem_exps * logf[self.row_of_op][:, ELEMENTWISE])
+        mem = self.memory_s / np.exp((self.mem_exps * logf[self.row_of_op][:, list(MEMORY_SIDE)]).sum(axis=1))
         per_op = (np.maximum(self.base_s / frac, mem) + self.gap_s) * self.count
         elem_f = np.array([factors_by_arch[a][ELEMENTWISE] for a in self.archs])[self.arch_of_slot]
         gpu = np.bincount(self.slot_of_op, weights=per_op, minlength=self.n_slots) + self.const + self.elem / elem_f

@@ -57,3 +57,27 @@ def test_each_gpu_gets_its_architectures_factors(gpu: str, arch: str) -> None:
     from gpuplan.hardware import get_gpu
 
     assert efficiency_for(get_gpu(gpu)).arch == arch
+
+
+def test_the_fit_table_charges_backward_convolutions_their_transform_bytes() -> None:
+    """scripts/calibrate_fit.op_table (what accuracy.py refits per generation) is step_time's arithmetic with
+    conv_backward_traffic a multiplier of backward convolutions' memory time: equal to step_time on a tiny CNN
+    training step at 1 and at 6, and slower at 6 on an H100, where those convolutions are bandwidth-bound (a batch
+    of 256 112-px images: GPU-bound, not dispatch-bound)."""
+    from scripts.calibrate_fit import check_table, factor_vector, op_table, table_time
+
+    from gpuplan.hardware import get_gpu
+    from gpuplan.models.sources import FactorySource
+    from gpuplan.trace.step import trace_step
+    from gpuplan.workload import Workload
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "tiny_models.py"
+    workload = Workload(mode="train", batch_size=256, image_size=112, precision="amp-fp16", optimizer="sgd")
+    step = trace_step(FactorySource(f"{fixture}:small_cnn"), workload)
+    h100 = get_gpu("H100-SXM")
+    times = []
+    for traffic in (1.0, 6.0):
+        eff = efficiency_for(h100).with_(conv_backward_traffic=traffic)
+        assert abs(check_table(step, workload, h100, eff)) < 1e-9
+        times.append(table_time(op_table(step, workload, h100, eff), factor_vector(eff), eff.launch_overhead_s))
+    assert times[1] > times[0]

@@ -140,3 +140,24 @@ def test_backward_convolutions_take_their_precisions_share(
     got = gemm_efficiency(op, a100, EFF.with_(conv_backward=back_fp32, conv_backward_16bit=back_16bit))
     share = 1.0 if phase == "forward" else back_fp32 if dtype == "float32" else back_16bit
     assert got == pytest.approx(base * share)
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_backward_convolutions_move_their_layout_transform_bytes(phase: str) -> None:
+    # Efficiency.conv_backward_traffic: cuDNN's NCHW<->NHWC transforms around its NHWC tensor-core kernels
+    # read and write each tensor again, so a backward convolution's memory time is its traced bytes × the
+    # factor at the streaming bandwidth (exact: memory_bound_s of the multiplied bytes); a forward one keeps
+    # its traced bytes. On the H100 (989 dense fp16 TFLOP/s for 3.35 TB/s) a 2-GFLOP, 200-MB backward
+    # convolution at 4× is bandwidth-bound; its compute time is untouched.
+    h100 = get_gpu("H100-SXM")
+    eff = efficiency_for(h100).with_(conv_backward_traffic=1.0)
+    op = OpRecord("aten.convolution_backward.default", phase, "c", "conv", "float16", 2 * 10**9, 10**8, 10**8)
+    one, four = op_time(op, h100, "amp-fp16", eff), op_time(op, h100, "amp-fp16", eff.with_(conv_backward_traffic=4.0))
+    assert four.compute_s == one.compute_s
+    bandwidth = h100.memory_bandwidth_bytes_per_s * eff.bandwidth
+    assert one.memory_s == pytest.approx(2 * 10**8 / bandwidth)
+    if phase == "forward":
+        assert four.memory_s == one.memory_s
+    else:
+        assert four.memory_s == pytest.approx(4 * 2 * 10**8 / bandwidth)
+        assert not four.compute_bound and four.kernel_s == four.memory_s

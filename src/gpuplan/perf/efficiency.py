@@ -64,6 +64,22 @@ class Efficiency:
     ``conv_backward`` (which the TF32 training row fits). FITTED on the one public AMP CNN training
     row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
     inference row's."""
+    conv_backward_traffic: float = 1.0
+    """DRAM bytes a backward convolution moves per byte of its traced operands (output gradient, input and
+    weight read; input and weight gradients written), ≥ 1. cuDNN's tensor-core convolutions compute in NHWC;
+    given PyTorch's default NCHW tensors the backward pass runs them behind explicit layout transforms
+    (nchwToNhwc / nhwcToNchw kernels, each reading and writing a whole tensor): the data-gradient kernel's
+    output gradient in and input gradient out, the weight-gradient kernel's input and output gradient again
+    (a separate cuDNN call), and the implicit GEMM re-reads tiles (wgrad's split-K partial sums too): about
+    4× the traced bytes by that count. Sources: NVIDIA "Deep Learning Performance: Convolutional Layers
+    User's Guide" (Tensor Layouts In Memory: NCHW vs NHWC: Tensor Core kernels use NHWC, NCHW tensors are
+    transposed around them); PyTorch's "Channels Last Memory Format" tutorial; MosaicML Composer's
+    channels-last method card (NVIDIA's figure: NCHW transposed to NHWC before the convolution and back
+    after; ResNet-50 ~30% faster in NHWC on V100/A100). A backward convolution's memory time is its traced
+    bytes × this at the streaming bandwidth: bandwidth-bound where its FLOPs are cheap for the GPU's
+    bandwidth (H100), compute-bound where they are dear (Volta fp32). Forward convolutions keep their traced
+    bytes: a forward transform cost is not in the data (fitted at 2-3× it puts the public timm NCHW
+    inference rows 10-30% slow). FITTED (scripts/calibrate_fit.py, profiled over its grid)."""
     elementwise: float = 1.0
     """Memory-bound kernels that are neither GEMMs nor pointwise (softmax, layer/batch/group norms,
     dropout, reductions, pooling, losses, as eager PyTorch launches them): share of ``bandwidth`` (what a
@@ -89,7 +105,9 @@ class Efficiency:
         return (
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
             f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that "
-            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16), "
+            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16"
+            + (f"; backward ones move {self.conv_backward_traffic:.2g}× their operand bytes: NCHW↔NHWC transforms"
+               if self.conv_backward_traffic > 1.0 else "") + "), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",
             f"efficiency: fused attention {self.attention_fused:.0%} of peak, memory-bound ops at "
             f"{self.bandwidth:.0%} of DRAM bandwidth (priors for {self.arch}, sources in perf/data/arch_factors.json)"
@@ -142,6 +160,7 @@ def build_efficiencies(data: dict[str, Any]) -> dict[str, Efficiency]:
             conv_tensor_core=own["conv_tensor_core"],
             conv_backward=float(own.get("conv_backward", 1.0)),
             conv_backward_16bit=float(own.get("conv_backward_16bit", own.get("conv_backward", 1.0))),
+            conv_backward_traffic=max(1.0, float(own.get("conv_backward_traffic", 1.0))),
             elementwise=min(1.0, float(own.get("elementwise", 1.0))),
             fp32_matmul=min(fp32_cap, own["fp32_matmul"]),
             attention_fused=a["attention_fused"],

@@ -8,6 +8,9 @@ Which peak an op may use follows what PyTorch does on CUDA:
   (``precision="tf32"``): ``torch.backends.cuda.matmul.allow_tf32`` is False by default;
   fp32 convolutions run in TF32 on GPUs that have it: ``torch.backends.cudnn.allow_tf32`` is True
   by default;
+* a backward convolution moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
+  NCHW↔NHWC transforms around its NHWC tensor-core kernels, tile re-reads), so it is bandwidth-bound
+  where the GPU's peak is high for its bandwidth;
 * a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
   (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py); a GPU the catalog
   gives no SM count is charged the widest counted GPU's waves (never rewarded for the gap);
@@ -226,6 +229,8 @@ def op_time(
         # in and out are about the same size, so weight bytes ≈ read − written.
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
+    if op.op_class == "conv" and op.phase == "backward":
+        moved *= eff.conv_backward_traffic  # cuDNN's NCHW<->NHWC transforms, tile re-reads (Efficiency docstring)
     memory_s = memory_bound_s(moved, gpu, eff)
     if op.op_class == "other" and not streams_at_copy_rate(op):
         memory_s /= eff.elementwise  # eager normalization/reduction/dropout kernels: below a streaming copy
