@@ -188,3 +188,24 @@ def test_every_catalog_gpu_and_precision_has_a_time_or_says_time_unknown(tiny_gp
     assert serve["prefill"]["ttft_s"] is None and serve["decode"]["step_s"] is None
     _, text = _cli("serve", tiny_gpt2, "--gpu", "M4-Max", "--max-num-batched-tokens", "256", "--max-num-seqs", "16")
     assert "time: unknown" in text
+
+
+def test_a_thin_family_does_not_take_other_families_sign() -> None:
+    """A family with too few rows borrows all rows, each family's median offset combined with every row's
+    spread about its own family's median (uncertainty.between). Made-up residuals: on this generation every
+    row of the two measured families runs 20-40% slower than modelled, for causes of their own; a third
+    family elsewhere runs 10% faster. An interval for the unmeasured family must then allow both signs —
+    before, it took the generation's rows as they stood and its low end was the estimate itself."""
+    from gpuplan.perf.uncertainty import log_bounds
+
+    def rows(family: str, arch: str, values: list[float]) -> list[dict[str, Any]]:
+        return [{"family": family, "arch": arch, "log_residual": v, "source": family} for v in values]
+
+    data = {"rows": rows("cnn-train", "hopper", [0.2, 0.25, 0.3] * 4) + rows("encoder-train", "hopper", [0.3, 0.35] * 5)
+            + rows("llm-train", "ampere", [-0.1, -0.12] * 5)}
+    low, high, basis = log_bounds(data, "llm-train-multi", "hopper")
+    assert low < 0 < high, (low, high)
+    assert "spread between families" in basis and "0 LLM training, several GPUs rows" in basis
+    # a family with its own rows is untouched by the rule
+    own_low, own_high, own_basis = log_bounds(data, "cnn-train", "hopper")
+    assert own_low == 0.0 and own_high == pytest.approx(0.3) and own_basis.startswith("Hopper, CNN training rows")
