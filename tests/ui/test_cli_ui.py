@@ -44,3 +44,28 @@ def test_loopback_server_refuses_other_host_headers(live_server: LiveServer) -> 
     assert httpx.get(live_server.url + "/healthz", timeout=60).json()["ok"] is True
     rebound = httpx.get(live_server.url + "/healthz", headers={"host": "attacker.example"}, timeout=60)
     assert rebound.status_code == 400
+
+
+def test_the_url_is_printed_once_the_socket_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--json` promises the URL once listening: a script connects as soon as it reads the line. The socket
+    used to be bound but not listening until uvicorn started, and a quick client was refused (seen in CI)."""
+    import json
+    import socket
+
+    import uvicorn
+
+    seen: dict[str, object] = {}
+
+    def serve(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
+        (sock,) = sockets
+        seen["listening"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        # a client connecting now is queued in the backlog, not refused
+        with socket.create_connection(sock.getsockname()[:2], timeout=5):
+            seen["connected"] = True
+        sock.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    code, out, err = run_cli("--port", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["port"] > 0
+    assert seen == {"listening": 1, "connected": True}

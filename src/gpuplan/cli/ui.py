@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; pick another --port "
                           "(0: any free one)") from None
+    # listen before the URL is printed: a script that connects as soon as it reads the line otherwise meets a
+    # bound but not yet listening socket (ECONNREFUSED) until uvicorn has started (seen in CI); connections
+    # made before then wait in the backlog. uvicorn's own listen() on this socket only resets the backlog.
+    sock.listen(2048)
     port = sock.getsockname()[1]
     shown = f"[{args.host.strip('[]')}]" if family == socket.AF_INET6 else args.host
     url = f"http://{shown}:{port}/"
