@@ -71,6 +71,19 @@ NOT_FITTED: dict[str, str] = {"bert-large-qa": DLE_SQUAD, "bert-base-qa": DLE_SQ
 per-generation factor may absorb what the reason names), by model name."""
 UNFITTED: set[str] = set()
 """Row ids of this run's NOT_FITTED rows (filled by main)."""
+MULTI_GPU_CSVS = (ROOT / "src" / "gpuplan" / "parallel" / "data" / "public_scale.csv",
+                  ROOT / "src" / "gpuplan" / "parallel" / "data" / "public_cp.csv")
+"""Public multi-GPU LLM training rows (tests/parallel/test_public_scale.py, scripts/accuracy_cp.py): planned as
+published with the shipped factors (perf/calibration.py's fit never sees them) and carried as family
+llm-train-multi."""
+TIME_SIGN = {"tokens_per_s_per_gpu": 1.0, "step_time_s": -1.0}
+"""log(measured time / modelled) = sign × log(1 + error), error = modelled figure / published − 1: a rate's
+time is its inverse."""
+NOT_EXPRESSED = {"meg-t2-zero3-175b-": (
+    "DeepSpeed v0.3.13's ZeRO-3 (2021) gathered and reduce-scattered parameter by parameter through torch's "
+    "list collectives, work proportional to the GPU count: an engine vintage gpuplan does not model "
+    "(tests/parallel/test_public_scale.py's xfail, docs/accuracy-scale.md)")}
+"""Row-id prefixes of multi-GPU rows whose stack gpuplan cannot express, and why (not residuals of the model)."""
 FAMILY_OF_CASE = {"bert": "encoder", "cnn": "cnn", "vit": "vit", "decoder-llm": "llm"}
 MIN_FAMILY_ROWS = 5
 
@@ -105,6 +118,48 @@ def calibration_rows() -> list[dict[str, Any]]:
             "reproducible": "true", "exclude_reason": "", "case": c, "data_file": "perf/calibration.py",
         })
     return out
+
+
+def multi_gpu_rows() -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The multi-GPU LLM training rows to evaluate, and the skipped ones (id -> why)."""
+    run, skipped = [], {}
+    for path in MULTI_GPU_CSVS:
+        with path.open(encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                r["data_file"] = path.name
+                why = next((w for prefix, w in NOT_EXPRESSED.items() if r["id"].startswith(prefix)), "")
+                if r["reproducible"] == "false":
+                    why = r["reason"]
+                elif r["quantity"] not in TIME_SIGN:
+                    why = f"{r['quantity']} is not a time"
+                if why:
+                    skipped[r["id"]] = why
+                else:
+                    run.append(r)
+    return run, skipped
+
+
+def multi_gpu_residuals() -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """residuals.json rows of the multi-GPU LLM training rows, planned by accuracy_cp.run_row (the one row
+    runner: the row's ``gpuplan plan`` command, published layout fixed) with the shipped factors: out of
+    sample, so the LOSO, LOGO and fitted columns are the one residual."""
+    from accuracy_cp import run_row
+
+    from gpuplan.hardware import get_gpu
+    from gpuplan.perf.efficiency import arch_key
+
+    rows, skipped = multi_gpu_rows()
+    cache: dict[str, dict[str, Any]] = {}
+    out = []
+    for r in rows:
+        print(f"  plan {r['id']}", flush=True)
+        got = run_row(r, cache)
+        res = round(TIME_SIGN[r["quantity"]] * math.log(1.0 + got["error"]), 5)
+        out.append({"id": r["id"], "family": "llm-train-multi", "arch": arch_key(get_gpu(r["gpu"])), "gpu": r["gpu"],
+                    "gpus": int(r["gpus"]), "source": f"{r['repo']}:{r['file']}" if r["repo"] else r["file"],
+                    "log_residual": res, "logo_residual": res, "fitted_residual": res, "evaluated": "shipped factors",
+                    "data_file": r["data_file"]})
+    return out, skipped
 
 
 def workload_of(r: dict[str, Any]) -> dict[str, Any]:
@@ -334,6 +389,19 @@ def render(data: dict[str, Any]) -> str:
     for src in sorted({r["source"] for r in rows}):
         mine = [r["log_residual"] for r in rows if r["source"] == src]
         lines.append(f"| {src} | {len(mine)} | {stats(mine)} |")
+    multi = [r for r in rows if r.get("evaluated") == "shipped factors"]
+    if multi:
+        lines += [f"### Multi-GPU LLM training rows ({len(multi)}; shipped factors, out of sample)", "",
+                  "The rows of `src/gpuplan/parallel/data/public_scale.csv` and `public_cp.csv` whose figure is a time or a "
+                  "rate, planned by their `gpuplan plan` command with the published layout fixed (`accuracy_cp.run_row`; "
+                  "`python scripts/accuracy.py --multi-gpu-only` re-plans them alone). No fit sees them. "
+                  "Family LLM training, several GPUs; a source is the paper or repository file.", ""]
+        skipped = data.get("multi_gpu_skipped", {})
+        reasons: dict[str, list[str]] = {}
+        for rid, why in skipped.items():
+            reasons.setdefault(why, []).append(rid)
+        lines += [f"Not run ({len(skipped)}):", ""] + [f"- {', '.join(f'`{i}`' for i in ids)}: {why}"
+                                                       for why, ids in reasons.items()] + [""]
     for why, n in data.get("not_fitted", {}).items():
         lines += [f"### Evaluated, never fitted ({n} rows)", "",
                   f"Costed, cross-validated and in the intervals, but kept out of every fit: {why}.", ""]
@@ -454,6 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="cost only the rows whose trace is in the trace cache; list the rest as pending")
     ap.add_argument("--shipped", action="store_true",
                     help="no refit: residuals of the shipped factors (out of sample on every public row)")
+    ap.add_argument("--multi-gpu-only", action="store_true",
+                    help="re-plan only the multi-GPU LLM training rows (shipped factors; no refit), then recompute "
+                         "coverage and interval widths and re-render docs/accuracy.md")
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-one-GPU-out folds")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -461,6 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.render_only:
         write_doc(render(json.loads(RESIDUALS.read_text(encoding="utf-8"))))
+        return 0
+    if args.multi_gpu_only:
+        data = json.loads(RESIDUALS.read_text(encoding="utf-8"))
+        data["rows"] = [r for r in data["rows"] if r.get("evaluated") != "shipped factors"]
+        multi, data["multi_gpu_skipped"] = multi_gpu_residuals()
+        data["rows"] += multi
+        finish(data)
         return 0
     all_rows = public_rows()
     usable = [r for r in all_rows if r["reproducible"] == "true"] + calibration_rows()
@@ -543,19 +621,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pending": sorted(PENDING),
         "rows": out_rows,
     }
-    cov, n = coverage(out_rows)
-    data["coverage"] = {"share": round(cov, 4), "rows": n}
-    RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    from gpuplan.perf.uncertainty import load_residuals
-
-    load_residuals.cache_clear()
-    data["interval_width"] = {k: round(v, 4) for k, v in interval_widths(out_rows).items()}
-    RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    write_doc(render(data))
-    print(render(data))
+    multi, data["multi_gpu_skipped"] = multi_gpu_residuals()
+    data["rows"] += multi
+    finish(data)
     if args.write:
         write_factors({a: own[a] for a in adopted}, shared)
     return 0
+
+
+def finish(data: dict[str, Any]) -> None:
+    """Coverage and interval widths of ``data``'s rows, written to residuals.json and docs/accuracy.md."""
+    from gpuplan.perf.uncertainty import load_residuals
+
+    cov, n = coverage(data["rows"])
+    data["coverage"] = {"share": round(cov, 4), "rows": n}
+    RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    load_residuals.cache_clear()  # interval_widths reads the file just written
+    data["interval_width"] = {k: round(v, 4) for k, v in interval_widths(data["rows"]).items()}
+    RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_doc(render(data))
+    print(render(data))
 
 
 def write_factors(own: dict[str, dict[str, float]], shared: dict[str, float]) -> None:
