@@ -2,7 +2,7 @@
 and write ``perf/data/residuals.json``, the generated section of ``docs/accuracy.md`` and (``--write``)
 the fitted factors in ``perf/data/arch_factors.json``.
 
-    .venv/bin/python scripts/accuracy.py [--write] [--render-only]
+    .venv/bin/python scripts/accuracy.py [--write] [--render-only | --multi-gpu-only]
 
 A developer script, not part of the installed package. Rows: ``src/gpuplan/perf/data/public/*.csv``
 (each with its source file and commit, the gpuplan command that expresses it, and whether gpuplan's
@@ -392,8 +392,9 @@ def render(data: dict[str, Any]) -> str:
     multi = [r for r in rows if r.get("evaluated") == "shipped factors"]
     if multi:
         lines += [f"### Multi-GPU LLM training rows ({len(multi)}; shipped factors, out of sample)", "",
-                  "The rows of `src/gpuplan/parallel/data/public_scale.csv` and `public_cp.csv` whose figure is a time or a "
-                  "rate, planned by their `gpuplan plan` command with the published layout fixed (`accuracy_cp.run_row`; "
+                  "The rows of `src/gpuplan/parallel/data/public_scale.csv` and `public_cp.csv` whose figure is a "
+                  "time or a rate, planned by their `gpuplan plan` command with the published layout fixed "
+                  "(`accuracy_cp.run_row`; "
                   "`python scripts/accuracy.py --multi-gpu-only` re-plans them alone). No fit sees them. "
                   "Family LLM training, several GPUs; a source is the paper or repository file.", ""]
         skipped = data.get("multi_gpu_skipped", {})
@@ -430,13 +431,15 @@ def write_doc(section: str, path: Path = DOC) -> None:
 
 
 def interval_widths(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    from gpuplan.perf.uncertainty import interval
+    """Median over the rows of the factors below and above a 1 s estimate that its 80% interval reaches (the
+    interval perf/uncertainty.interval prints when residuals.json holds ``rows``)."""
+    from gpuplan.perf.uncertainty import log_bounds
 
     lows, highs = [], []
     for r in rows:
-        low, high, _ = interval(1.0, r["family"], r["arch"])
-        lows.append(1 / low)
-        highs.append(high)
+        low, high, _ = log_bounds({"rows": list(rows)}, r["family"], r["arch"])
+        lows.append(math.exp(-low))
+        highs.append(math.exp(high))
     return {"median_low": statistics.median(lows), "median_high": statistics.median(highs)}
 
 
@@ -534,11 +537,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_doc(render(json.loads(RESIDUALS.read_text(encoding="utf-8"))))
         return 0
     if args.multi_gpu_only:
-        data = json.loads(RESIDUALS.read_text(encoding="utf-8"))
-        data["rows"] = [r for r in data["rows"] if r.get("evaluated") != "shipped factors"]
-        multi, data["multi_gpu_skipped"] = multi_gpu_residuals()
-        data["rows"] += multi
-        finish(data)
+        stored = json.loads(RESIDUALS.read_text(encoding="utf-8"))
+        stored["rows"] = [r for r in stored["rows"] if r.get("evaluated") != "shipped factors"]
+        multi, stored["multi_gpu_skipped"] = multi_gpu_residuals()
+        stored["rows"] += multi
+        finish(stored)
         return 0
     all_rows = public_rows()
     usable = [r for r in all_rows if r["reproducible"] == "true"] + calibration_rows()
@@ -631,15 +634,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def finish(data: dict[str, Any]) -> None:
     """Coverage and interval widths of ``data``'s rows, written to residuals.json and docs/accuracy.md."""
-    from gpuplan.perf.uncertainty import load_residuals
-
     cov, n = coverage(data["rows"])
     data["coverage"] = {"share": round(cov, 4), "rows": n}
-    RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    load_residuals.cache_clear()  # interval_widths reads the file just written
     data["interval_width"] = {k: round(v, 4) for k, v in interval_widths(data["rows"]).items()}
     RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    write_doc(render(data))
+    write_doc(render(data), DOC)
     print(render(data))
 
 

@@ -5,9 +5,13 @@ scripts/accuracy.py from published tables cited row by row (repository, file, co
 from __future__ import annotations
 
 import csv
+import json
+import math
 import re
 import shlex
 from pathlib import Path
+
+import pytest
 
 from gpuplan.cli.main import build_parser
 from gpuplan.hardware import get_gpu
@@ -151,3 +155,40 @@ def test_shipped_refits_are_the_adopted_ones_and_never_above_the_gemm_benchmark(
         src = a["gemm_cap_source"]
         assert "@" in src and ("TFLOP/s" in src or "%" in src), key
         assert 0 < ARCH_EFFICIENCY[key].fp32_matmul <= data["bounds"]["fp32_matmul"], key
+
+@pytest.mark.slow  # plans the tiny GPT-2 on 4 H100 and re-derives coverage over ~340 rows (~7 s)
+def test_multi_gpu_only_replans_the_rows_and_rewrites_residuals_and_doc(
+        tiny_gpt2: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scripts/accuracy.py --multi-gpu-only` end to end on a tiny GPT-2: a multi-GPU row of its CSVs is planned
+    with its command, its residual is log(measured time / modelled) (a rate's time is its inverse: 1,000 tokens/s
+    measured against a modelled rate R is log(R / 1000)), the earlier multi-GPU rows are replaced, coverage and
+    widths are recomputed over every row, and the doc section lists the rows run and skipped."""
+    script = load_script("accuracy")
+    header = ["id", "repo", "file", "commit", "framework", "gpu", "gpus", "model", "settings", "quantity", "value",
+              "command", "reproducible", "reason"]
+    command = (f"gpuplan plan {tiny_gpt2} --gpus 4 --gpu H100-SXM --dp 4 --tp 1 --pp 1 --seq-len 32 "
+               "--micro-batch-size 4 --global-batch-size 16")
+    rows = [["tiny-tps", "", "https://example.org/t", "", "test", "H100-SXM", "4", "tiny", "", "tokens_per_s_per_gpu",
+             "1000", command, "partial", "made up"],
+            ["tiny-mem", "", "https://example.org/t", "", "test", "H100-SXM", "4", "tiny", "", "per_gpu_peak_gib", "1",
+             command, "partial", "made up"]]
+    csv_path = tmp_path / "rows.csv"
+    with csv_path.open("w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    residuals, doc = tmp_path / "residuals.json", tmp_path / "accuracy.md"
+    residuals.write_text(script.RESIDUALS.read_text(encoding="utf-8"), encoding="utf-8")
+    doc.write_text(script.DOC.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(script, "MULTI_GPU_CSVS", (csv_path,))
+    monkeypatch.setattr(script, "RESIDUALS", residuals)
+    monkeypatch.setattr(script, "DOC", doc)
+    assert script.main(["--multi-gpu-only"]) == 0
+    data = json.loads(residuals.read_text(encoding="utf-8"))
+    multi = [r for r in data["rows"] if r["family"] == "llm-train-multi"]
+    assert [r["id"] for r in multi] == ["tiny-tps"] and data["multi_gpu_skipped"] == {
+        "tiny-mem": "per_gpu_peak_gib is not a time"}
+    planned = load_script("accuracy_cp").plan_json(command)["tokens_per_s_per_gpu"]
+    assert multi[0]["log_residual"] == pytest.approx(math.log(planned / 1000), abs=1e-5)
+    assert (multi[0]["arch"], multi[0]["gpus"], multi[0]["source"]) == ("hopper", 4, "https://example.org/t")
+    assert data["coverage"]["rows"] == len(data["rows"]) == len(load_residuals()["rows"]) - 20 + 1
+    assert data["interval_width"] == {k: round(v, 4) for k, v in script.interval_widths(data["rows"]).items()}
+    assert "### Multi-GPU LLM training rows (1; shipped factors, out of sample)" in doc.read_text(encoding="utf-8")
