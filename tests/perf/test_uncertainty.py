@@ -3,7 +3,9 @@ public rows (perf/data/residuals.json, written by scripts/accuracy.py)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,6 +22,7 @@ from gpuplan.perf.uncertainty import (
     family_key,
     interval,
     load_residuals,
+    log_bounds,
     spread,
 )
 
@@ -80,3 +83,21 @@ def test_family_keys() -> None:
     assert family_key("llm", "generate") == "llm-infer"
     assert family_key("cnn", "infer") == "cnn-infer"
     assert all(family_key(k, m) in FAMILIES for k in ("cnn", "vit", "encoder", "llm") for m in ("train", "infer"))
+
+
+def test_the_memoised_bounds_follow_the_loaded_residuals(tmp_path: Path) -> None:
+    """interval() memoises each (family, arch)'s bounds per loaded residuals file; once the loader's cache is
+    cleared (scripts/accuracy.py after it rewrites the file) a new file's rows are read, not the old bounds."""
+    from gpuplan.perf import uncertainty
+
+    shipped = interval(1.0, "llm-train", "hopper")
+    assert shipped[:2] == pytest.approx(tuple(math.exp(b) for b in log_bounds(load_residuals(), "llm-train",
+                                                                                  "hopper")[:2]))
+    other = tmp_path / "residuals.json"
+    rows = [{"family": "llm-train", "arch": "hopper", "log_residual": v, "source": "s"} for v in [-0.5, 0.5] * 5]
+    other.write_text(json.dumps({"rows": rows}), encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:  # as if the file were rewritten and its loader's cache cleared
+        mp.setattr(uncertainty, "load_residuals", lambda: load_residuals(other))
+        low, high, basis = interval(1.0, "llm-train", "hopper")
+    assert (low, high) == pytest.approx((math.exp(-0.5), math.exp(0.5))) and "n=10" in basis
+    assert interval(1.0, "llm-train", "hopper") == shipped

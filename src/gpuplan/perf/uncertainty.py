@@ -136,8 +136,26 @@ def _group(data: dict[str, Any], family: str, arch: str) -> tuple[list[float], s
 def interval(time_s: float, family: str, arch: str) -> tuple[float, float, str]:
     """The 80% prediction interval ``(low_s, high_s, basis)`` of a modelled time ``time_s`` of a
     workload of ``family`` (a FAMILIES key) on a GPU of architecture ``arch`` (an arch_key)."""
-    low, high, basis = log_bounds(load_residuals(), family, arch)
+    low, high, basis = _shipped_log_bounds(family, arch)
     return time_s * math.exp(low), time_s * math.exp(high), basis
+
+
+_SHIPPED_BOUNDS: dict[int, tuple[dict[str, Any], dict[tuple[str, str], tuple[float, float, str]]]] = {}
+"""log_bounds of the loaded residuals per (family, arch): a plan prints an interval per layout and recommend one
+per GPU, and a thin family's bounds pool every row (uncertainty.between: ~0.35 ms). Keyed by the loaded
+dict, so ``load_residuals.cache_clear()`` (scripts/accuracy.py after rewriting the file) starts afresh."""
+
+
+def _shipped_log_bounds(family: str, arch: str) -> tuple[float, float, str]:
+    data = load_residuals()
+    entry = _SHIPPED_BOUNDS.get(id(data))
+    if entry is None or entry[0] is not data:
+        _SHIPPED_BOUNDS.clear()
+        entry = _SHIPPED_BOUNDS[id(data)] = (data, {})
+    found = entry[1].get((family, arch))
+    if found is None:
+        found = entry[1][(family, arch)] = log_bounds(data, family, arch)
+    return found
 
 
 def log_bounds(data: dict[str, Any], family: str, arch: str) -> tuple[float, float, str]:
