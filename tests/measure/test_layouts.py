@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from gpuplan.cli.main import main
@@ -19,16 +18,6 @@ from gpuplan.workload import Workload
 from tests.measure.test_distributed import LAYOUTS_RUN_HERE
 
 _HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
-
-
-@pytest.fixture
-def one_rank_group(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A one-process gloo group in this process (what DDP needs to be built)."""
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_ddp_layout_keeps_gradients_as_bucket_views(one_rank_group: None) -> None:

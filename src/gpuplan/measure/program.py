@@ -17,7 +17,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpuplan.measure.recorder import LocalRecordingMode, ResizingRecorder, following_resizes, local_tensor
+from gpuplan.measure.recorder import (
+    LocalRecordingMode,
+    ResizingRecorder,
+    collectives_on_private_buffers,
+    following_resizes,
+    local_tensor,
+)
 from gpuplan.models.sources import Inputs, ModelSource
 from gpuplan.trace.optimizers import build_optimizer
 from gpuplan.trace.records import RawTrace
@@ -64,7 +70,7 @@ class Program:
         with step_gc():
             try:
                 # no module attribution: a measurement needs the bytes, not which module holds them
-                with LocalRecordingMode(rec), following_resizes(rec):
+                with LocalRecordingMode(rec), following_resizes(rec), collectives_on_private_buffers():
                     self.step.run(rec)
             finally:
                 rec.close()
