@@ -176,14 +176,19 @@ def workload_of(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def measured_step_s(r: dict[str, Any], w: dict[str, Any]) -> float:
-    """Per-GPU seconds of one step (one micro-batch per GPU, times grad_accum) the row measured."""
+    """Per-GPU seconds of one step (one micro-batch per GPU, times grad_accum) the row measured: the rate's
+    time over the steps its timer covered (perf/calibration.steps_timed_per_counted: DeepLearningExamples'
+    run_squad.py times 101 steps and counts 100)."""
+    from gpuplan.perf.calibration import steps_timed_per_counted
+
     value = float(r["value"])
     n = int(r["gpu_count"] or 1)
     samples = w["batch_size"] * w.get("grad_accum", 1)
+    per_counted = steps_timed_per_counted(r["model"])
     if r["quantity"] == "samples_per_s":
-        return samples * n / value
+        return samples * n / value / per_counted
     if r["quantity"] == "tokens_per_s":  # per GPU
-        return samples * w["seq_len"] / value
+        return samples * w["seq_len"] / value / per_counted
     raise ValueError(f"{r['id']}: quantity {r['quantity']} not costed here")
 
 
