@@ -643,6 +643,9 @@ def finish(data: dict[str, Any]) -> None:
     data["coverage"] = {"share": round(cov, 4), "rows": n}
     data["interval_width"] = {k: round(v, 4) for k, v in interval_widths(data["rows"]).items()}
     RESIDUALS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    from gpuplan.perf.uncertainty import load_residuals
+
+    load_residuals.cache_clear()  # render's per-cell intervals read the file just written, not the one loaded before
     write_doc(render(data), DOC)
     print(render(data))
 
