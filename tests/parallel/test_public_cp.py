@@ -86,3 +86,31 @@ def test_torchtitan_405b_memory_with_its_fsdp_settings() -> None:
         got = script.run_row(row, {})
         assert got["layout"]["pp"] == 8 and got["layout"]["sharding"] == "fsdp2"
         assert abs(got["error"]) <= WORST, (row_id, got)
+
+
+def test_nemo_405b_on_b200_is_excluded_while_its_pipeline_cannot_be_expressed() -> None:
+    """NVIDIA NeMo 25.02 performance summary (docs.nvidia.com/nemo-framework, DGX-B200 pre-training table): Llama 3.1
+    405B on 128 B200, TP 4 PP 8 CP 2 VP 8, GBS 64, 625 tokens/s per GPU. Its recipe (NVIDIA/NeMo v2.2.0
+    nemo/collections/llm/recipes/llama31_405b.py) sets Megatron-core's account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split, so 126 blocks + the embedding + the loss make 64 chunks of 2 (commit a9531976,
+    'Adjust 405B config due to asymmetric PP'), and recomputes nothing. gpuplan has no virtual-stage flag and refuses
+    those chunks, so it plans 1F1B (2026-12-02: 11.9 s a step against NeMo's 6.55 s). The row stays out of the
+    residuals until the schedule can be stated; this fails when it can (then run it again)."""
+    from gpuplan.cli.main import build_parser
+    from gpuplan.errors import LayoutError
+    from gpuplan.models.sources import resolve_model
+    from gpuplan.parallel.layout import check_model
+    from gpuplan.trace.cache import layer_counts_of
+
+    row = next(r for r in ROWS if r["id"] == "nemo-25.02-llama3-405b-cp2-128xb200-tps")
+    assert row["reproducible"] == "false" and "VP 8" in row["settings"], row
+    (layers,) = layer_counts_of(resolve_model("llama-3.1-405b")).values()
+    pp, vp = 8, 8
+    assert layers % (pp * vp) and (layers + 2) % (pp * vp) == 0  # NeMo's split: the embedding and loss count as blocks
+    with pytest.raises(LayoutError):
+        check_model(4, pp, heads=128, kv_heads=8, layers=layers, virtual_stages=vp)
+    parser = build_parser("plan")
+    assert parser._subparsers is not None
+    plan = next(q for sub in parser._subparsers._group_actions for n, q in sub.choices.items() if n == "plan")
+    flags = {f for a in plan._actions for f in a.option_strings}
+    assert "--pp" in flags and not any("virtual" in f or f in ("--vp", "--vpp") for f in flags)
