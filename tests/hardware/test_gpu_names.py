@@ -126,3 +126,31 @@ def test_index_rejects_a_name_claimed_by_two_gpus() -> None:
     clash = dataclasses.replace(b, aliases=("RTX 4090",))
     with pytest.raises(ValueError, match="claimed by both RTX-4090 and RTX-3090"):
         NameIndex.build([a, clash])
+
+
+def test_an_exact_id_is_the_record_the_index_gives() -> None:
+    """get_gpu reads a GPU named by its exact id from its own file (issue 19 item 4: all 73 files took ~0.1 s of
+    every command); that is the very record the name index resolves the id to, for every id."""
+    from gpuplan.hardware.catalog import _index
+
+    index = NameIndex.build(all_gpus())
+    for gpu in all_gpus():
+        assert get_gpu(gpu.id) is gpu is index.resolve(gpu.id) is _index().resolve(gpu.id)
+
+
+def test_an_exact_id_reads_one_file() -> None:
+    """In a fresh process, resolving an id parses its file alone; any other spelling builds the index."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    probe = ("from gpuplan.hardware import catalog\n"
+             "catalog.get_gpu('A100-80GB-SXM')\n"
+             "print(catalog._gpu_in_file.cache_info().currsize, catalog._index.cache_info().currsize)\n"
+             "catalog.get_gpu('a100-80gb-sxm')\n"
+             "print(catalog._gpu_in_file.cache_info().currsize == len(catalog.all_gpus()))\n")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split()
+    assert out == ["1", "0", "True"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -178,22 +178,30 @@ def gpu_from_mapping(data: Mapping[str, Any], *, filename_stem: str) -> GPU:
     return GPU(**fields)
 
 
-def _data_files() -> Iterable[tuple[str, str]]:
+def _data_file_names() -> tuple[str, ...]:
     folder = resources.files(DATA_PACKAGE).joinpath(*DATA_DIR)
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            yield entry.name[: -len(".yaml")], entry.read_text(encoding="utf-8")
+    return tuple(sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".yaml")))
+
+
+def data_file_ids() -> tuple[str, ...]:
+    """The ids of the shipped GPU files (each file is named after its id), in catalog order; nothing is parsed."""
+    ids = tuple(name[: -len(".yaml")] for name in _data_file_names())
+    if not ids:
+        raise CatalogDataError("no GPU data files found (package data missing?)")
+    return ids
+
+
+def load_gpu(stem: str) -> GPU:
+    """Parse and validate the one shipped file ``<stem>.yaml`` (no caching here; see catalog)."""
+    folder = resources.files(DATA_PACKAGE).joinpath(*DATA_DIR)
+    text = folder.joinpath(f"{stem}.yaml").read_text(encoding="utf-8")
+    try:
+        data = yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader variant: no object construction
+    except yaml.YAMLError as exc:
+        raise CatalogDataError(f"gpu data file {stem}.yaml is not valid YAML: {exc}") from exc
+    return gpu_from_mapping(data, filename_stem=stem)
 
 
 def load_gpus() -> tuple[GPU, ...]:
-    """Parse and validate every shipped GPU file, sorted by id (no caching here; see catalog)."""
-    gpus = []
-    for stem, text in _data_files():
-        try:
-            data = yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader variant: no object construction
-        except yaml.YAMLError as exc:
-            raise CatalogDataError(f"gpu data file {stem}.yaml is not valid YAML: {exc}") from exc
-        gpus.append(gpu_from_mapping(data, filename_stem=stem))
-    if not gpus:
-        raise CatalogDataError("no GPU data files found (package data missing?)")
-    return tuple(gpus)
+    """Parse and validate every shipped GPU file, sorted by file name (no caching here; see catalog)."""
+    return tuple(load_gpu(stem) for stem in data_file_ids())
