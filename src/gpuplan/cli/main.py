@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"gpuplan.cli.{VERBS[args.verb][0]}")
     # verbs that trace read and keep traced steps in the user's trace cache unless told not to
     cache = None if getattr(args, "no_cache", True) else TraceCache.default()
-    with use_trace_cache(cache), _fewer_full_collections(args.verb not in LONG_RUNNING_VERBS):
+    with use_trace_cache(cache), fewer_full_collections(args.verb not in LONG_RUNNING_VERBS):
         if debug:
             code: int = module.run(args)
         else:
@@ -169,7 +169,7 @@ FULL_COLLECTION_SPACING = 10
 
 
 @contextlib.contextmanager
-def _fewer_full_collections(enabled: bool = True) -> Iterator[None]:
+def fewer_full_collections(enabled: bool = True) -> Iterator[None]:
     """Full collections of the cyclic GC put off ``FULL_COLLECTION_SPACING`` times longer while a command runs.
 
     Importing torch and transformers makes millions of long-lived objects, and each full collection walks all
