@@ -131,6 +131,7 @@ class Scaler:
                 for i in range(start, end):
                     info[i] = (start, end)
             self._section_of.append(info)
+        self._op_partners = [self._partners_of_ops(st) for st in self.stacks]
 
     def value(self, i: int, field_name: str = "peak_bytes") -> float:
         """Full-depth value of A's point i (``peak_bytes`` or ``live_after_bytes``)."""
@@ -188,13 +189,51 @@ class Scaler:
         return value_a + sum(st.extra * (value_a - values_b[st.key]) for st in self.stacks)
 
     def scaled_ops(self) -> list[OpRecord]:
-        """A's ops with each middle-block op counted once per full-depth replica."""
+        """A's ops with each middle-block op counted once per full-depth replica, and each op outside
+        every block extrapolated like the timeline: ``x_full = x_A + Σ_c (L_c − 3)·(x_A − x_B_c)`` for
+        its flops and bytes, B_c's op being the one at the same place of the program. That is what
+        grows an op over the parameters of all blocks at once (a foreach or fused optimizer op,
+        ``_foreach_zero_``) to the full depth; an op outside the blocks that does not span them
+        (the embedding's, the loss) is the same in A and B_c and stays as traced."""
         middles = {_middle(st.container): st.full_blocks - (TRACED_BLOCKS - 1) for st in self.stacks}
         out = []
-        for op in self.a.ops:
-            n = middles.get(op.block or "", 1)
+        for i, op in enumerate(self.a.ops):
+            if op.block is None:
+                out.append(self._extrapolated(op, [(st, st.run_b.ops[p[i]]) for st, p in
+                                                   zip(self.stacks, self._op_partners, strict=True)]))
+                continue
+            n = middles.get(op.block, 1)
             out.append(op if n == 1 else _with_count(op, n))
         return out
+
+    def _partners_of_ops(self, st: _Stack) -> list[int]:
+        """For each op of A, the index of the same op in B_c (-1 inside c's middle block)."""
+        middle = _middle(st.container)
+        ops_b = st.run_b.ops
+        mapping: list[int] = []
+        j = 0
+        for op in self.a.ops:
+            if op.block == middle:
+                mapping.append(-1)
+                continue
+            if j >= len(ops_b) or ops_b[j].name != op.name or ops_b[j].phase != op.phase:
+                raise ScalingMismatch(f"ops of {TRACED_BLOCKS} and {TRACED_BLOCKS - 1} blocks diverge at op "
+                                      f"{len(mapping)} ({op.phase}, {op.name})")
+            mapping.append(j)
+            j += 1
+        return mapping
+
+    @staticmethod
+    def _extrapolated(op: OpRecord, pairs: Sequence[tuple[_Stack, OpRecord]]) -> OpRecord:
+        flops, read, written = op.flops, op.bytes_read, op.bytes_written
+        for st, b in pairs:
+            flops += st.extra * (op.flops - b.flops)
+            read += st.extra * (op.bytes_read - b.bytes_read)
+            written += st.extra * (op.bytes_written - b.bytes_written)
+        if (flops, read, written) == (op.flops, op.bytes_read, op.bytes_written):
+            return op
+        return OpRecord(op.name, op.phase, op.module, op.op_class, op.dtype, max(0, flops), max(0, read),
+                        max(0, written), op.block, op.count)
 
 
 def _with_count(op: OpRecord, count: int) -> OpRecord:

@@ -239,6 +239,26 @@ def _payload(t: torch.Tensor) -> torch.Tensor:
     return data if isinstance(data, torch.Tensor) and type(t) is not torch.Tensor else t
 
 
+def _written_in_place(func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an op that returns nothing writes: every tensor of its mutable (``Tensor(a!)``,
+    ``Tensor(a!)[]``) arguments — the in-place multi-tensor ops (``_foreach_mul_``, ``_fused_adamw_``)
+    write each tensor of their lists in place. The fused optimizers (``_fused_adam(w)_``, ``_fused_sgd_``,
+    ``_fused_adagrad_``) mark ``grads`` mutable but store them only when unscaling with a ``grad_scale``
+    (aten/src/ATen/native/cuda/fused_adam_utils.cuh: ``if (i != kGradIdx || grad_scale_ptr) store``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return []
+    written: list[torch.Tensor] = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        if arg.name == "grads" and name.startswith("_fused_") and kwargs.get("grad_scale") is None:
+            continue
+        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        written.extend(t for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return written
+
+
 class Recorder:
     """State of one traced run; the step program moves it through the phases (``enter``)."""
 
@@ -441,7 +461,7 @@ class Recorder:
         in_tensors = [_payload(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         out_tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         bytes_read = sum(_tensor_bytes(t) for t in in_tensors)
-        bytes_written = sum(_tensor_bytes(t) for t in out_tensors)
+        bytes_written = sum(_tensor_bytes(t) for t in (out_tensors or _written_in_place(func, name, args, kwargs)))
         flops = 0
         formula = (_OWN_FLOP_FORMULAS.get(name) or flop_registry.get(func._overloadpacket)
                    or _EXTRA_FLOP_FORMULAS.get(name))
