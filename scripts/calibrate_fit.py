@@ -152,7 +152,7 @@ def _depending_on(traced: Sequence[Traced], start: dict[str, float], names: Sequ
     for name in names:
         for value in (GRIDS[name][0], GRIDS[name][-1]):
             est = [r.estimate for r in residuals(traced, {**start, name: value})]
-            moved |= {i for i, (a, b) in enumerate(zip(base, est)) if a != b}
+            moved |= {i for i, (a, b) in enumerate(zip(base, est, strict=True)) if a != b}
     return [t for i, t in enumerate(traced) if i in moved]
 
 
