@@ -14,7 +14,8 @@ Only the public rows of ``calibration.CASES`` are used; the held-out sources the
 Fitted (shared by all architectures): ``tensor_core_matmul`` (large-GEMM fraction of the dense
 peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``conv_backward`` (backward
 convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W; ``conv_backward_16bit`` the
-same for fp16/bf16 convolutions, fitted on the AMP training row), ``conv_backward_traffic`` (DRAM bytes a
+same for fp16/bf16 convolutions per SM per clock, perf/roofline.REFERENCE_MMA_FLOPS_PER_SM_CLOCK, fitted on the
+AMP training row), ``conv_backward_traffic`` (DRAM bytes a
 backward convolution moves per traced operand byte: cuDNN's NCHW<->NHWC transforms, a multiplier of its memory
 time; profiled: each value of its grid with the others refitted, the best kept),
 ``fp32_matmul`` and

@@ -61,9 +61,16 @@ class Efficiency:
     training CNN row against the inference CNN row)."""
     conv_backward_16bit: float = 1.0
     """Backward fp16/bf16 convolutions relative to the forward convolution, in place of
-    ``conv_backward`` (which the TF32 training row fits). FITTED on the one public AMP CNN training
-    row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
-    inference row's."""
+    ``conv_backward`` (which the TF32 training row fits), **on an SM issuing
+    ``roofline.REFERENCE_MMA_FLOPS_PER_SM_CLOCK`` (1024) dense fp16 FLOPs per clock**: cuDNN's 16-bit
+    dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the SM's MMA rate, so on a GPU
+    whose SM issues R per clock the share is this × 1024 / R (the A100's 2048: half; a GeForce GA102 / AD102
+    SM, FP32 accumulate at half rate, 512: twice; perf/roofline.gemm_efficiency). The public ResNet-50 AMP
+    rows say so: fitted GPU by GPU with the other factors fixed, the backward share × R lands at one value on
+    V100, Quadro RTX 8000, A100 and RTX 3090 (docs/accuracy.md, "16-bit backward convolutions run per SM per
+    clock"); as a share of the peak it had held the A100 value (0.24) on a GeForce half-rate peak, RTX 3090
+    AMP training −51%. FITTED on the one public AMP CNN training row (calibration.csv
+    lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the inference row's."""
     conv_backward_traffic: float = 1.0
     """DRAM bytes a backward convolution moves per byte of its traced operands (output gradient, input and
     weight read; input and weight gradients written), ≥ 1. cuDNN's tensor-core convolutions compute in NHWC;
@@ -105,7 +112,8 @@ class Efficiency:
         return (
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
             f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that "
-            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16"
+            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16 "
+            f"on a 1024-FLOP/clock SM, scaled per SM clock"
             + (f"; backward ones move {self.conv_backward_traffic:.2g}× their operand bytes: NCHW↔NHWC transforms"
                if self.conv_backward_traffic > 1.0 else "") + "), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",

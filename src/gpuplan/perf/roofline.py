@@ -11,6 +11,9 @@ Which peak an op may use follows what PyTorch does on CUDA:
 * a backward convolution moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
   NCHW↔NHWC transforms around its NHWC tensor-core kernels, tile re-reads), so it is bandwidth-bound
   where the GPU's peak is high for its bandwidth;
+* a 16-bit backward convolution's compute runs at a rate per SM per clock, not a share of the MMA peak
+  (``Efficiency.conv_backward_16bit`` is its share on an SM issuing ``REFERENCE_MMA_FLOPS_PER_SM_CLOCK``,
+  scaled by that over the GPU's own dense rate per SM per clock: ``mma_flops_per_sm_clock``);
 * a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
   (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py); a GPU the catalog
   gives no SM count is charged the widest counted GPU's waves (never rewarded for the gap);
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING
 from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import WEIGHT_QUANT_BITS as WEIGHT_QUANT_BITS  # re-exported for callers
 from gpuplan.memory.weight_quant import bits_per_weight
-from gpuplan.perf.efficiency import Efficiency
+from gpuplan.perf.efficiency import Efficiency, arch_key
 from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
 from gpuplan.scaled_formats import SCALED_FORMATS
 
@@ -248,6 +251,35 @@ def op_time(
     return OpTime(compute_s, memory_s, eff.graph_launch_overhead_s, 0.0 if graph else eff.launch_overhead_s)
 
 
+REFERENCE_MMA_FLOPS_PER_SM_CLOCK = 1024.0
+"""Dense fp16 tensor FLOPs per SM per clock with FP32 accumulate of a Volta SM (V100: 8 tensor cores × 64 FMA),
+a full-rate Turing SM (Quadro RTX / TITAN RTX), a workstation GA10x SM (RTX A6000, A10: 4 × 128 FMA) and a
+workstation Ada SM (RTX 6000 Ada): the NVIDIA Volta, Turing, Ampere GA102 and Ada architecture whitepapers; the
+catalog's fp16 peak / (SMs × boost clock) gives 1014-1024 on each (tests/perf/test_roofline.py). The A100's SM
+issues 2048, the H100's 4096, a GeForce GA10x / Ada / GB20x SM 512 (FP32 accumulate at half rate)."""
+
+
+def mma_flops_per_sm_clock(gpu: GPU, key: str) -> float:
+    """Dense tensor FLOPs per SM per clock of ``gpu`` at the catalog rate ``key``: peak / (SMs × boost clock).
+    A GPU whose catalog entry lacks the SM count or the clock takes the highest value of the catalog GPUs of
+    its generation that state both (else of any): the most a backward convolution can be charged, never a
+    reward for the gap."""
+    peak = gpu.peak_flops_per_s(key)
+    if peak and gpu.sm_count and gpu.boost_clock_mhz:
+        return peak / (gpu.sm_count * gpu.boost_clock_mhz * 1e6)
+    return _highest_sm_clock_rate(key, arch_key(gpu))
+
+
+@lru_cache(maxsize=64)
+def _highest_sm_clock_rate(key: str, generation: str) -> float:
+    from gpuplan.hardware import all_gpus
+
+    rates = [(arch_key(g), (g.peak_flops_per_s(key) or 0.0) / (g.sm_count * g.boost_clock_mhz * 1e6))
+             for g in all_gpus() if g.peak_flops_per_s(key) and g.sm_count and g.boost_clock_mhz]
+    same = [r for gen, r in rates if gen == generation]
+    return max(same or [r for _, r in rates] or [REFERENCE_MMA_FLOPS_PER_SM_CLOCK])
+
+
 @lru_cache(maxsize=1)
 def widest_sm_count() -> int:
     """The most SMs (AMD: compute units) of any catalog GPU that has a count: what a GPU without
@@ -261,7 +293,8 @@ def widest_sm_count() -> int:
 def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
     """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
     quantization over the GPU's SMs (the catalog's widest count where it has none) and K loop;
-    convolutions also at the cuDNN conv fraction (backward ones at their own share of it)."""
+    convolutions also at the cuDNN conv fraction (backward ones at their own share of it; a 16-bit backward
+    one's share is per SM per clock, so it scales by REFERENCE_MMA_FLOPS_PER_SM_CLOCK over the GPU's own rate)."""
     shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
     if shape is None:
         return 1.0
@@ -269,6 +302,14 @@ def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
     if op.op_class == "conv":
         backward = 1.0
         if op.phase == "backward":
-            backward = eff.conv_backward_16bit if op.dtype in _HALF_DTYPES else eff.conv_backward
+            backward = eff.conv_backward
+            if op.dtype in _HALF_DTYPES:
+                key = _DTYPE_RATE[op.dtype]
+                # cuDNN's fp16/bf16 dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the
+                # SM's MMA rate (Efficiency.conv_backward_16bit): the A100's SM issues twice a V100's, a GeForce
+                # GA102's (FP32 accumulate at half rate) half of one
+                scale = (REFERENCE_MMA_FLOPS_PER_SM_CLOCK / mma_flops_per_sm_clock(gpu, key)
+                         if gpu.peak_flops_per_s(key) and gpu.has_tensor_cores_for(key) else 1.0)
+                backward = eff.conv_backward_16bit * scale
         return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * eff.conv_tensor_core * backward
     return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
