@@ -65,7 +65,9 @@ class Efficiency:
     ``roofline.REFERENCE_MMA_FLOPS_PER_SM_CLOCK`` (1024) dense fp16 FLOPs per clock**: cuDNN's 16-bit
     dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the SM's MMA rate, so on a GPU
     whose SM issues R per clock the share is this × 1024 / R (the A100's 2048: half; a GeForce GA102 / AD102
-    SM, FP32 accumulate at half rate, 512: twice; perf/roofline.gemm_efficiency). The public ResNet-50 AMP
+    SM, FP32 accumulate at half rate, 512: twice; perf/roofline.gemm_efficiency; an SM issuing more than the
+    A100's 2048 through wgmma/TMA, Hopper and datacenter Blackwell, keeps the A100's share of its peak:
+    roofline.MMA_SYNC_FLOPS_PER_SM_CLOCK). The public ResNet-50 AMP
     rows say so: fitted GPU by GPU with the other factors fixed, the backward share × R lands at one value on
     V100, Quadro RTX 8000, A100 and RTX 3090 (docs/accuracy.md, "16-bit backward convolutions run per SM per
     clock"); as a share of the peak it had held the A100 value (0.24) on a GeForce half-rate peak, RTX 3090

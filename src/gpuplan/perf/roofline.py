@@ -13,7 +13,8 @@ Which peak an op may use follows what PyTorch does on CUDA:
   where the GPU's peak is high for its bandwidth;
 * a 16-bit backward convolution's compute runs at a rate per SM per clock, not a share of the MMA peak
   (``Efficiency.conv_backward_16bit`` is its share on an SM issuing ``REFERENCE_MMA_FLOPS_PER_SM_CLOCK``,
-  scaled by that over the GPU's own dense rate per SM per clock: ``mma_flops_per_sm_clock``);
+  scaled by that over the GPU's own dense rate per SM per clock, ``mma_flops_per_sm_clock``, at most
+  ``MMA_SYNC_FLOPS_PER_SM_CLOCK``);
 * a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
   (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py); a GPU the catalog
   gives no SM count is charged the widest counted GPU's waves (never rewarded for the gap);
@@ -259,6 +260,15 @@ catalog's fp16 peak / (SMs × boost clock) gives 1014-1024 on each (tests/perf/t
 issues 2048, the H100's 4096, a GeForce GA10x / Ada / GB20x SM 512 (FP32 accumulate at half rate)."""
 
 
+MMA_SYNC_FLOPS_PER_SM_CLOCK = 2048.0
+"""The most dense fp16 FLOPs per SM per clock of an SM whose tensor cores take their operands from registers
+(mma.sync: Volta through Ada and GeForce Blackwell; the A100's 4 × 256 FMA, A100 whitepaper). Hopper's and
+datacenter Blackwell's SMs issue 4096+ through wgmma / tcgen05, fed from shared memory by TMA (H100 whitepaper):
+an operand path the per-SM-clock rule was not measured on. Their 16-bit backward convolutions keep the A100's share
+of the peak: the public H100 / H200 / GH200 ResNet-50 AMP rows lie between the two readings (+5..+21% at the
+A100's share of the peak, -17..-21% at a 4096-FLOP SM's per-clock rate; docs/accuracy.md)."""
+
+
 def mma_flops_per_sm_clock(gpu: GPU, key: str) -> float:
     """Dense tensor FLOPs per SM per clock of ``gpu`` at the catalog rate ``key``: peak / (SMs × boost clock).
     A GPU whose catalog entry lacks the SM count or the clock takes the highest value of the catalog GPUs of
@@ -308,7 +318,8 @@ def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
                 # cuDNN's fp16/bf16 dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the
                 # SM's MMA rate (Efficiency.conv_backward_16bit): the A100's SM issues twice a V100's, a GeForce
                 # GA102's (FP32 accumulate at half rate) half of one
-                scale = (REFERENCE_MMA_FLOPS_PER_SM_CLOCK / mma_flops_per_sm_clock(gpu, key)
+                per_sm = min(mma_flops_per_sm_clock(gpu, key), MMA_SYNC_FLOPS_PER_SM_CLOCK)
+                scale = (REFERENCE_MMA_FLOPS_PER_SM_CLOCK / per_sm
                          if gpu.peak_flops_per_s(key) and gpu.has_tensor_cores_for(key) else 1.0)
                 backward = eff.conv_backward_16bit * scale
         return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * eff.conv_tensor_core * backward
