@@ -388,10 +388,12 @@ def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
             else:
                 e[0 if tensor else 4] = 1.0
                 if op.op_class == "conv":
-                    e[1] = 1.0
+                    # roofline.gemm_efficiency / op_time: a CUDA-core convolution (fp32, no TF32) takes the
+                    # backward share alone, neither the tensor-core conv fraction nor the layout-transform traffic
+                    e[1] = 1.0 if tensor else 0.0
                     if op.phase == "backward":
-                        e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
-                        e[CONV_TRAFFIC] = -1.0  # multiplies its memory time
+                        e[3 if tensor and op.dtype in ("float16", "bfloat16") else 2] = 1.0
+                        e[CONV_TRAFFIC] = -1.0 if tensor else 0.0  # multiplies its memory time
         kernels[p] = kernels.get(p, 0.0) + op.count
         if not any(e):
             const[p] = const.get(p, 0.0) + t.total_s * op.count

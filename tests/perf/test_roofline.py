@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gpuplan.hardware import get_gpu
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY as EFF
 from gpuplan.perf.efficiency import efficiency_for
-from gpuplan.perf.gemm_shape import GemmShape, matmul_shape, shape_efficiency
+from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
 from gpuplan.perf.roofline import (
     MMA_SYNC_FLOPS_PER_SM_CLOCK,
     REFERENCE_MMA_FLOPS_PER_SM_CLOCK,
@@ -253,3 +253,32 @@ def test_backward_convolutions_move_their_layout_transform_bytes(phase: str) -> 
     else:
         assert four.memory_s == pytest.approx(4 * 2 * 10**8 / bandwidth)
         assert not four.compute_bound and four.kernel_s == four.memory_s
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_cuda_core_convolutions_take_neither_tensor_core_conv_factor(phase: str) -> None:
+    # A V100 has no TF32 (Volta whitepaper; catalog tf32 blank), so PyTorch's fp32 convolutions run there in cuDNN's
+    # FFMA kernels on CUDA cores, which take PyTorch's NCHW tensors as they are: NVIDIA's "Convolutional Layers User's
+    # Guide" (Tensor Layouts In Memory) puts the NHWC layout and the NCHW<->NHWC transposes on the Tensor Core path
+    # only. Such a convolution runs at the CUDA-core fraction × its shape efficiency (× the backward share), and a
+    # backward one moves its traced bytes: conv_tensor_core and conv_backward_traffic are tensor-core factors.
+    v100, a100 = get_gpu("V100-SXM2-16GB"), get_gpu("A100-80GB-SXM")
+    eff = efficiency_for(v100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
+    op = OpRecord("aten.convolution_backward.default" if phase == "backward" else "aten.convolution.default",
+                  phase, "c", "conv", "float32", 2 * 10**10, 10**8, 10**8)
+    assert rate_key(op, "fp32", v100) == ("fp32", False)
+    shape = conv_shape(op)
+    assert shape is not None
+    share = 0.8 if phase == "backward" else 1.0
+    fraction = eff.fp32_matmul * shape_efficiency(shape, v100.sm_count, eff.tiles, eff.gemm_k_half) * share
+    t = op_time(op, v100, "fp32", eff)
+    assert t.compute_s == pytest.approx(2 * 10**10 / (v100.peak_flops_per_s("fp32") * fraction))
+    assert t.memory_s == pytest.approx(2 * 10**8 / (v100.memory_bandwidth_bytes_per_s * eff.bandwidth))
+    # the same fp32 convolution on an A100 runs in TF32 on tensor cores and keeps both factors
+    a_eff = efficiency_for(a100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
+    on_a100 = op_time(op, a100, "fp32", a_eff)
+    tc = a_eff.tensor_core_matmul * shape_efficiency(shape, a100.sm_count, a_eff.tiles, a_eff.gemm_k_half) * 0.5 * share
+    assert on_a100.compute_s == pytest.approx(2 * 10**10 / (a100.peak_flops_per_s("tf32") * tc))
+    traffic = 4.0 if phase == "backward" else 1.0
+    assert on_a100.memory_s == pytest.approx(
+        traffic * 2 * 10**8 / (a100.memory_bandwidth_bytes_per_s * a_eff.bandwidth))

@@ -54,7 +54,8 @@ class Efficiency:
     between kernels of a graph (NVIDIA CUDA graphs blog, 2019)."""
     conv_tensor_core: float = 1.0
     """Convolution (cuDNN implicit GEMM, NCHW as PyTorch defaults: layout transforms included) on
-    tensor cores: fraction of the large-GEMM rate, before its shape efficiency. FITTED."""
+    tensor cores: fraction of the large-GEMM rate, before its shape efficiency; a convolution on CUDA cores (fp32
+    where the GPU has no TF32) runs at ``fp32_matmul`` × its shape efficiency without it. FITTED."""
     conv_backward: float = 1.0
     """Backward convolutions (cuDNN dgrad + wgrad: the weight gradient reduces over N·Ho·Wo, split
     across the SMs with a partial-sum reduction) relative to the forward convolution. FITTED (the
@@ -88,7 +89,9 @@ class Efficiency:
     bytes × this at the streaming bandwidth: bandwidth-bound where its FLOPs are cheap for the GPU's
     bandwidth (H100), compute-bound where they are dear (Volta fp32). Forward convolutions keep their traced
     bytes: a forward transform cost is not in the data (fitted at 2-3× it puts the public timm NCHW
-    inference rows 10-30% slow). FITTED (scripts/calibrate_fit.py, profiled over its grid)."""
+    inference rows 10-30% slow). Tensor-core convolutions only: a CUDA-core one (fp32 on a GPU without TF32:
+    Volta, Turing) runs cuDNN's NCHW kernels and moves its traced bytes, as it takes neither ``conv_tensor_core``
+    (perf/roofline.gemm_efficiency). FITTED (scripts/calibrate_fit.py, profiled over its grid)."""
     elementwise: float = 1.0
     """Memory-bound kernels that are neither GEMMs nor pointwise (softmax, layer/batch/group norms,
     dropout, reductions, pooling, losses, as eager PyTorch launches them): share of ``bandwidth`` (what a

@@ -7,8 +7,11 @@ Which peak an op may use follows what PyTorch does on CUDA:
 * fp32 matmuls use the plain fp32 (CUDA-core) rate unless the workload enables TF32
   (``precision="tf32"``): ``torch.backends.cuda.matmul.allow_tf32`` is False by default;
   fp32 convolutions run in TF32 on GPUs that have it: ``torch.backends.cudnn.allow_tf32`` is True
-  by default;
-* a backward convolution moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
+  by default; where a GPU has no TF32 (Volta, Turing) they run on CUDA cores in cuDNN's NCHW kernels, at the
+  CUDA-core fraction × their shape efficiency (× the backward share), without the tensor-core convolution
+  fraction and layout-transform traffic below (NVIDIA's Convolutional Layers User's Guide puts NHWC and the
+  NCHW<->NHWC transposes on the Tensor Core path);
+* a backward convolution on tensor cores moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
   NCHW↔NHWC transforms around its NHWC tensor-core kernels, tile re-reads), so it is bandwidth-bound
   where the GPU's peak is high for its bandwidth;
 * a 16-bit backward convolution's compute runs at a rate per SM per clock, not a share of the MMA peak
@@ -233,8 +236,10 @@ def op_time(
         # in and out are about the same size, so weight bytes ≈ read − written.
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
-    if op.op_class == "conv" and op.phase == "backward":
-        moved *= eff.conv_backward_traffic  # cuDNN's NCHW<->NHWC transforms, tile re-reads (Efficiency docstring)
+    if op.op_class == "conv" and op.phase == "backward" and rate_key(op, precision, gpu)[1]:
+        # cuDNN's NCHW<->NHWC transforms around its NHWC tensor-core kernels, tile re-reads (Efficiency docstring);
+        # a convolution on CUDA cores (fp32 where the GPU has no TF32: Volta, Turing) runs NCHW kernels as traced
+        moved *= eff.conv_backward_traffic
     memory_s = memory_bound_s(moved, gpu, eff)
     if op.op_class == "other" and not streams_at_copy_rate(op):
         memory_s /= eff.elementwise  # eager normalization/reduction/dropout kernels: below a streaming copy
@@ -245,7 +250,7 @@ def op_time(
         if op.op_class == "attention":
             fraction = eff.attention_fused if tensor else eff.fp32_matmul
         elif op.op_class in ("matmul", "conv"):
-            fraction = (eff.tensor_core_matmul if tensor else eff.fp32_matmul) * gemm_efficiency(op, gpu, eff)
+            fraction = (eff.tensor_core_matmul if tensor else eff.fp32_matmul) * gemm_efficiency(op, gpu, eff, tensor)
         else:
             fraction = eff.bandwidth  # the rare 'other' op with a FLOP formula: plain ALU work
         compute_s = op.flops / (peak * fraction) if peak > 0 and fraction > 0 else 0.0
@@ -300,7 +305,7 @@ def widest_sm_count() -> int:
     return max(g.sm_count for g in all_gpus() if g.sm_count)
 
 
-def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
+def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency, tensor: bool = True) -> float:
     """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
     quantization over the GPU's SMs (the catalog's widest count where it has none) and K loop;
     convolutions also at the cuDNN conv fraction (backward ones at their own share of it; a 16-bit backward
@@ -310,9 +315,12 @@ def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
         return 1.0
     sms = gpu.sm_count or widest_sm_count()
     if op.op_class == "conv":
-        backward = 1.0
+        backward = eff.conv_backward if op.phase == "backward" else 1.0
+        if not tensor:
+            # CUDA-core convolutions (``tensor`` False: fp32 on a GPU without TF32): cuDNN's NCHW FFMA kernels, no
+            # tensor-core layout transforms, so neither the tensor-core conv fraction nor the 16-bit share applies
+            return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * backward
         if op.phase == "backward":
-            backward = eff.conv_backward
             if op.dtype in _HALF_DTYPES:
                 key = _DTYPE_RATE[op.dtype]
                 # cuDNN's fp16/bf16 dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the
