@@ -392,7 +392,8 @@ def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
                     # backward share alone, neither the tensor-core conv fraction nor the layout-transform traffic
                     e[1] = 1.0 if tensor else 0.0
                     if op.phase == "backward":
-                        e[3 if tensor and op.dtype in ("float16", "bfloat16") else 2] = 1.0
+                        if tensor:
+                            e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
                         e[CONV_TRAFFIC] = -1.0 if tensor else 0.0  # multiplies its memory time
         kernels[p] = kernels.get(p, 0.0) + op.count
         if not any(e):

@@ -14,6 +14,7 @@ from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_e
 from gpuplan.perf.roofline import (
     MMA_SYNC_FLOPS_PER_SM_CLOCK,
     REFERENCE_MMA_FLOPS_PER_SM_CLOCK,
+    TF32_FLOPS_PER_SM_CLOCK,
     gemm_efficiency,
     launches_kernel,
     mma_flops_per_sm_clock,
@@ -260,8 +261,8 @@ def test_cuda_core_convolutions_take_neither_tensor_core_conv_factor(phase: str)
     # A V100 has no TF32 (Volta whitepaper; catalog tf32 blank), so PyTorch's fp32 convolutions run there in cuDNN's
     # FFMA kernels on CUDA cores, which take PyTorch's NCHW tensors as they are: NVIDIA's "Convolutional Layers User's
     # Guide" (Tensor Layouts In Memory) puts the NHWC layout and the NCHW<->NHWC transposes on the Tensor Core path
-    # only. Such a convolution runs at the CUDA-core fraction × its shape efficiency (× the backward share), and a
-    # backward one moves its traced bytes: conv_tensor_core and conv_backward_traffic are tensor-core factors.
+    # only. Such a convolution runs at the CUDA-core fraction × its shape efficiency, and a backward one moves its
+    # traced bytes: conv_tensor_core, conv_backward and conv_backward_traffic are tensor-core factors.
     v100, a100 = get_gpu("V100-SXM2-16GB"), get_gpu("A100-80GB-SXM")
     eff = efficiency_for(v100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
     op = OpRecord("aten.convolution_backward.default" if phase == "backward" else "aten.convolution.default",
@@ -269,16 +270,34 @@ def test_cuda_core_convolutions_take_neither_tensor_core_conv_factor(phase: str)
     assert rate_key(op, "fp32", v100) == ("fp32", False)
     shape = conv_shape(op)
     assert shape is not None
-    share = 0.8 if phase == "backward" else 1.0
-    fraction = eff.fp32_matmul * shape_efficiency(shape, v100.sm_count, eff.tiles, eff.gemm_k_half) * share
+    fraction = eff.fp32_matmul * shape_efficiency(shape, v100.sm_count, eff.tiles, eff.gemm_k_half)
     t = op_time(op, v100, "fp32", eff)
     assert t.compute_s == pytest.approx(2 * 10**10 / (v100.peak_flops_per_s("fp32") * fraction))
     assert t.memory_s == pytest.approx(2 * 10**8 / (v100.memory_bandwidth_bytes_per_s * eff.bandwidth))
-    # the same fp32 convolution on an A100 runs in TF32 on tensor cores and keeps both factors
+    # the same fp32 convolution on an A100 runs in TF32 on tensor cores and keeps them (an A100 SM issues
+    # TF32_FLOPS_PER_SM_CLOCK: its backward share is conv_backward itself)
+    share = 0.8 if phase == "backward" else 1.0
     a_eff = efficiency_for(a100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
     on_a100 = op_time(op, a100, "fp32", a_eff)
     tc = a_eff.tensor_core_matmul * shape_efficiency(shape, a100.sm_count, a_eff.tiles, a_eff.gemm_k_half) * 0.5 * share
-    assert on_a100.compute_s == pytest.approx(2 * 10**10 / (a100.peak_flops_per_s("tf32") * tc))
+    assert on_a100.compute_s == pytest.approx(2 * 10**10 / (a100.peak_flops_per_s("tf32") * tc), rel=1e-3)
     traffic = 4.0 if phase == "backward" else 1.0
     assert on_a100.memory_s == pytest.approx(
         traffic * 2 * 10**8 / (a100.memory_bandwidth_bytes_per_s * a_eff.bandwidth))
+
+
+def test_tf32_backward_convolutions_run_at_a_rate_per_sm_clock() -> None:
+    # Efficiency.conv_backward is the TF32 backward convolutions' share on an SM issuing the A100's 1024 dense TF32
+    # FLOPs per clock (A100 whitepaper: 156 TFLOP/s, 108 SMs, 1410 MHz); a GeForce GA102 / AD102 SM issues 256 (RTX 3090
+    # 35.6 TFLOP/s, RTX 4090 82.6: GA102 whitepaper App. A, Ada whitepaper), a workstation one 512 (RTX A6000 77.4), so
+    # relative to the same forward convolution the share × the SM's TF32 rate per clock is one number on each GPU.
+    # PyTorch runs fp32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32 True).
+    eff = EFF.with_(conv_backward=0.5)
+    fwd = OpRecord("aten.convolution.default", "forward", "c", "conv", "float32", 2 * 10**10, 10**7, 10**7)
+    expected = {"A100-80GB-SXM": 1024, "RTX-3090": 256, "RTX-4090": 256, "RTX-A6000": 512, "RTX-6000-Ada": 512}
+    for name, per_clock in expected.items():
+        gpu = get_gpu(name)
+        assert rate_key(fwd, "fp32", gpu) == ("tf32", True)
+        assert mma_flops_per_sm_clock(gpu, "tf32") == pytest.approx(per_clock, rel=0.01), name
+        share = gemm_efficiency(_bwd_conv("float32"), gpu, eff) / gemm_efficiency(fwd, gpu, eff)
+        assert share * mma_flops_per_sm_clock(gpu, "tf32") == pytest.approx(0.5 * TF32_FLOPS_PER_SM_CLOCK, rel=1e-9)

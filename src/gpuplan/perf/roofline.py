@@ -14,6 +14,8 @@ Which peak an op may use follows what PyTorch does on CUDA:
 * a backward convolution on tensor cores moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
   NCHW↔NHWC transforms around its NHWC tensor-core kernels, tile re-reads), so it is bandwidth-bound
   where the GPU's peak is high for its bandwidth;
+* a TF32 backward convolution's compute runs at a rate per SM per clock too (``Efficiency.conv_backward`` is its
+  share on an A100 SM, ``TF32_FLOPS_PER_SM_CLOCK``, scaled by that over the GPU's TF32 rate per SM per clock);
 * a 16-bit backward convolution's compute runs at a rate per SM per clock, not a share of the MMA peak
   (``Efficiency.conv_backward_16bit`` is its share on an SM issuing ``REFERENCE_MMA_FLOPS_PER_SM_CLOCK``,
   scaled by that over the GPU's own dense rate per SM per clock, ``mma_flops_per_sm_clock``, at most
@@ -265,6 +267,13 @@ catalog's fp16 peak / (SMs × boost clock) gives 1014-1024 on each (tests/perf/t
 issues 2048, the H100's 4096, a GeForce GA10x / Ada / GB20x SM 512 (FP32 accumulate at half rate)."""
 
 
+TF32_FLOPS_PER_SM_CLOCK = 1024.0
+"""Dense TF32 tensor FLOPs per SM per clock of an A100 SM (4 x 128 FMA; A100 whitepaper: 156 TFLOP/s over 108 SMs
+at 1410 MHz): the SM on which ``Efficiency.conv_backward`` is the TF32 backward convolutions' share. A GeForce
+GA102 / AD102 SM issues 256 (RTX 3090 35.6, RTX 4090 82.6 TFLOP/s), a workstation GA102 / AD102 SM 512 (RTX A6000
+77.4), an H100 SXM SM ~1900 (494.7 TFLOP/s): the catalog's rates, GA102 / Ada / H100 whitepapers."""
+
+
 MMA_SYNC_FLOPS_PER_SM_CLOCK = 2048.0
 """The most dense fp16 FLOPs per SM per clock of an SM whose tensor cores take their operands from registers
 (mma.sync: Volta through Ada and GeForce Blackwell; the A100's 4 × 256 FMA, A100 whitepaper). Hopper's and
@@ -308,20 +317,25 @@ def widest_sm_count() -> int:
 def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency, tensor: bool = True) -> float:
     """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
     quantization over the GPU's SMs (the catalog's widest count where it has none) and K loop;
-    convolutions also at the cuDNN conv fraction (backward ones at their own share of it; a 16-bit backward
-    one's share is per SM per clock, so it scales by REFERENCE_MMA_FLOPS_PER_SM_CLOCK over the GPU's own rate)."""
+    convolutions also at the cuDNN conv fraction (backward ones at their own share of it, per SM per clock: a TF32
+    one's scales by TF32_FLOPS_PER_SM_CLOCK, a 16-bit one's by REFERENCE_MMA_FLOPS_PER_SM_CLOCK, over the GPU's own
+    rate); a CUDA-core convolution (``tensor`` False) at its shape efficiency alone."""
     shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
     if shape is None:
         return 1.0
     sms = gpu.sm_count or widest_sm_count()
     if op.op_class == "conv":
-        backward = eff.conv_backward if op.phase == "backward" else 1.0
         if not tensor:
             # CUDA-core convolutions (``tensor`` False: fp32 on a GPU without TF32): cuDNN's NCHW FFMA kernels, no
-            # tensor-core layout transforms, so neither the tensor-core conv fraction nor the 16-bit share applies
-            return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * backward
+            # tensor-core layout transforms: none of the tensor-core convolution factors applies
+            return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
+        backward = 1.0
         if op.phase == "backward":
-            if op.dtype in _HALF_DTYPES:
+            if op.dtype == "float32":
+                # TF32 dgrad/wgrad likewise sustain FLOPs per SM per clock (Efficiency.conv_backward: the share on an
+                # SM issuing the A100's TF32_FLOPS_PER_SM_CLOCK)
+                backward = eff.conv_backward * TF32_FLOPS_PER_SM_CLOCK / mma_flops_per_sm_clock(gpu, "tf32")
+            elif op.dtype in _HALF_DTYPES:
                 key = _DTYPE_RATE[op.dtype]
                 # cuDNN's fp16/bf16 dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the
                 # SM's MMA rate (Efficiency.conv_backward_16bit): the A100's SM issues twice a V100's, a GeForce
