@@ -14,8 +14,7 @@ Only the public rows of ``calibration.CASES`` are used; the held-out sources the
 Fitted (shared by all architectures): ``tensor_core_matmul`` (large-GEMM fraction of the dense
 peak), ``conv_tensor_core`` (cuDNN convolution fraction of that), ``conv_backward`` (backward
 convolutions' share of the forward rate: cuDNN wgrad reduces over N·H·W; ``conv_backward_16bit`` the
-same for fp16/bf16 convolutions per SM per clock, perf/roofline.REFERENCE_MMA_FLOPS_PER_SM_CLOCK, fitted on the
-AMP training row), ``conv_backward_traffic`` (DRAM bytes a
+same for fp16/bf16 convolutions, fitted on the AMP training row), ``conv_backward_traffic`` (DRAM bytes a
 backward convolution moves per traced operand byte: cuDNN's NCHW<->NHWC transforms, a multiplier of its memory
 time; profiled: each value of its grid with the others refitted, the best kept),
 ``fp32_matmul`` and
@@ -388,13 +387,10 @@ def op_table(step: Any, workload: Any, gpu: Any, eff: Any) -> OpTable:
             else:
                 e[0 if tensor else 4] = 1.0
                 if op.op_class == "conv":
-                    # roofline.gemm_efficiency / op_time: a CUDA-core convolution (fp32, no TF32) takes the
-                    # backward share alone, neither the tensor-core conv fraction nor the layout-transform traffic
-                    e[1] = 1.0 if tensor else 0.0
+                    e[1] = 1.0
                     if op.phase == "backward":
-                        if tensor:
-                            e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
-                        e[CONV_TRAFFIC] = -1.0 if tensor else 0.0  # multiplies its memory time
+                        e[3 if op.dtype in ("float16", "bfloat16") else 2] = 1.0
+                        e[CONV_TRAFFIC] = -1.0  # multiplies its memory time
         kernels[p] = kernels.get(p, 0.0) + op.count
         if not any(e):
             const[p] = const.get(p, 0.0) + t.total_s * op.count

@@ -10,18 +10,8 @@ from hypothesis import strategies as st
 from gpuplan.hardware import get_gpu
 from gpuplan.perf.efficiency import DEFAULT_EFFICIENCY as EFF
 from gpuplan.perf.efficiency import efficiency_for
-from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
-from gpuplan.perf.roofline import (
-    MMA_SYNC_FLOPS_PER_SM_CLOCK,
-    REFERENCE_MMA_FLOPS_PER_SM_CLOCK,
-    TF32_FLOPS_PER_SM_CLOCK,
-    gemm_efficiency,
-    launches_kernel,
-    mma_flops_per_sm_clock,
-    op_time,
-    rate_key,
-    weight_bytes_factor,
-)
+from gpuplan.perf.gemm_shape import GemmShape, matmul_shape, shape_efficiency
+from gpuplan.perf.roofline import gemm_efficiency, launches_kernel, op_time, rate_key, weight_bytes_factor
 from gpuplan.trace.records import OpRecord
 
 
@@ -148,91 +138,8 @@ def test_backward_convolutions_take_their_precisions_share(
     op = OpRecord("aten.convolution_backward.default", phase, "c", "conv", dtype, 2 * 10**9, 10**7, 10**7)
     base = gemm_efficiency(op, a100, EFF.with_(conv_backward=1.0, conv_backward_16bit=1.0))
     got = gemm_efficiency(op, a100, EFF.with_(conv_backward=back_fp32, conv_backward_16bit=back_16bit))
-    # (the 16-bit share's per-SM-clock scale is in both: test_16bit_backward_convolutions_run_at_a_rate_per_sm_clock)
     share = 1.0 if phase == "forward" else back_fp32 if dtype == "float32" else back_16bit
     assert got == pytest.approx(base * share)
-
-
-@pytest.mark.parametrize(("gpu", "per_sm_clock"), [
-    # NVIDIA whitepapers, dense fp16 tensor FLOPs per SM per clock with FP32 accumulate: Volta (V100) 8 tensor cores
-    # x 64 FMA; Turing (Quadro RTX 8000: full-rate FP32 accumulate) 8 x 64; GA100 (A100) 4 x 256; GA10x (RTX A6000,
-    # A10) 4 x 128 and Ada (RTX 6000 Ada) the same; GeForce GA102 / AD102 (RTX 3090, RTX 4090) FP32 accumulate at
-    # half the FP16-accumulate rate (GA102 whitepaper App. A: 3090 71 vs 142 TFLOPS; Ada whitepaper: 4090 165.2 vs
-    # 330.3); Hopper (H100 SXM) 4 x 512. The catalog's peak / (SMs x boost clock) must give them back.
-    ("V100-SXM2-16GB", 1024), ("Quadro-RTX-8000", 1024), ("A100-80GB-SXM", 2048), ("RTX-A6000", 1024),
-    ("A10", 1024), ("RTX-6000-Ada", 1024), ("RTX-3090", 512), ("RTX-4090", 512), ("H100-SXM", 4096),
-])
-def test_catalog_rates_give_the_whitepapers_mma_rate_per_sm_clock(gpu: str, per_sm_clock: int) -> None:
-    assert mma_flops_per_sm_clock(get_gpu(gpu), "fp16") == pytest.approx(per_sm_clock, rel=0.01)
-
-
-def test_a_gpu_without_a_clock_is_charged_its_generations_highest_sm_rate() -> None:
-    # H100 PCIe and H200 SXM state no boost clock in the catalog: the H100 SXM's 4096 (Hopper's), never less
-    for gpu in ("H100-PCIe", "H200-SXM"):
-        assert get_gpu(gpu).boost_clock_mhz is None
-        assert mma_flops_per_sm_clock(get_gpu(gpu), "bf16") == pytest.approx(
-            mma_flops_per_sm_clock(get_gpu("H100-SXM"), "bf16"))
-
-
-def _bwd_conv(dtype: str) -> OpRecord:
-    return OpRecord("aten.convolution_backward.default", "backward", "c", "conv", dtype, 2 * 10**10, 10**7, 10**7)
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_16bit_backward_convolutions_run_at_a_rate_per_sm_clock(dtype: str) -> None:
-    # Efficiency.conv_backward_16bit: cuDNN's 16-bit dgrad/wgrad sustain FLOPs per SM per clock that do not grow with
-    # the SM's MMA rate (the public ResNet-50 AMP rows of V100, Quadro RTX 8000, A100 and RTX 3090 put them at one
-    # value, docs/accuracy.md "16-bit backward convolutions run per SM per clock"). Relative to the same forward
-    # convolution (same shape efficiency), the backward share times the SM's MMA rate is the same on every GPU.
-    eff = EFF.with_(conv_backward_16bit=0.5)
-    fwd = OpRecord("aten.convolution.default", "forward", "c", "conv", dtype, 2 * 10**10, 10**7, 10**7)
-    key = "bf16" if dtype == "bfloat16" else "fp16"
-    per_clock = {}
-    for name in ("V100-SXM2-16GB", "Quadro-RTX-8000", "A100-80GB-SXM", "RTX-3090", "RTX-A6000", "RTX-4090",
-                 "RTX-6000-Ada"):
-        gpu = get_gpu(name)
-        if not gpu.peak_tflops(key):
-            continue  # V100 has no bf16
-        share = gemm_efficiency(_bwd_conv(dtype), gpu, eff) / gemm_efficiency(fwd, gpu, eff)
-        per_clock[name] = share * mma_flops_per_sm_clock(gpu, key)
-    assert len(per_clock) >= 5
-    for name, value in per_clock.items():
-        assert value == pytest.approx(0.5 * REFERENCE_MMA_FLOPS_PER_SM_CLOCK, rel=0.01), name
-    # so a GeForce GA102 (FP32 accumulate at half rate) takes 4x the A100's share of its own peak
-    three, a100 = get_gpu("RTX-3090"), get_gpu("A100-80GB-SXM")
-    ratio = (gemm_efficiency(_bwd_conv(dtype), three, eff) / gemm_efficiency(fwd, three, eff)) / (
-        gemm_efficiency(_bwd_conv(dtype), a100, eff) / gemm_efficiency(fwd, a100, eff))
-    assert ratio == pytest.approx(4.0, rel=0.01)
-
-
-def test_wgmma_sms_keep_the_a100s_share_of_their_peak() -> None:
-    # MMA_SYNC_FLOPS_PER_SM_CLOCK: Hopper's SM issues 4096 per clock through wgmma/TMA, where the per-SM-clock rule
-    # was not measured (its public AMP rows lie between the two readings): its 16-bit backward share of the peak is
-    # the A100's, never less
-    eff = EFF.with_(conv_backward_16bit=0.5)
-    fwd = OpRecord("aten.convolution.default", "forward", "c", "conv", "bfloat16", 2 * 10**10, 10**7, 10**7)
-    shares = {}
-    for name in ("A100-80GB-SXM", "H100-SXM", "H200-SXM", "B200"):
-        gpu = get_gpu(name)
-        shares[name] = gemm_efficiency(_bwd_conv("bfloat16"), gpu, eff) / gemm_efficiency(fwd, gpu, eff)
-    assert mma_flops_per_sm_clock(get_gpu("H100-SXM"), "bf16") > MMA_SYNC_FLOPS_PER_SM_CLOCK
-    a100_share = 0.5 * REFERENCE_MMA_FLOPS_PER_SM_CLOCK / MMA_SYNC_FLOPS_PER_SM_CLOCK
-    for name, share in shares.items():
-        assert share == pytest.approx(a100_share, rel=0.01), name
-
-
-def test_fp16_convolutions_get_the_fp32_accumulate_rate() -> None:
-    # PyTorch asks cuDNN for FP32 accumulation in fp16/bf16 convolutions: the convolution descriptor's compute type
-    # is CUDNN_DATA_FLOAT for half (aten/src/ATen/cudnn/Descriptors.h ConvolutionDescriptor::set: "if (dataType ==
-    # CUDNN_DATA_HALF) mathType = CUDNN_DATA_FLOAT"; cuDNN v8 API: aten/src/ATen/native/cudnn/Conv_v8.cpp
-    # getConvDescriptor sets CUDNN_DATA_FLOAT for kHalf / kBFloat16), and cuDNN's kernels say so in their names
-    # (sm86_xmma_fprop_implicit_gemm_f16f16_f16f32_f32: f32 accumulator). A GeForce GA102 runs that at half its
-    # FP16-accumulate rate (RTX 3090: 71 of 142 TFLOPS); the workstation RTX A6000 at full rate (154.8).
-    fp16 = OpRecord("aten.convolution.default", "forward", "c", "conv", "float16", 2 * 10**9, 10**7, 10**7)
-    three, a6000 = get_gpu("RTX-3090"), get_gpu("RTX-A6000")
-    assert rate_key(fp16, "amp-fp16", three) == ("fp16", True)
-    assert three.peak_tflops("fp16") == pytest.approx(three.fp16_fp16acc_tflops / 2)
-    assert a6000.peak_tflops("fp16") == pytest.approx(154.8) and not a6000.fp32_accumulate_half_rate
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
@@ -254,50 +161,3 @@ def test_backward_convolutions_move_their_layout_transform_bytes(phase: str) -> 
     else:
         assert four.memory_s == pytest.approx(4 * 2 * 10**8 / bandwidth)
         assert not four.compute_bound and four.kernel_s == four.memory_s
-
-
-@pytest.mark.parametrize("phase", ["forward", "backward"])
-def test_cuda_core_convolutions_take_neither_tensor_core_conv_factor(phase: str) -> None:
-    # A V100 has no TF32 (Volta whitepaper; catalog tf32 blank), so PyTorch's fp32 convolutions run there in cuDNN's
-    # FFMA kernels on CUDA cores, which take PyTorch's NCHW tensors as they are: NVIDIA's "Convolutional Layers User's
-    # Guide" (Tensor Layouts In Memory) puts the NHWC layout and the NCHW<->NHWC transposes on the Tensor Core path
-    # only. Such a convolution runs at the CUDA-core fraction × its shape efficiency, and a backward one moves its
-    # traced bytes: conv_tensor_core, conv_backward and conv_backward_traffic are tensor-core factors.
-    v100, a100 = get_gpu("V100-SXM2-16GB"), get_gpu("A100-80GB-SXM")
-    eff = efficiency_for(v100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
-    op = OpRecord("aten.convolution_backward.default" if phase == "backward" else "aten.convolution.default",
-                  phase, "c", "conv", "float32", 2 * 10**10, 10**8, 10**8)
-    assert rate_key(op, "fp32", v100) == ("fp32", False)
-    shape = conv_shape(op)
-    assert shape is not None
-    fraction = eff.fp32_matmul * shape_efficiency(shape, v100.sm_count, eff.tiles, eff.gemm_k_half)
-    t = op_time(op, v100, "fp32", eff)
-    assert t.compute_s == pytest.approx(2 * 10**10 / (v100.peak_flops_per_s("fp32") * fraction))
-    assert t.memory_s == pytest.approx(2 * 10**8 / (v100.memory_bandwidth_bytes_per_s * eff.bandwidth))
-    # the same fp32 convolution on an A100 runs in TF32 on tensor cores and keeps them (an A100 SM issues
-    # TF32_FLOPS_PER_SM_CLOCK: its backward share is conv_backward itself)
-    share = 0.8 if phase == "backward" else 1.0
-    a_eff = efficiency_for(a100).with_(conv_tensor_core=0.5, conv_backward=0.8, conv_backward_traffic=4.0)
-    on_a100 = op_time(op, a100, "fp32", a_eff)
-    tc = a_eff.tensor_core_matmul * shape_efficiency(shape, a100.sm_count, a_eff.tiles, a_eff.gemm_k_half) * 0.5 * share
-    assert on_a100.compute_s == pytest.approx(2 * 10**10 / (a100.peak_flops_per_s("tf32") * tc), rel=1e-3)
-    traffic = 4.0 if phase == "backward" else 1.0
-    assert on_a100.memory_s == pytest.approx(
-        traffic * 2 * 10**8 / (a100.memory_bandwidth_bytes_per_s * a_eff.bandwidth))
-
-
-def test_tf32_backward_convolutions_run_at_a_rate_per_sm_clock() -> None:
-    # Efficiency.conv_backward is the TF32 backward convolutions' share on an SM issuing the A100's 1024 dense TF32
-    # FLOPs per clock (A100 whitepaper: 156 TFLOP/s, 108 SMs, 1410 MHz); a GeForce GA102 / AD102 SM issues 256 (RTX 3090
-    # 35.6 TFLOP/s, RTX 4090 82.6: GA102 whitepaper App. A, Ada whitepaper), a workstation one 512 (RTX A6000 77.4), so
-    # relative to the same forward convolution the share × the SM's TF32 rate per clock is one number on each GPU.
-    # PyTorch runs fp32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32 True).
-    eff = EFF.with_(conv_backward=0.5)
-    fwd = OpRecord("aten.convolution.default", "forward", "c", "conv", "float32", 2 * 10**10, 10**7, 10**7)
-    expected = {"A100-80GB-SXM": 1024, "RTX-3090": 256, "RTX-4090": 256, "RTX-A6000": 512, "RTX-6000-Ada": 512}
-    for name, per_clock in expected.items():
-        gpu = get_gpu(name)
-        assert rate_key(fwd, "fp32", gpu) == ("tf32", True)
-        assert mma_flops_per_sm_clock(gpu, "tf32") == pytest.approx(per_clock, rel=0.01), name
-        share = gemm_efficiency(_bwd_conv("float32"), gpu, eff) / gemm_efficiency(fwd, gpu, eff)
-        assert share * mma_flops_per_sm_clock(gpu, "tf32") == pytest.approx(0.5 * TF32_FLOPS_PER_SM_CLOCK, rel=1e-9)

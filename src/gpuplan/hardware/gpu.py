@@ -174,11 +174,6 @@ class GPU:
             return True
         return dtype in self._tensor_dtype_tokens()
 
-    def has_tensor_cores_for(self, dtype: str) -> bool:
-        """True if the catalog lists ``dtype`` among the GPU's tensor/matrix-core types (Pascal's packed fp16
-        runs on CUDA cores: no)."""
-        return dtype in self._tensor_dtype_tokens()
-
     def _tensor_dtype_tokens(self) -> set[str]:
         text = (self.tensor_dtypes or "").lower()
         return {tok.strip().split(" ")[0] for tok in text.split(",") if tok.strip()}

@@ -54,32 +54,16 @@ class Efficiency:
     between kernels of a graph (NVIDIA CUDA graphs blog, 2019)."""
     conv_tensor_core: float = 1.0
     """Convolution (cuDNN implicit GEMM, NCHW as PyTorch defaults: layout transforms included) on
-    tensor cores: fraction of the large-GEMM rate, before its shape efficiency; a convolution on CUDA cores (fp32
-    where the GPU has no TF32) runs at ``fp32_matmul`` × its shape efficiency without it. FITTED."""
+    tensor cores: fraction of the large-GEMM rate, before its shape efficiency. FITTED."""
     conv_backward: float = 1.0
-    """Backward TF32 convolutions (cuDNN dgrad + wgrad: the weight gradient reduces over N·Ho·Wo, split
-    across the SMs with a partial-sum reduction) relative to the forward convolution, **on an SM issuing the A100's
-    ``roofline.TF32_FLOPS_PER_SM_CLOCK`` (1024) dense TF32 FLOPs per clock**: like the 16-bit ones they sustain FLOPs
-    per SM per clock, so on an SM issuing R the share is this × 1024 / R (a GeForce GA102 / AD102 SM's 256: 4×; a
-    workstation GA102 / AD102 SM's 512: 2×; an H100 SM's 2048: half). The public ResNet-50 fp32 rows say so: at the
-    A100's share of the peak every GDDR GPU's row was 17-29% slow (docs/accuracy.md, "TF32 backward convolutions
-    run per SM per clock"). PyTorch runs fp32 convolutions in TF32 by default (``torch.backends.cudnn.allow_tf32``);
-    a CUDA-core one (no TF32) takes no share. FITTED on the TF32 training row (calibration.csv lam-rn50-fp32-a100sxm)
-    with ``conv_backward_traffic`` at its count (4)."""
+    """Backward convolutions (cuDNN dgrad + wgrad: the weight gradient reduces over N·Ho·Wo, split
+    across the SMs with a partial-sum reduction) relative to the forward convolution. FITTED (the
+    training CNN row against the inference CNN row)."""
     conv_backward_16bit: float = 1.0
     """Backward fp16/bf16 convolutions relative to the forward convolution, in place of
-    ``conv_backward`` (which the TF32 training row fits), **on an SM issuing
-    ``roofline.REFERENCE_MMA_FLOPS_PER_SM_CLOCK`` (1024) dense fp16 FLOPs per clock**: cuDNN's 16-bit
-    dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the SM's MMA rate, so on a GPU
-    whose SM issues R per clock the share is this × 1024 / R (the A100's 2048: half; a GeForce GA102 / AD102
-    SM, FP32 accumulate at half rate, 512: twice; perf/roofline.gemm_efficiency; an SM issuing more than the
-    A100's 2048 through wgmma/TMA, Hopper and datacenter Blackwell, keeps the A100's share of its peak:
-    roofline.MMA_SYNC_FLOPS_PER_SM_CLOCK). The public ResNet-50 AMP
-    rows say so: fitted GPU by GPU with the other factors fixed, the backward share × R lands at one value on
-    V100, Quadro RTX 8000, A100 and RTX 3090 (docs/accuracy.md, "16-bit backward convolutions run per SM per
-    clock"); as a share of the peak it had held the A100 value (0.24) on a GeForce half-rate peak, RTX 3090
-    AMP training −51%. FITTED on the one public AMP CNN training row (calibration.csv
-    lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the inference row's."""
+    ``conv_backward`` (which the TF32 training row fits). FITTED on the one public AMP CNN training
+    row (calibration.csv lam-rn50-amp-8xa100sxm: NCHW, 8-GPU DDP); the 16-bit forward rate is the
+    inference row's."""
     conv_backward_traffic: float = 1.0
     """DRAM bytes a backward convolution moves per byte of its traced operands (output gradient, input and
     weight read; input and weight gradients written), ≥ 1. cuDNN's tensor-core convolutions compute in NHWC;
@@ -95,12 +79,7 @@ class Efficiency:
     bytes × this at the streaming bandwidth: bandwidth-bound where its FLOPs are cheap for the GPU's
     bandwidth (H100), compute-bound where they are dear (Volta fp32). Forward convolutions keep their traced
     bytes: a forward transform cost is not in the data (fitted at 2-3× it puts the public timm NCHW
-    inference rows 10-30% slow). Tensor-core convolutions only: a CUDA-core one (fp32 on a GPU without TF32:
-    Volta, Turing) runs cuDNN's NCHW kernels and moves its traced bytes, as it takes neither ``conv_tensor_core``
-    (perf/roofline.gemm_efficiency). Set at that count, 4: the one TF32 calibration row (an A100) cannot tell it from
-    ``conv_backward`` (refitted together they trade along a valley: 0.9 / 5.5 or 0.52 / 4.0 for a loss of 0.026 /
-    0.028), and at 6.0 (profiled on that row alone) the GDDR GPUs' backward convolutions were bandwidth-bound and their
-    fp32 rows 17-29% slow (docs/accuracy.md). A full ``scripts/calibrate_fit.py`` profiles it over its grid again."""
+    inference rows 10-30% slow). FITTED (scripts/calibrate_fit.py, profiled over its grid)."""
     elementwise: float = 1.0
     """Memory-bound kernels that are neither GEMMs nor pointwise (softmax, layer/batch/group norms,
     dropout, reductions, pooling, losses, as eager PyTorch launches them): share of ``bandwidth`` (what a
@@ -126,8 +105,7 @@ class Efficiency:
         return (
             f"efficiency ({self.arch}): large tensor-core GEMM {self.tensor_core_matmul:.0%} of dense peak "
             f"× shape (tile/wave quantization, K loop), convolutions {self.conv_tensor_core:.0%} of that "
-            f"(backward {self.conv_backward:.0%} of forward in TF32, {self.conv_backward_16bit:.0%} in fp16/bf16, "
-            f"on a 1024-FLOP/clock SM, scaled per SM clock"
+            f"(backward {self.conv_backward:.0%} of forward, {self.conv_backward_16bit:.0%} in fp16/bf16"
             + (f"; backward ones move {self.conv_backward_traffic:.2g}× their operand bytes: NCHW↔NHWC transforms"
                if self.conv_backward_traffic > 1.0 else "") + "), "
             f"fp32 CUDA-core matmul {self.fp32_matmul:.0%} of fp32 peak (fitted on {fitted})",

@@ -7,19 +7,10 @@ Which peak an op may use follows what PyTorch does on CUDA:
 * fp32 matmuls use the plain fp32 (CUDA-core) rate unless the workload enables TF32
   (``precision="tf32"``): ``torch.backends.cuda.matmul.allow_tf32`` is False by default;
   fp32 convolutions run in TF32 on GPUs that have it: ``torch.backends.cudnn.allow_tf32`` is True
-  by default; where a GPU has no TF32 (Volta, Turing) they run on CUDA cores in cuDNN's NCHW kernels, at the
-  CUDA-core fraction × their shape efficiency (× the backward share), without the tensor-core convolution
-  fraction and layout-transform traffic below (NVIDIA's Convolutional Layers User's Guide puts NHWC and the
-  NCHW<->NHWC transposes on the Tensor Core path);
-* a backward convolution on tensor cores moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
+  by default;
+* a backward convolution moves ``Efficiency.conv_backward_traffic`` × its operand bytes (cuDNN's
   NCHW↔NHWC transforms around its NHWC tensor-core kernels, tile re-reads), so it is bandwidth-bound
   where the GPU's peak is high for its bandwidth;
-* a TF32 backward convolution's compute runs at a rate per SM per clock too (``Efficiency.conv_backward`` is its
-  share on an A100 SM, ``TF32_FLOPS_PER_SM_CLOCK``, scaled by that over the GPU's TF32 rate per SM per clock);
-* a 16-bit backward convolution's compute runs at a rate per SM per clock, not a share of the MMA peak
-  (``Efficiency.conv_backward_16bit`` is its share on an SM issuing ``REFERENCE_MMA_FLOPS_PER_SM_CLOCK``,
-  scaled by that over the GPU's own dense rate per SM per clock, ``mma_flops_per_sm_clock``, at most
-  ``MMA_SYNC_FLOPS_PER_SM_CLOCK``);
 * a matmul or convolution reaches the large-GEMM fraction of its peak times its shape efficiency
   (tile and wave quantization over the SMs, the K loop: perf/gemm_shape.py); a GPU the catalog
   gives no SM count is charged the widest counted GPU's waves (never rewarded for the gap);
@@ -38,7 +29,7 @@ from typing import TYPE_CHECKING
 from gpuplan.errors import ConfigError
 from gpuplan.memory.weight_quant import WEIGHT_QUANT_BITS as WEIGHT_QUANT_BITS  # re-exported for callers
 from gpuplan.memory.weight_quant import bits_per_weight
-from gpuplan.perf.efficiency import Efficiency, arch_key
+from gpuplan.perf.efficiency import Efficiency
 from gpuplan.perf.gemm_shape import GemmShape, conv_shape, matmul_shape, shape_efficiency
 from gpuplan.scaled_formats import SCALED_FORMATS
 
@@ -238,10 +229,8 @@ def op_time(
         # in and out are about the same size, so weight bytes ≈ read − written.
         weight = max(0, op.bytes_read - op.bytes_written)
         moved -= weight * (1.0 - weight_bytes_factor(weight_quant))
-    if op.op_class == "conv" and op.phase == "backward" and rate_key(op, precision, gpu)[1]:
-        # cuDNN's NCHW<->NHWC transforms around its NHWC tensor-core kernels, tile re-reads (Efficiency docstring);
-        # a convolution on CUDA cores (fp32 where the GPU has no TF32: Volta, Turing) runs NCHW kernels as traced
-        moved *= eff.conv_backward_traffic
+    if op.op_class == "conv" and op.phase == "backward":
+        moved *= eff.conv_backward_traffic  # cuDNN's NCHW<->NHWC transforms, tile re-reads (Efficiency docstring)
     memory_s = memory_bound_s(moved, gpu, eff)
     if op.op_class == "other" and not streams_at_copy_rate(op):
         memory_s /= eff.elementwise  # eager normalization/reduction/dropout kernels: below a streaming copy
@@ -252,56 +241,11 @@ def op_time(
         if op.op_class == "attention":
             fraction = eff.attention_fused if tensor else eff.fp32_matmul
         elif op.op_class in ("matmul", "conv"):
-            fraction = (eff.tensor_core_matmul if tensor else eff.fp32_matmul) * gemm_efficiency(op, gpu, eff, tensor)
+            fraction = (eff.tensor_core_matmul if tensor else eff.fp32_matmul) * gemm_efficiency(op, gpu, eff)
         else:
             fraction = eff.bandwidth  # the rare 'other' op with a FLOP formula: plain ALU work
         compute_s = op.flops / (peak * fraction) if peak > 0 and fraction > 0 else 0.0
     return OpTime(compute_s, memory_s, eff.graph_launch_overhead_s, 0.0 if graph else eff.launch_overhead_s)
-
-
-REFERENCE_MMA_FLOPS_PER_SM_CLOCK = 1024.0
-"""Dense fp16 tensor FLOPs per SM per clock with FP32 accumulate of a Volta SM (V100: 8 tensor cores × 64 FMA),
-a full-rate Turing SM (Quadro RTX / TITAN RTX), a workstation GA10x SM (RTX A6000, A10: 4 × 128 FMA) and a
-workstation Ada SM (RTX 6000 Ada): the NVIDIA Volta, Turing, Ampere GA102 and Ada architecture whitepapers; the
-catalog's fp16 peak / (SMs × boost clock) gives 1014-1024 on each (tests/perf/test_roofline.py). The A100's SM
-issues 2048, the H100's 4096, a GeForce GA10x / Ada / GB20x SM 512 (FP32 accumulate at half rate)."""
-
-
-TF32_FLOPS_PER_SM_CLOCK = 1024.0
-"""Dense TF32 tensor FLOPs per SM per clock of an A100 SM (4 x 128 FMA; A100 whitepaper: 156 TFLOP/s over 108 SMs
-at 1410 MHz): the SM on which ``Efficiency.conv_backward`` is the TF32 backward convolutions' share. A GeForce
-GA102 / AD102 SM issues 256 (RTX 3090 35.6, RTX 4090 82.6 TFLOP/s), a workstation GA102 / AD102 SM 512 (RTX A6000
-77.4), an H100 SXM SM ~1900 (494.7 TFLOP/s): the catalog's rates, GA102 / Ada / H100 whitepapers."""
-
-
-MMA_SYNC_FLOPS_PER_SM_CLOCK = 2048.0
-"""The most dense fp16 FLOPs per SM per clock of an SM whose tensor cores take their operands from registers
-(mma.sync: Volta through Ada and GeForce Blackwell; the A100's 4 × 256 FMA, A100 whitepaper). Hopper's and
-datacenter Blackwell's SMs issue 4096+ through wgmma / tcgen05, fed from shared memory by TMA (H100 whitepaper):
-an operand path the per-SM-clock rule was not measured on. Their 16-bit backward convolutions keep the A100's share
-of the peak: the public H100 / H200 / GH200 ResNet-50 AMP rows lie between the two readings (+5..+21% at the
-A100's share of the peak, -17..-21% at a 4096-FLOP SM's per-clock rate; docs/accuracy.md)."""
-
-
-def mma_flops_per_sm_clock(gpu: GPU, key: str) -> float:
-    """Dense tensor FLOPs per SM per clock of ``gpu`` at the catalog rate ``key``: peak / (SMs × boost clock).
-    A GPU whose catalog entry lacks the SM count or the clock takes the highest value of the catalog GPUs of
-    its generation that state both (else of any): the most a backward convolution can be charged, never a
-    reward for the gap."""
-    peak = gpu.peak_flops_per_s(key)
-    if peak and gpu.sm_count and gpu.boost_clock_mhz:
-        return peak / (gpu.sm_count * gpu.boost_clock_mhz * 1e6)
-    return _highest_sm_clock_rate(key, arch_key(gpu))
-
-
-@lru_cache(maxsize=64)
-def _highest_sm_clock_rate(key: str, generation: str) -> float:
-    from gpuplan.hardware import all_gpus
-
-    rates = [(arch_key(g), (g.peak_flops_per_s(key) or 0.0) / (g.sm_count * g.boost_clock_mhz * 1e6))
-             for g in all_gpus() if g.peak_flops_per_s(key) and g.sm_count and g.boost_clock_mhz]
-    same = [r for gen, r in rates if gen == generation]
-    return max(same or [r for _, r in rates] or [REFERENCE_MMA_FLOPS_PER_SM_CLOCK])
 
 
 @lru_cache(maxsize=1)
@@ -314,35 +258,17 @@ def widest_sm_count() -> int:
     return max(g.sm_count for g in all_gpus() if g.sm_count)
 
 
-def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency, tensor: bool = True) -> float:
+def gemm_efficiency(op: OpRecord, gpu: GPU, eff: Efficiency) -> float:
     """Fraction of the large-GEMM rate this matmul or convolution reaches: its shape's tile and wave
     quantization over the GPU's SMs (the catalog's widest count where it has none) and K loop;
-    convolutions also at the cuDNN conv fraction (backward ones at their own share of it, per SM per clock: a TF32
-    one's scales by TF32_FLOPS_PER_SM_CLOCK, a 16-bit one's by REFERENCE_MMA_FLOPS_PER_SM_CLOCK, over the GPU's own
-    rate); a CUDA-core convolution (``tensor`` False) at its shape efficiency alone."""
+    convolutions also at the cuDNN conv fraction (backward ones at their own share of it)."""
     shape: GemmShape | None = conv_shape(op) if op.op_class == "conv" else matmul_shape(op)
     if shape is None:
         return 1.0
     sms = gpu.sm_count or widest_sm_count()
     if op.op_class == "conv":
-        if not tensor:
-            # CUDA-core convolutions (``tensor`` False: fp32 on a GPU without TF32): cuDNN's NCHW FFMA kernels, no
-            # tensor-core layout transforms: none of the tensor-core convolution factors applies
-            return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
         backward = 1.0
         if op.phase == "backward":
-            if op.dtype == "float32":
-                # TF32 dgrad/wgrad likewise sustain FLOPs per SM per clock (Efficiency.conv_backward: the share on an
-                # SM issuing the A100's TF32_FLOPS_PER_SM_CLOCK)
-                backward = eff.conv_backward * TF32_FLOPS_PER_SM_CLOCK / mma_flops_per_sm_clock(gpu, "tf32")
-            elif op.dtype in _HALF_DTYPES:
-                key = _DTYPE_RATE[op.dtype]
-                # cuDNN's fp16/bf16 dgrad/wgrad kernels sustain FLOPs per SM per clock that do not grow with the
-                # SM's MMA rate (Efficiency.conv_backward_16bit): the A100's SM issues twice a V100's, a GeForce
-                # GA102's (FP32 accumulate at half rate) half of one
-                per_sm = min(mma_flops_per_sm_clock(gpu, key), MMA_SYNC_FLOPS_PER_SM_CLOCK)
-                scale = (REFERENCE_MMA_FLOPS_PER_SM_CLOCK / per_sm
-                         if gpu.peak_flops_per_s(key) and gpu.has_tensor_cores_for(key) else 1.0)
-                backward = eff.conv_backward_16bit * scale
+            backward = eff.conv_backward_16bit if op.dtype in _HALF_DTYPES else eff.conv_backward
         return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half) * eff.conv_tensor_core * backward
     return shape_efficiency(shape, sms, eff.tiles, eff.gemm_k_half)
